@@ -1,0 +1,192 @@
+//! `paddock bench`: throughput figures of the sandbox pool, measured inside one process (no
+//! CLI start-up), plus the CPython loop ratio measured side by side in the same run.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::codemode::Limits;
+use crate::engine::Engine;
+use crate::policy::Policy;
+use crate::registry::{CallContext, Registry, Tool, ToolFuture, ToolSpec};
+
+/// A tool that does nothing: measures the call path itself.
+pub struct Noop;
+
+impl Tool for Noop {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "noop".into(),
+            toolset: "bench".into(),
+            description: "Does nothing; returns an empty object.".into(),
+            input_schema: json!({"type": "object", "properties": {}}),
+        }
+    }
+
+    fn call(&self, _args: Value, _ctx: CallContext) -> ToolFuture {
+        Box::pin(async { Ok(json!({})) })
+    }
+}
+
+const LOOP: &str = "s = 0\nfor i in range(10**6):\n    s += i\n";
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+async fn script(engine: &Engine, code: &str, limits: &Limits) -> Result<Value, String> {
+    let result = engine.run_script(code, limits).await.map_err(|e| e.to_string())?;
+    if result["ok"] != json!(true) {
+        return Err(format!("bench script failed: {result}"));
+    }
+    Ok(result["result"].clone())
+}
+
+/// Private (not shared) memory of a process in kB, from smaps_rollup.
+pub fn private_kb(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Some(field("Private_Clean:") + field("Private_Dirty:"))
+}
+
+/// Runs every measurement and returns the figures.
+pub async fn run(iterations: usize, seconds: f64) -> Result<Value, String> {
+    let mut registry = Registry::with_builtins();
+    registry.register(Arc::new(Noop)).map_err(|e| e.to_string())?;
+    let mut policy = Policy::builtin();
+    policy.codemode.prefork = toml::Spanned::new(0..0, 4);
+    policy.codemode.max_concurrency = toml::Spanned::new(0..0, 8);
+    let engine = Arc::new(Engine::new(policy, registry, Arc::default()).map_err(|e| e.to_string())?);
+    let limits = Limits { max_tool_calls: 1000, timeout: Duration::from_secs(120), ..Limits::default() };
+    engine.pool().warm_up().await.map_err(|e| e.to_string())?;
+    for _ in 0..20 {
+        script(&engine, "1", &limits).await?;
+    }
+
+    // Trivial script latency through the warm pool, one at a time.
+    let mut latencies = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let t = Instant::now();
+        script(&engine, "1", &limits).await?;
+        latencies.push(ms(t.elapsed()));
+        // Let the pool refill between samples: this measures the warm path.
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    latencies.sort_by(f64::total_cmp);
+
+    // Nested call round trip, measured inside the script.
+    let per_call_us = script(
+        &engine,
+        "import time\nfor _ in range(20):\n    await tools.noop()\nt = time.perf_counter()\n\
+         for _ in range(500):\n    await tools.noop()\n(time.perf_counter() - t) / 500 * 1e6",
+        &limits,
+    )
+    .await?;
+    let gather = |n: usize| {
+        format!(
+            "import time, asyncio\nawait asyncio.gather(*[tools.noop() for _ in range(10)])\n\
+             t = time.perf_counter()\nawait asyncio.gather(*[tools.noop() for _ in range({n})])\n\
+             (time.perf_counter() - t) * 1000"
+        )
+    };
+    let gather_50_ms = script(&engine, &gather(50), &limits).await?;
+    let gather_500_ms = script(&engine, &gather(500), &limits).await?;
+
+    // Throughput at several concurrency levels.
+    let mut throughput = serde_json::Map::new();
+    for concurrency in [1usize, 2, 8] {
+        let until = Instant::now() + Duration::from_secs_f64(seconds);
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..concurrency {
+            let engine = engine.clone();
+            let limits = limits.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut done = 0u64;
+                while Instant::now() < until {
+                    if script(&engine, "1", &limits).await.is_ok() {
+                        done += 1;
+                    }
+                }
+                done
+            }));
+        }
+        let mut total = 0;
+        for t in tasks {
+            total += t.await.unwrap_or(0);
+        }
+        throughput.insert(
+            format!("concurrency_{concurrency}"),
+            json!(total as f64 / started.elapsed().as_secs_f64()),
+        );
+    }
+
+    // Memory of idle pre-forked children.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let idle: Vec<u64> = engine.pool().idle_pids().into_iter().filter_map(private_kb).collect();
+    let zygote_kb = match engine.pool().zygote_pid().await {
+        Some(pid) => i32::try_from(pid).ok().and_then(private_kb),
+        None => None,
+    };
+
+    // The same loop in the sandbox and in CPython, back to back.
+    let timed_loop = format!("import time\nt = time.perf_counter()\n{LOOP}(time.perf_counter() - t) * 1000");
+    let sandbox_loop_ms = script(&engine, &timed_loop, &limits).await?;
+    let cpython_loop_ms = std::process::Command::new("python3")
+        .args(["-c", &format!("import time\nt = time.perf_counter()\n{LOOP}print((time.perf_counter() - t) * 1000)")])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<f64>().ok());
+    let ratio = match (sandbox_loop_ms.as_f64(), cpython_loop_ms) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+
+    Ok(json!({
+        "trivial_script_ms": {"p50": percentile(&latencies, 0.5), "p99": percentile(&latencies, 0.99), "samples": latencies.len()},
+        "nested_call_round_trip_us": per_call_us,
+        "gather_50_noop_ms": gather_50_ms,
+        "gather_500_noop_ms": gather_500_ms,
+        "scripts_per_second": throughput,
+        "idle_child_private_kb": idle,
+        "zygote_private_kb": zygote_kb,
+        "loop_1e6_ms": {"sandbox": sandbox_loop_ms, "cpython": cpython_loop_ms, "ratio": ratio},
+    }))
+}
+
+/// `paddock bench`.
+pub async fn run_cli(iterations: usize, seconds: f64, json_only: bool) -> ExitCode {
+    match run(iterations.max(10), seconds.clamp(0.2, 60.0)).await {
+        Ok(figures) => {
+            let mut out = std::io::stdout().lock();
+            if json_only {
+                let _ = writeln!(out, "{figures}");
+            } else {
+                let _ = writeln!(out, "{}", serde_json::to_string_pretty(&figures).unwrap_or_default());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            let _ = writeln!(std::io::stderr(), "paddock bench: {err}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! The `paddock` command line (DESIGN.md section 6).
+//!
+//! Exit status: 0 success; 1 the script or tool failed (its JSON is still printed on stdout);
+//! 2 usage or configuration error (message on stderr, nothing on stdout).
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::{Value, json};
+
+use crate::codemode::{Limits, MAX_SCRIPT_BYTES};
+use crate::engine::Engine;
+use crate::events::EventSink;
+use crate::policy::Policy;
+use crate::registry::Registry;
+
+#[derive(Parser)]
+#[command(name = "paddock", version, about = "Sandboxed code execution for AI agents")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run scripts through run_tools_script and print one result object per line.
+    Run {
+        /// Script files; `-` reads one script from stdin.
+        #[arg(required = true, value_name = "SCRIPT|-")]
+        scripts: Vec<String>,
+        #[command(flatten)]
+        common: Common,
+        /// Wall-clock limit per script, in seconds.
+        #[arg(long, value_name = "S")]
+        timeout: Option<f64>,
+        #[arg(long, value_name = "N")]
+        max_tool_calls: Option<u32>,
+        #[arg(long, value_name = "N")]
+        max_memory_mb: Option<u64>,
+        #[arg(long, value_name = "N")]
+        max_output_chars: Option<usize>,
+        /// Append one JSON line per tool call event to FILE.
+        #[arg(long, value_name = "FILE")]
+        events: Option<PathBuf>,
+    },
+    /// Call any registered tool and print its JSON result.
+    Call {
+        tool: String,
+        /// Arguments as a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+        #[command(flatten)]
+        common: Common,
+        /// Backend for an environment tool (terminal, process, python_execute).
+        #[arg(long, value_name = "NAME")]
+        backend: Option<String>,
+    },
+    /// List the tools a caller sees.
+    Tools {
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = Format::Openai)]
+        format: Format,
+    },
+    /// Check policy files.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+    /// Throughput benchmarks of the sandbox pool (see README "Benchmarks").
+    Bench {
+        /// Trivial scripts timed for the latency figures.
+        #[arg(long, default_value_t = 300)]
+        iterations: usize,
+        /// Seconds per throughput measurement.
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        /// Print the figures as JSON only.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Internal: become the sandbox zygote.
+    #[command(name = "__sandbox-zygote", hide = true)]
+    Zygote,
+}
+
+#[derive(clap::Args)]
+struct Common {
+    /// Policy file (default: $PADDOCK_POLICY, else the built-in policy).
+    #[arg(long, value_name = "F")]
+    policy: Option<PathBuf>,
+    /// Session id (tags events; sessions persist state in later versions).
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Exit 0 when every file is valid; else 2 with file:line: key: message per error.
+    Check {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Openai,
+    Mcp,
+    Signatures,
+}
+
+/// Entry point of the `paddock` binary.
+pub fn run_main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let _ = err.print();
+            return if err.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    if let Command::Zygote = cli.command {
+        init_logging();
+        return match paddock_sandbox_worker::zygote::run_main() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                tracing::error!(%err, "sandbox zygote failed");
+                ExitCode::from(2)
+            }
+        };
+    }
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(err) => return usage_error(&format!("cannot start the async runtime: {err}")),
+    };
+    runtime.block_on(dispatch(cli.command))
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+fn usage_error(message: &str) -> ExitCode {
+    let _ = writeln!(std::io::stderr(), "paddock: {message}");
+    ExitCode::from(2)
+}
+
+fn print_line(value: &Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{value}");
+    let _ = out.flush();
+}
+
+fn load_policy(path: Option<&Path>) -> Result<Policy, String> {
+    let from_env = std::env::var_os("PADDOCK_POLICY").map(PathBuf::from);
+    match path.map(Path::to_path_buf).or(from_env) {
+        Some(path) => Policy::load(&path).map_err(|e| e.to_string()),
+        None => Ok(Policy::builtin()),
+    }
+}
+
+async fn dispatch(command: Command) -> ExitCode {
+    match command {
+        Command::Run { scripts, common, timeout, max_tool_calls, max_memory_mb, max_output_chars, events } => {
+            run_scripts(scripts, common, Overrides { timeout, max_tool_calls, max_memory_mb, max_output_chars }, events)
+                .await
+        }
+        Command::Call { tool, args, common, backend } => call(tool, args, common, backend).await,
+        Command::Tools { policy, format } => tools(policy, format),
+        Command::Policy { command: PolicyCommand::Check { files } } => policy_check(&files),
+        Command::Bench { iterations, seconds, json } => crate::bench::run_cli(iterations, seconds, json).await,
+        Command::Zygote => ExitCode::from(2),
+    }
+}
+
+struct Overrides {
+    timeout: Option<f64>,
+    max_tool_calls: Option<u32>,
+    max_memory_mb: Option<u64>,
+    max_output_chars: Option<usize>,
+}
+
+impl Overrides {
+    fn apply(&self, mut limits: Limits) -> Result<Limits, String> {
+        if let Some(t) = self.timeout {
+            if !(t.is_finite() && t > 0.0 && t <= 3600.0) {
+                return Err(format!("--timeout must be between 0 and 3600 seconds, got {t}"));
+            }
+            limits.timeout = Duration::from_secs_f64(t);
+        }
+        if let Some(n) = self.max_tool_calls {
+            limits.max_tool_calls = n;
+        }
+        if let Some(n) = self.max_memory_mb {
+            if n == 0 || n > 16 * 1024 {
+                return Err(format!("--max-memory-mb must be between 1 and 16384, got {n}"));
+            }
+            limits.max_memory_mb = n;
+        }
+        if let Some(n) = self.max_output_chars {
+            if n < 100 {
+                return Err(format!("--max-output-chars must be at least 100, got {n}"));
+            }
+            limits.max_output_chars = n;
+        }
+        Ok(limits)
+    }
+}
+
+/// Reads every script up front so bad input is reported before anything runs.
+fn read_scripts(args: &[String]) -> Result<Vec<String>, String> {
+    if args.iter().filter(|a| *a == "-").count() > 1 {
+        return Err("`-` (stdin) can be given only once".into());
+    }
+    let mut scripts = Vec::with_capacity(args.len());
+    for arg in args {
+        let (name, bytes) = if arg == "-" {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .take(MAX_SCRIPT_BYTES as u64 + 1)
+                .read_to_end(&mut buf)
+                .map_err(|e| format!("cannot read the script from stdin: {e}"))?;
+            ("<stdin>".to_owned(), buf)
+        } else {
+            let path = Path::new(arg);
+            let meta = std::fs::metadata(path)
+                .map_err(|e| format!("{arg}: cannot read script: {e}"))?;
+            if meta.is_dir() {
+                return Err(format!("{arg}: is a directory, not a script"));
+            }
+            if meta.len() > MAX_SCRIPT_BYTES as u64 {
+                return Err(format!(
+                    "{arg}: script is {} bytes; the limit is {MAX_SCRIPT_BYTES} bytes",
+                    meta.len()
+                ));
+            }
+            let bytes = std::fs::read(path).map_err(|e| format!("{arg}: cannot read script: {e}"))?;
+            (arg.clone(), bytes)
+        };
+        if bytes.len() > MAX_SCRIPT_BYTES {
+            return Err(format!("{name}: script is over the {MAX_SCRIPT_BYTES} byte limit"));
+        }
+        let text = String::from_utf8(bytes).map_err(|e| {
+            format!("{name}: script is not UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to())
+        })?;
+        if text.trim().is_empty() {
+            return Err(format!("{name}: script is empty"));
+        }
+        scripts.push(text);
+    }
+    Ok(scripts)
+}
+
+async fn run_scripts(args: Vec<String>, common: Common, overrides: Overrides, events: Option<PathBuf>) -> ExitCode {
+    let policy = match load_policy(common.policy.as_deref()) {
+        Ok(p) => p,
+        Err(e) => return usage_error(&e),
+    };
+    if !policy.codemode.enabled {
+        return usage_error("code mode is disabled by the policy ([codemode] enabled = false)");
+    }
+    let scripts = match read_scripts(&args) {
+        Ok(s) => s,
+        Err(e) => return usage_error(&e),
+    };
+    let events = match events {
+        Some(path) => match EventSink::to_file(&path) {
+            Ok(sink) => Arc::new(sink),
+            Err(e) => return usage_error(&format!("{}: cannot open events file: {e}", path.display())),
+        },
+        None => Arc::new(EventSink::default()),
+    };
+    let engine = match Engine::new(policy, Registry::with_builtins(), events) {
+        Ok(e) => Arc::new(e),
+        Err(e) => return usage_error(&e.to_string()),
+    };
+    let limits = match overrides.apply(engine.limits()) {
+        Ok(l) => l,
+        Err(e) => return usage_error(&e),
+    };
+    let handles: Vec<_> = scripts
+        .into_iter()
+        .map(|code| {
+            let engine = engine.clone();
+            let limits = limits.clone();
+            tokio::spawn(async move { engine.run_script(&code, &limits).await })
+        })
+        .collect();
+    let mut all_ok = true;
+    for handle in handles {
+        let result = match handle.await {
+            Ok(Ok(result)) => result,
+            Ok(Err(e)) => return usage_error(&e.to_string()),
+            Err(e) => json!({"ok": false, "error_code": "codemode:sandbox_failed", "error": format!("engine task failed: {e}"), "output": ""}),
+        };
+        all_ok &= result.get("ok").and_then(Value::as_bool).unwrap_or(false);
+        print_line(&result);
+    }
+    if all_ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}
+
+async fn call(tool: String, args: String, common: Common, backend: Option<String>) -> ExitCode {
+    let policy = match load_policy(common.policy.as_deref()) {
+        Ok(p) => p,
+        Err(e) => return usage_error(&e),
+    };
+    if let Some(backend) = backend {
+        return usage_error(&format!(
+            "--backend {backend}: no environment backends are configured in this build"
+        ));
+    }
+    let args: Value = match serde_json::from_str(&args) {
+        Ok(v) => v,
+        Err(e) => return usage_error(&format!("--args is not valid JSON: {e}")),
+    };
+    let engine = match Engine::new(policy, Registry::with_builtins(), Arc::default()) {
+        Ok(e) => e,
+        Err(e) => return usage_error(&e.to_string()),
+    };
+    match engine.call_tool(&tool, args).await {
+        Ok(value) => {
+            let failed = value.get("ok").and_then(Value::as_bool) == Some(false);
+            print_line(&value);
+            if failed { ExitCode::from(1) } else { ExitCode::SUCCESS }
+        }
+        Err(err) => {
+            print_line(&err.to_json());
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn tools(policy: Option<PathBuf>, format: Format) -> ExitCode {
+    let policy = match load_policy(policy.as_deref()) {
+        Ok(p) => p,
+        Err(e) => return usage_error(&e),
+    };
+    let engine = match Engine::new(policy, Registry::with_builtins(), Arc::default()) {
+        Ok(e) => e,
+        Err(e) => return usage_error(&e.to_string()),
+    };
+    let specs = engine.tool_specs();
+    match format {
+        Format::Openai => print_line(&Value::Array(
+            specs
+                .iter()
+                .map(|s| json!({"type": "function", "function": {"name": s.name, "description": s.description, "parameters": s.input_schema}}))
+                .collect(),
+        )),
+        Format::Mcp => print_line(&json!({
+            "tools": specs.iter().map(|s| json!({"name": s.name, "description": s.description, "inputSchema": s.input_schema})).collect::<Vec<_>>()
+        })),
+        Format::Signatures => {
+            let mut out = std::io::stdout().lock();
+            for s in &specs {
+                let _ = writeln!(out, "{}", signature(s));
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn signature(spec: &crate::registry::ToolSpec) -> String {
+    let props = spec.input_schema.get("properties").and_then(Value::as_object);
+    let required: Vec<&str> = spec
+        .input_schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let params: Vec<String> = props
+        .map(|p| {
+            p.iter()
+                .map(|(name, schema)| {
+                    let ty = match schema.get("type").and_then(Value::as_str) {
+                        Some("string") => "str",
+                        Some("number") => "float",
+                        Some("integer") => "int",
+                        Some("boolean") => "bool",
+                        Some("array") => "list",
+                        Some("object") => "dict",
+                        _ => "Any",
+                    };
+                    if required.contains(&name.as_str()) {
+                        format!("{name}: {ty}")
+                    } else {
+                        format!("{name}: {ty} | None = None")
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    format!("async def {}({}) -> dict", crate::registry::python_identifier(&spec.name), params.join(", "))
+}
+
+fn policy_check(files: &[PathBuf]) -> ExitCode {
+    let mut failed = false;
+    for file in files {
+        if let Err(err) = Policy::load(file) {
+            failed = true;
+            let _ = writeln!(std::io::stderr(), "{err}");
+        }
+    }
+    if failed { ExitCode::from(2) } else { ExitCode::SUCCESS }
+}

@@ -1,0 +1,496 @@
+//! Code mode: `run_tools_script`. A script is prepared in Rust, run in a confined sandbox child
+//! from the pool, and its nested tool calls are dispatched through the registry while the
+//! engine enforces the wall-clock, memory, output and tool-call limits.
+
+pub mod deadline;
+pub mod output;
+pub mod pool;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use paddock_sandbox_worker::prepare::prepare_script;
+use paddock_sandbox_worker::wire::{Message, RunRequest, ScriptFailure, ScriptOutcome, ToolReply};
+use serde_json::{Map, Value, json};
+use tokio::task::JoinSet;
+
+use crate::events::{Phase, ToolCallEvent, now_ms};
+use crate::registry::{CallContext, Registry, ToolError, new_call_id};
+use deadline::Deadline;
+use output::{CappedText, cap_text};
+use pool::{Checkout, ExitInfo, SandboxPool, read_frame};
+
+/// The tool name of code mode itself.
+pub const RUN_TOOLS_SCRIPT: &str = "run_tools_script";
+
+/// Largest script accepted, in bytes.
+pub const MAX_SCRIPT_BYTES: usize = 1024 * 1024;
+
+/// Every `error_code` a script result can carry.
+pub mod codes {
+    pub const SYNTAX_ERROR: &str = "codemode:syntax_error";
+    pub const TIMEOUT: &str = "codemode:timeout";
+    pub const MEMORY_LIMIT: &str = "codemode:memory_limit";
+    pub const SCRIPT_ERROR: &str = "codemode:script_error";
+    pub const SANDBOX_FAILED: &str = "codemode:sandbox_failed";
+    pub const APPROVAL_DENIED: &str = "tool_approval:denied";
+    pub const TOOL_CALL_LIMIT: &str = "codemode:tool_call_limit";
+}
+
+/// Limits of one script run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    pub timeout: Duration,
+    pub max_tool_calls: u32,
+    pub max_memory_mb: u64,
+    pub max_output_chars: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(60),
+            max_tool_calls: 50,
+            max_memory_mb: 64,
+            max_output_chars: 20_000,
+        }
+    }
+}
+
+/// Runs scripts: the pool plus the registry their nested calls go through.
+pub struct CodeMode {
+    pool: SandboxPool,
+    registry: Arc<Registry>,
+}
+
+/// What one script run produced, before it becomes the result object.
+struct RunRecord {
+    output: CappedText,
+    /// Identifiers of the tools the script could call (for hints).
+    script_tools: Vec<String>,
+    tool_calls: u32,
+    tool_errors: Vec<Value>,
+    started: Instant,
+}
+
+enum Ending {
+    Finished(ScriptOutcome),
+    Failed { code: &'static str, message: String },
+}
+
+impl CodeMode {
+    pub fn new(pool: SandboxPool, registry: Arc<Registry>) -> Self {
+        Self { pool, registry }
+    }
+
+    pub fn pool(&self) -> &SandboxPool {
+        &self.pool
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Runs one script and returns its result object (DESIGN.md section 2). `ctx.call_id` is
+    /// the script's own call id: nested calls carry it as `parent_call_id`.
+    pub async fn run(&self, code: &str, limits: &Limits, ctx: &CallContext) -> Value {
+        let mut record = RunRecord {
+            output: CappedText::new(limits.max_output_chars),
+            script_tools: Vec::new(),
+            tool_calls: 0,
+            tool_errors: Vec::new(),
+            started: Instant::now(),
+        };
+        let ending = self.run_inner(code, limits, ctx, &mut record).await;
+        render(ending, record, limits)
+    }
+
+    async fn run_inner(
+        &self,
+        code: &str,
+        limits: &Limits,
+        ctx: &CallContext,
+        record: &mut RunRecord,
+    ) -> Ending {
+        if code.len() > MAX_SCRIPT_BYTES {
+            return Ending::Failed {
+                code: codes::SCRIPT_ERROR,
+                message: format!(
+                    "the script is {} bytes; the limit is {MAX_SCRIPT_BYTES} bytes",
+                    code.len()
+                ),
+            };
+        }
+        if code.trim().is_empty() {
+            return Ending::Failed {
+                code: codes::SCRIPT_ERROR,
+                message: "the script is empty: send Python code that calls tools and ends on the \
+                          value to return"
+                    .into(),
+            };
+        }
+        let prepared = match prepare_script(code) {
+            Ok(p) => p,
+            Err(err) => return Ending::Failed { code: codes::SYNTAX_ERROR, message: err.to_string() },
+        };
+        let script_tools = self.registry.script_tools();
+        record.script_tools = script_tools.iter().map(|(ident, _)| ident.clone()).collect();
+        let request = RunRequest {
+            source: prepared.source,
+            tools: script_tools.clone(),
+            max_memory_bytes: limits.max_memory_mb.saturating_mul(1024 * 1024),
+        };
+
+        // The clock starts when the script is accepted: waiting for a free slot counts.
+        let deadline = Deadline::start(limits.timeout);
+        let checkout = tokio::select! {
+            checkout = self.pool.checkout() => checkout,
+            () = deadline.expired() => {
+                return Ending::Failed { code: codes::TIMEOUT, message: timeout_message(limits) };
+            }
+        };
+        let (mut child, reader) = match checkout {
+            Ok(c) => c,
+            Err(err) => {
+                return Ending::Failed {
+                    code: codes::SANDBOX_FAILED,
+                    message: format!("no sandbox available: {err}"),
+                };
+            }
+        };
+        if let Err(err) = child.send(&Message::Run(request)).await {
+            child.kill();
+            child.forget_exit();
+            return Ending::Failed {
+                code: codes::SANDBOX_FAILED,
+                message: format!("could not hand the script to the sandbox: {err}"),
+            };
+        }
+        let allowed: std::collections::HashSet<String> =
+            script_tools.into_iter().map(|(_, name)| name).collect();
+        self.converse(child, reader, limits, ctx, &deadline, &allowed, record).await
+    }
+
+    /// Serves one child until its script ends, the deadline passes or the child dies.
+    async fn converse(
+        &self,
+        mut child: Checkout,
+        mut reader: tokio::net::unix::OwnedReadHalf,
+        limits: &Limits,
+        ctx: &CallContext,
+        deadline: &Deadline,
+        allowed: &std::collections::HashSet<String>,
+        record: &mut RunRecord,
+    ) -> Ending {
+        let (frames_tx, mut frames) = tokio::sync::mpsc::channel(64);
+        let reader_task = tokio::spawn(async move {
+            loop {
+                let frame = read_frame(&mut reader).await;
+                let stop = frame.is_err();
+                if frames_tx.send(frame).await.is_err() || stop {
+                    return;
+                }
+            }
+        });
+        let mut in_flight: JoinSet<(u64, String, ToolReply)> = JoinSet::new();
+        let expired = deadline.expired();
+        tokio::pin!(expired);
+
+        let ending = loop {
+            tokio::select! {
+                biased;
+                () = &mut expired => {
+                    child.kill();
+                    break Ending::Failed { code: codes::TIMEOUT, message: timeout_message(limits) };
+                }
+                Some(done) = in_flight.join_next() => {
+                    let (id, tool, reply) = match done {
+                        Ok(done) => done,
+                        Err(err) => {
+                            tracing::error!(%err, "nested tool call task failed");
+                            continue;
+                        }
+                    };
+                    if let ToolReply::Err { error_code, .. } = &reply {
+                        record.tool_errors.push(json!({"tool": tool, "error_code": error_code}));
+                    }
+                    if child.send(&Message::ToolReply { id, reply }).await.is_err() {
+                        // The child is gone; the frame reader reports how.
+                        continue;
+                    }
+                }
+                frame = frames.recv() => match frame {
+                    Some(Ok(Message::Output { text })) => record.output.push(&text),
+                    Some(Ok(Message::ToolCall { id, tool, args_json })) => {
+                        record.tool_calls += 1;
+                        if record.tool_calls > limits.max_tool_calls {
+                            record.tool_errors.push(json!({"tool": tool, "error_code": codes::TOOL_CALL_LIMIT}));
+                            let reply = ToolReply::Err {
+                                exception: "ValueError".into(),
+                                message: format!(
+                                    "{}: this script already made its {} tool calls; \
+                                     combine work into fewer calls",
+                                    codes::TOOL_CALL_LIMIT, limits.max_tool_calls
+                                ),
+                                error_code: codes::TOOL_CALL_LIMIT.into(),
+                            };
+                            let _ = child.send(&Message::ToolReply { id, reply }).await;
+                            continue;
+                        }
+                        let registry = self.registry.clone();
+                        let nested = CallContext {
+                            call_id: new_call_id(),
+                            parent_call_id: Some(ctx.call_id.clone()),
+                            deadline: Some(deadline.clone()),
+                        };
+                        let permitted = allowed.contains(&tool);
+                        in_flight.spawn(async move {
+                            let result = if permitted {
+                                match serde_json::from_str::<Value>(&args_json) {
+                                    Ok(args) => registry.dispatch(&tool, args, nested).await,
+                                    Err(e) => Err(ToolError::invalid_arguments(format!(
+                                        "arguments of '{tool}' are not valid JSON: {e}"
+                                    ))),
+                                }
+                            } else {
+                                Err(ToolError::not_found(format!(
+                                    "tool '{tool}' is not available to scripts"
+                                )))
+                            };
+                            let reply = tool_reply(&tool, result);
+                            (id, tool, reply)
+                        });
+                    }
+                    Some(Ok(Message::Finished(outcome))) => break Ending::Finished(outcome),
+                    Some(Ok(other)) => {
+                        child.kill();
+                        break Ending::Failed {
+                            code: codes::SANDBOX_FAILED,
+                            message: format!("the sandbox sent an unexpected message: {}", message_name(&other)),
+                        };
+                    }
+                    Some(Err(err)) => break self.classify_death(&child, err).await,
+                    None => break self.classify_death(&child, paddock_sandbox_worker::wire::WireError::Closed).await,
+                },
+            }
+        };
+        // Calls still running are cancelled; those that ran are not undone.
+        in_flight.abort_all();
+        reader_task.abort();
+        child.forget_exit();
+        ending
+    }
+
+    async fn classify_death(
+        &self,
+        child: &Checkout,
+        err: paddock_sandbox_worker::wire::WireError,
+    ) -> Ending {
+        let info = child.exit_info(Duration::from_secs(1)).await;
+        classify_exit(info, &err.to_string())
+    }
+}
+
+
+fn classify_exit(info: Option<ExitInfo>, detail: &str) -> Ending {
+    const SIGABRT: i32 = 6;
+    const SIGSEGV: i32 = 11;
+    const SIGSYS: i32 = 31;
+    match info {
+        Some(ExitInfo { signal: Some(SIGABRT), .. }) => Ending::Failed {
+            code: codes::MEMORY_LIMIT,
+            message: "the script exceeded its memory ceiling and the sandbox was stopped".into(),
+        },
+        Some(ExitInfo { signal: Some(SIGSYS), .. }) => Ending::Failed {
+            code: codes::SANDBOX_FAILED,
+            message: "the sandbox was killed by its seccomp filter (forbidden system call)".into(),
+        },
+        Some(ExitInfo { signal: Some(SIGSEGV), .. }) => Ending::Failed {
+            code: codes::SANDBOX_FAILED,
+            message: "the sandbox crashed (segmentation fault)".into(),
+        },
+        Some(ExitInfo { signal: Some(sig), .. }) => Ending::Failed {
+            code: codes::SANDBOX_FAILED,
+            message: format!("the sandbox was killed by signal {sig}"),
+        },
+        Some(ExitInfo { code, .. }) => Ending::Failed {
+            code: codes::SANDBOX_FAILED,
+            message: format!("the sandbox exited early (status {code:?}): {detail}"),
+        },
+        None => Ending::Failed {
+            code: codes::SANDBOX_FAILED,
+            message: format!("lost the sandbox: {detail}"),
+        },
+    }
+}
+
+fn message_name(message: &Message) -> String {
+    serde_json::to_value(message)
+        .ok()
+        .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// A nested call's result as the child sees it.
+fn tool_reply(tool: &str, result: Result<Value, ToolError>) -> ToolReply {
+    match result {
+        Ok(value) => match serde_json::to_string(&value) {
+            Ok(value_json) => ToolReply::Ok { value_json },
+            Err(e) => ToolReply::Err {
+                exception: "RuntimeError".into(),
+                message: format!("tool '{tool}' returned a value that is not JSON: {e}"),
+                error_code: "tool:failed".into(),
+            },
+        },
+        Err(err) => ToolReply::Err {
+            exception: err.kind.python_exception().into(),
+            message: err.message,
+            error_code: err.code,
+        },
+    }
+}
+
+fn timeout_message(limits: &Limits) -> String {
+    format!(
+        "the script ran past its timeout of {} s (time waiting for approvals excluded); \
+         output printed before that is kept",
+        limits.timeout.as_secs_f64()
+    )
+}
+
+/// Builds the result object of DESIGN.md section 2.
+fn render(ending: Ending, record: RunRecord, limits: &Limits) -> Value {
+    let mut out = Map::new();
+    match ending {
+        Ending::Finished(ScriptOutcome::Ok { result_json }) => {
+            out.insert("ok".into(), json!(true));
+            out.insert("output".into(), json!(record.output.render()));
+            out.insert("result".into(), capped_result(&result_json, limits.max_output_chars));
+        }
+        Ending::Finished(ScriptOutcome::Err(failure)) => {
+            let code = failure.error_code.clone().unwrap_or_else(|| codes::SCRIPT_ERROR.into());
+            out.insert("ok".into(), json!(false));
+            out.insert("error_code".into(), json!(code));
+            out.insert("error".into(), json!(describe_failure(&failure)));
+            out.insert("output".into(), json!(record.output.render()));
+            if !failure.traceback.is_empty() {
+                out.insert("traceback".into(), json!(failure.traceback));
+            }
+            if let Some(tool) = &failure.unknown_tool {
+                out.insert("hint".into(), json!(unknown_tool_hint(tool, &record.script_tools)));
+            }
+        }
+        Ending::Failed { code, message } => {
+            out.insert("ok".into(), json!(false));
+            out.insert("error_code".into(), json!(code));
+            out.insert("error".into(), json!(message));
+            out.insert("output".into(), json!(record.output.render()));
+        }
+    }
+    if !record.tool_errors.is_empty() {
+        out.insert("tool_errors".into(), Value::Array(record.tool_errors));
+    }
+    out.insert(
+        "stats".into(),
+        json!({
+            "duration_ms": (record.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
+            "tool_calls": record.tool_calls,
+            "output_chars": record.output.total_chars(),
+        }),
+    );
+    Value::Object(out)
+}
+
+fn describe_failure(failure: &ScriptFailure) -> String {
+    let mut text = if failure.message.is_empty() {
+        failure.exception.clone()
+    } else {
+        format!("{}: {}", failure.exception, failure.message)
+    };
+    if let Some(line) = failure.line {
+        text.push_str(&format!(" (line {line})"));
+    }
+    text
+}
+
+/// "tools.serch does not exist; did you mean tools.search? ..." naming the closest tools.
+pub fn unknown_tool_hint(tool: &str, available: &[String]) -> String {
+    let wanted = tool.to_lowercase();
+    let mut scored: Vec<(f64, &String)> = available
+        .iter()
+        .map(|name| {
+            let lower = name.to_lowercase();
+            let mut score = strsim::jaro_winkler(&wanted, &lower);
+            if lower.contains(&wanted) || wanted.contains(&lower) {
+                score += 0.3;
+            }
+            (score, name)
+        })
+        .filter(|(score, _)| *score >= 0.7)
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    let closest: Vec<String> = scored.iter().take(3).map(|(_, n)| format!("tools.{n}")).collect();
+    let mut hint = format!("tools.{tool} does not exist");
+    if closest.is_empty() {
+        let mut names: Vec<&String> = available.iter().collect();
+        names.sort();
+        let shown: Vec<String> = names.iter().take(20).map(|n| format!("tools.{n}")).collect();
+        if shown.is_empty() {
+            hint.push_str("; no tools are available to scripts");
+        } else {
+            hint.push_str(&format!("; available: {}", shown.join(", ")));
+            if names.len() > 20 {
+                hint.push_str(&format!(" and {} more", names.len() - 20));
+            }
+        }
+    } else {
+        hint.push_str(&format!("; did you mean {}?", closest.join(" or ")));
+    }
+    hint
+}
+
+/// The final value: raw JSON when it fits, else its text cut to the cap.
+fn capped_result(result_json: &str, cap: usize) -> Value {
+    if result_json.chars().count() <= cap {
+        // The runtime emits plain JSON (ints beyond 64 bits as strings), so this parses exactly.
+        return serde_json::from_str(result_json).unwrap_or_else(|_| Value::String(result_json.into()));
+    }
+    Value::String(cap_text(result_json, cap))
+}
+
+/// Emits the script's own started/finished events.
+pub fn script_event(ctx: &CallContext, phase: Phase, started: Instant, error_code: Option<String>) -> ToolCallEvent {
+    ToolCallEvent {
+        call_id: ctx.call_id.clone(),
+        parent_call_id: ctx.parent_call_id.clone(),
+        tool: RUN_TOOLS_SCRIPT.into(),
+        phase,
+        duration_ms: matches!(phase, Phase::Finished).then(|| started.elapsed().as_secs_f64() * 1000.0),
+        error_code,
+        timestamp_ms: now_ms(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hint_names_the_closest_tools() {
+        let tools = vec!["search_docs".to_string(), "wait".to_string(), "current_datetime".to_string()];
+        let hint = unknown_tool_hint("serch_docs", &tools);
+        assert!(hint.contains("did you mean tools.search_docs"), "{hint}");
+        let hint = unknown_tool_hint("zzz", &tools);
+        assert!(hint.contains("available: tools.current_datetime, tools.search_docs, tools.wait"), "{hint}");
+    }
+
+    #[test]
+    fn oversized_results_become_capped_text() {
+        let big = format!("[{}]", vec!["1"; 5000].join(","));
+        let v = capped_result(&big, 200);
+        let s = v.as_str().unwrap();
+        assert!(s.starts_with("[1,1"), "{s}");
+        assert!(s.contains("characters omitted"), "{s}");
+        assert_eq!(capped_result("{\"a\": [1, 2]}", 200), json!({"a": [1, 2]}));
+    }
+}

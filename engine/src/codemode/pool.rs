@@ -1,0 +1,397 @@
+//! The sandbox pool: one zygote per engine, a few confined children forked ahead of need, and a
+//! limit on how many scripts run at once. Whatever dies is replaced: a dead zygote is respawned
+//! on the next request, a dead idle child is discarded.
+
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use paddock_sandbox_worker::wire::{HEADER_BYTES, Message, WireError, payload_len};
+use paddock_sandbox_worker::zygote::{ZygoteEvent, ZygoteProcess};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+
+/// How a child ended, as the zygote saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitInfo {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+/// Errors of the pool itself.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("sandbox: {0}")]
+    Sandbox(#[from] paddock_sandbox_worker::SandboxError),
+    #[error("the sandbox zygote is gone")]
+    ZygoteGone,
+    #[error("the zygote could not fork a child: {0}")]
+    ForkFailed(String),
+    #[error("sandbox child refused to start without confinement: {0}")]
+    ConfinementFailed(String),
+    #[error("sandbox child: {0}")]
+    Wire(#[from] WireError),
+    #[error("sandbox pool task failed: {0}")]
+    Join(String),
+}
+
+/// Pool settings.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// The `paddock` binary to re-execute as the zygote.
+    pub exe: PathBuf,
+    /// Children kept ready.
+    pub prefork: usize,
+    /// Scripts running at once.
+    pub max_concurrency: usize,
+}
+
+impl PoolConfig {
+    pub fn for_current_exe(prefork: usize, max_concurrency: usize) -> std::io::Result<Self> {
+        Ok(Self { exe: std::env::current_exe()?, prefork, max_concurrency: max_concurrency.max(1) })
+    }
+}
+
+enum ExitSlot {
+    Waiting(oneshot::Sender<ExitInfo>),
+    Done(ExitInfo),
+    Ignore,
+}
+
+/// The engine's live connection to one zygote.
+struct ZygoteLink {
+    process: Mutex<ZygoteProcess>,
+    pending_forks: Mutex<VecDeque<oneshot::Sender<Result<(i32, OwnedFd), String>>>>,
+    exits: Mutex<HashMap<i32, ExitSlot>>,
+    alive: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+impl ZygoteLink {
+    fn start(exe: &std::path::Path) -> Result<Arc<Self>, PoolError> {
+        let process = ZygoteProcess::spawn(exe)?;
+        tracing::debug!(pid = process.pid(), init_ms = process.init_ms, "sandbox zygote ready");
+        let reader = process.reader()?;
+        let link = Arc::new(Self {
+            process: Mutex::new(process),
+            pending_forks: Mutex::default(),
+            exits: Mutex::default(),
+            alive: AtomicBool::new(true),
+        });
+        let weak = Arc::downgrade(&link);
+        std::thread::Builder::new()
+            .name("zygote-reader".into())
+            .spawn(move || {
+                loop {
+                    let event = reader.next_event();
+                    let Some(link) = weak.upgrade() else { return };
+                    match event {
+                        Ok(Some(ZygoteEvent::Forked { pid, socket })) => {
+                            if let Some(tx) = lock(&link.pending_forks).pop_front() {
+                                let _ = tx.send(Ok((pid, socket)));
+                            }
+                        }
+                        Ok(Some(ZygoteEvent::ForkFailed { reason })) => {
+                            if let Some(tx) = lock(&link.pending_forks).pop_front() {
+                                let _ = tx.send(Err(reason));
+                            }
+                        }
+                        Ok(Some(ZygoteEvent::Exited { pid, code, signal })) => {
+                            link.record_exit(pid, ExitInfo { code, signal });
+                        }
+                        Ok(None) | Err(_) => {
+                            if let Err(err) = event {
+                                tracing::error!(%err, "sandbox zygote connection failed");
+                            } else {
+                                tracing::warn!("sandbox zygote exited; the next script starts a new one");
+                            }
+                            link.alive.store(false, Ordering::SeqCst);
+                            for tx in lock(&link.pending_forks).drain(..) {
+                                let _ = tx.send(Err("the zygote exited".into()));
+                            }
+                            return;
+                        }
+                    }
+                }
+            })
+            .map_err(|e| PoolError::Join(e.to_string()))?;
+        Ok(link)
+    }
+
+    fn record_exit(&self, pid: i32, info: ExitInfo) {
+        let mut exits = lock(&self.exits);
+        match exits.remove(&pid) {
+            Some(ExitSlot::Waiting(tx)) => {
+                let _ = tx.send(info);
+            }
+            Some(ExitSlot::Ignore) => {}
+            Some(ExitSlot::Done(_)) | None => {
+                exits.insert(pid, ExitSlot::Done(info));
+            }
+        }
+    }
+
+    /// Waits (briefly) for how `pid` ended.
+    async fn exit_of(&self, pid: i32, wait: Duration) -> Option<ExitInfo> {
+        let rx = {
+            let mut exits = lock(&self.exits);
+            match exits.remove(&pid) {
+                Some(ExitSlot::Done(info)) => return Some(info),
+                _ => {
+                    let (tx, rx) = oneshot::channel();
+                    exits.insert(pid, ExitSlot::Waiting(tx));
+                    rx
+                }
+            }
+        };
+        let info = tokio::time::timeout(wait, rx).await.ok().and_then(Result::ok);
+        if info.is_none() {
+            lock(&self.exits).insert(pid, ExitSlot::Ignore);
+        }
+        info
+    }
+
+    /// Nobody will ask how `pid` ended.
+    fn forget(&self, pid: i32) {
+        let mut exits = lock(&self.exits);
+        if let Some(ExitSlot::Done(_)) = exits.remove(&pid) {
+            return;
+        }
+        exits.insert(pid, ExitSlot::Ignore);
+    }
+
+    async fn fork(&self) -> Result<(i32, OwnedFd), PoolError> {
+        if !self.alive.load(Ordering::SeqCst) {
+            return Err(PoolError::ZygoteGone);
+        }
+        let (tx, rx) = oneshot::channel();
+        {
+            // Queue the waiter and send under one lock so answers match requests in order.
+            let mut pending = lock(&self.pending_forks);
+            pending.push_back(tx);
+            if let Err(err) = lock(&self.process).request_fork() {
+                pending.pop_back();
+                self.alive.store(false, Ordering::SeqCst);
+                return Err(err.into());
+            }
+        }
+        match rx.await {
+            Ok(Ok(pair)) => Ok(pair),
+            Ok(Err(reason)) => Err(PoolError::ForkFailed(reason)),
+            Err(_) => Err(PoolError::ZygoteGone),
+        }
+    }
+}
+
+/// A confined child waiting for its script.
+pub struct ReadyChild {
+    pub pid: i32,
+    reader: OwnedReadHalf,
+    writer: OwnedWriteHalf,
+    link: Arc<ZygoteLink>,
+}
+
+/// A child checked out for one script (its read half is handed out separately).
+pub struct Checkout {
+    pub pid: i32,
+    writer: OwnedWriteHalf,
+    link: Arc<ZygoteLink>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Checkout {
+    /// Sends one message to the child.
+    pub async fn send(&mut self, message: &Message) -> Result<(), PoolError> {
+        let frame = message.to_frame()?;
+        self.writer.write_all(&frame).await.map_err(WireError::from)?;
+        Ok(())
+    }
+
+    /// SIGKILLs the child. The zygote has not reaped it until it reports the exit, so the pid
+    /// cannot have been reused yet.
+    pub fn kill(&self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+
+    pub async fn exit_info(&self, wait: Duration) -> Option<ExitInfo> {
+        self.link.exit_of(self.pid, wait).await
+    }
+
+    pub fn forget_exit(&self) {
+        self.link.forget(self.pid);
+    }
+}
+
+/// Reads one frame from a child.
+pub async fn read_frame(reader: &mut OwnedReadHalf) -> Result<Message, WireError> {
+    let mut header = [0u8; HEADER_BYTES];
+    match reader.read_exact(&mut header).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(WireError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let len = payload_len(header)?;
+    let mut payload = vec![0u8; len];
+    reader.read_exact(&mut payload).await?;
+    Message::from_payload(&payload)
+}
+
+struct PoolInner {
+    config: PoolConfig,
+    zygote: tokio::sync::Mutex<Option<Arc<ZygoteLink>>>,
+    idle: Mutex<VecDeque<ReadyChild>>,
+    forking: AtomicUsize,
+    permits: Arc<Semaphore>,
+}
+
+/// The engine's pool of sandbox children. Cheap to clone.
+#[derive(Clone)]
+pub struct SandboxPool {
+    inner: Arc<PoolInner>,
+}
+
+impl SandboxPool {
+    pub fn new(config: PoolConfig) -> Self {
+        let permits = Arc::new(Semaphore::new(config.max_concurrency));
+        Self {
+            inner: Arc::new(PoolInner {
+                config,
+                zygote: tokio::sync::Mutex::new(None),
+                idle: Mutex::default(),
+                forking: AtomicUsize::new(0),
+                permits,
+            }),
+        }
+    }
+
+    /// Starts the zygote and fills the idle pool now instead of on the first script.
+    pub async fn warm_up(&self) -> Result<(), PoolError> {
+        self.zygote().await?;
+        self.refill().await;
+        Ok(())
+    }
+
+    /// Number of children ready right now.
+    pub fn idle_children(&self) -> usize {
+        lock(&self.inner.idle).len()
+    }
+
+    /// Pids of the idle children (for memory measurements).
+    pub fn idle_pids(&self) -> Vec<i32> {
+        lock(&self.inner.idle).iter().map(|c| c.pid).collect()
+    }
+
+    async fn zygote(&self) -> Result<Arc<ZygoteLink>, PoolError> {
+        let mut slot = self.inner.zygote.lock().await;
+        if let Some(link) = slot.as_ref()
+            && link.alive.load(Ordering::SeqCst)
+        {
+            return Ok(link.clone());
+        }
+        let exe = self.inner.config.exe.clone();
+        let link = tokio::task::spawn_blocking(move || ZygoteLink::start(&exe))
+            .await
+            .map_err(|e| PoolError::Join(e.to_string()))??;
+        *slot = Some(link.clone());
+        Ok(link)
+    }
+
+    async fn fork_ready_child(&self) -> Result<ReadyChild, PoolError> {
+        let link = self.zygote().await?;
+        let (pid, socket) = link.fork().await?;
+        let stream = std::os::unix::net::UnixStream::from(socket);
+        stream.set_nonblocking(true).map_err(WireError::from)?;
+        let stream = UnixStream::from_std(stream).map_err(WireError::from)?;
+        let (mut reader, writer) = stream.into_split();
+        match read_frame(&mut reader).await {
+            Ok(Message::ChildReady { confinement }) => {
+                tracing::trace!(pid, %confinement, "sandbox child ready");
+                Ok(ReadyChild { pid, reader, writer, link })
+            }
+            Ok(Message::ConfinementFailed { reason }) => {
+                link.forget(pid);
+                Err(PoolError::ConfinementFailed(reason))
+            }
+            Ok(other) => {
+                link.forget(pid);
+                Err(PoolError::Sandbox(paddock_sandbox_worker::SandboxError::Protocol(format!(
+                    "child sent {other:?} before it was ready"
+                ))))
+            }
+            Err(err) => {
+                let info = link.exit_of(pid, Duration::from_millis(500)).await;
+                Err(PoolError::ForkFailed(format!("child {pid} died while starting ({err}; exit {info:?})")))
+            }
+        }
+    }
+
+    /// Checks out a confined child for one script, waiting for a concurrency slot first.
+    pub async fn checkout(&self) -> Result<(Checkout, OwnedReadHalf), PoolError> {
+        let permit = self
+            .inner
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| PoolError::Join(e.to_string()))?;
+        let child = loop {
+            let candidate = lock(&self.inner.idle).pop_front();
+            match candidate {
+                Some(child) if child.link.alive.load(Ordering::SeqCst) => break child,
+                Some(stale) => {
+                    stale.link.forget(stale.pid);
+                    continue;
+                }
+                None => break self.fork_ready_child().await?,
+            }
+        };
+        self.spawn_refill();
+        let checkout =
+            Checkout { pid: child.pid, writer: child.writer, link: child.link, _permit: permit };
+        Ok((checkout, child.reader))
+    }
+
+    fn spawn_refill(&self) {
+        let pool = self.clone();
+        tokio::spawn(async move { pool.refill().await });
+    }
+
+    async fn refill(&self) {
+        loop {
+            let have = lock(&self.inner.idle).len() + self.inner.forking.load(Ordering::SeqCst);
+            if have >= self.inner.config.prefork {
+                return;
+            }
+            self.inner.forking.fetch_add(1, Ordering::SeqCst);
+            let result = self.fork_ready_child().await;
+            self.inner.forking.fetch_sub(1, Ordering::SeqCst);
+            match result {
+                Ok(child) => lock(&self.inner.idle).push_back(child),
+                Err(err) => {
+                    tracing::warn!(%err, "could not pre-fork a sandbox child");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Pid of the current zygote, if one runs.
+    pub async fn zygote_pid(&self) -> Option<u32> {
+        let slot = self.inner.zygote.lock().await;
+        slot.as_ref().filter(|l| l.alive.load(Ordering::SeqCst)).map(|l| lock(&l.process).pid())
+    }
+}

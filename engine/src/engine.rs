@@ -1,0 +1,144 @@
+//! The engine facade: a policy, the registry and code mode, wired together. This is what the
+//! CLI holds and what a Rust library user builds.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::codemode::pool::{PoolConfig, SandboxPool};
+use crate::codemode::{CodeMode, Limits, RUN_TOOLS_SCRIPT, script_event};
+use crate::events::{EventSink, Phase};
+use crate::policy::{Policy, PolicyError};
+use crate::registry::{CallContext, Registry, ToolError, ToolSpec, new_call_id};
+
+/// Errors building or running the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error("code mode is disabled by the policy ([codemode] enabled = false)")]
+    CodemodeDisabled,
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Registry + code mode + policy.
+pub struct Engine {
+    policy: Policy,
+    codemode: CodeMode,
+}
+
+impl Engine {
+    /// An engine over `registry`, filtered and limited by `policy`, whose sandbox zygote is this
+    /// very binary re-executed (`paddock __sandbox-zygote`).
+    pub fn new(policy: Policy, mut registry: Registry, events: Arc<EventSink>) -> Result<Self, EngineError> {
+        let pool = PoolConfig::for_current_exe(
+            *policy.codemode.prefork.get_ref(),
+            *policy.codemode.max_concurrency.get_ref(),
+        )?;
+        registry.set_filter(policy.tool_filter());
+        registry.set_events(events);
+        Ok(Self::with_pool(policy, registry, pool))
+    }
+
+    /// As [`Engine::new`] with an explicit pool configuration (e.g. another binary as zygote).
+    pub fn with_pool(policy: Policy, registry: Registry, pool: PoolConfig) -> Self {
+        let codemode = CodeMode::new(SandboxPool::new(pool), Arc::new(registry));
+        Self { policy, codemode }
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        self.codemode.registry()
+    }
+
+    pub fn pool(&self) -> &SandboxPool {
+        self.codemode.pool()
+    }
+
+    /// The policy's code-mode limits.
+    pub fn limits(&self) -> Limits {
+        let c = &self.policy.codemode;
+        Limits {
+            timeout: Duration::from_secs_f64(*c.timeout_seconds.get_ref()),
+            max_tool_calls: *c.max_tool_calls.get_ref(),
+            max_memory_mb: *c.max_memory_mb.get_ref(),
+            max_output_chars: *c.max_output_chars.get_ref(),
+        }
+    }
+
+    /// Runs one script as a top-level `run_tools_script` call.
+    pub async fn run_script(&self, code: &str, limits: &Limits) -> Result<Value, EngineError> {
+        self.run_script_in(code, limits, None).await
+    }
+
+    async fn run_script_in(&self, code: &str, limits: &Limits, parent: Option<String>) -> Result<Value, EngineError> {
+        if !self.policy.codemode.enabled {
+            return Err(EngineError::CodemodeDisabled);
+        }
+        let ctx = CallContext { call_id: new_call_id(), parent_call_id: parent, deadline: None };
+        let started = Instant::now();
+        let events = self.registry().events().clone();
+        events.emit(&script_event(&ctx, Phase::Started, started, None));
+        let result = self.codemode.run(code, limits, &ctx).await;
+        let code = result.get("error_code").and_then(Value::as_str).map(str::to_owned);
+        events.emit(&script_event(&ctx, Phase::Finished, started, code));
+        Ok(result)
+    }
+
+    /// Calls any tool by name, `run_tools_script` included.
+    pub async fn call_tool(&self, name: &str, args: Value) -> Result<Value, ToolError> {
+        if name == RUN_TOOLS_SCRIPT {
+            let Some(code) = args.get("code").and_then(Value::as_str) else {
+                return Err(ToolError::invalid_arguments(
+                    "invalid arguments for 'run_tools_script': field `code` (a string) is required",
+                ));
+            };
+            return self
+                .run_script(code, &self.limits())
+                .await
+                .map_err(|e| ToolError::denied("tool:not_allowed", e.to_string()));
+        }
+        let ctx = CallContext { call_id: new_call_id(), parent_call_id: None, deadline: None };
+        self.registry().dispatch(name, args, ctx).await
+    }
+
+    /// Every tool a caller may see, `run_tools_script` first when code mode is on.
+    pub fn tool_specs(&self) -> Vec<ToolSpec> {
+        let mut specs = Vec::new();
+        if self.policy.codemode.enabled && self.registry().filter().is_visible(RUN_TOOLS_SCRIPT) {
+            specs.push(self.run_tools_script_spec());
+        }
+        specs.extend(self.registry().visible_specs());
+        specs
+    }
+
+    fn run_tools_script_spec(&self) -> ToolSpec {
+        let tools = self.registry().script_tools();
+        let mut description = String::from(
+            "Run a short Python script that calls tools and returns only what matters. \
+             `await tools.<name>(key=value)` calls a tool (keyword arguments only); run \
+             independent calls concurrently with `asyncio.gather`. End on an expression (or \
+             `return`) to return a value; `print` output is returned too. No files, network or \
+             environment. Tools available to scripts:\n",
+        );
+        for (ident, _) in &tools {
+            description.push_str(&format!("- tools.{ident}(...)\n"));
+        }
+        ToolSpec {
+            name: RUN_TOOLS_SCRIPT.into(),
+            toolset: "codemode".into(),
+            description,
+            input_schema: json!({
+                "type": "object",
+                "properties": {"code": {"type": "string", "description": "The Python script"}},
+                "required": ["code"],
+                "additionalProperties": false
+            }),
+        }
+    }
+}

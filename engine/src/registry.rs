@@ -1,0 +1,368 @@
+//! The tool registry: every tool an agent or a script can call, and the one dispatch path they
+//! all go through (policy filter, approval, argument shape, events, error wrapping).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use serde_json::Value;
+
+use crate::codemode::deadline::Deadline;
+use crate::events::{EventSink, Phase, ToolCallEvent, now_ms};
+use crate::policy::ToolFilter;
+
+/// What the model (and `paddock tools`) sees of a tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    /// The bundle the tool belongs to (`builtin`, `environment`, an MCP server, ...).
+    pub toolset: String,
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub input_schema: Value,
+}
+
+/// The boxed future a tool call returns.
+pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send>>;
+
+/// A callable tool. Implementations validate their own arguments and return
+/// [`ToolErrorKind::InvalidArguments`] naming the field that was wrong.
+///
+/// ```
+/// use paddock_engine::{CallContext, Tool, ToolError, ToolSpec, registry::ToolFuture};
+/// use serde_json::{json, Value};
+///
+/// struct Echo;
+/// impl Tool for Echo {
+///     fn spec(&self) -> ToolSpec {
+///         ToolSpec {
+///             name: "echo".into(),
+///             toolset: "demo".into(),
+///             description: "Returns its arguments".into(),
+///             input_schema: json!({"type": "object"}),
+///         }
+///     }
+///     fn call(&self, args: Value, _ctx: CallContext) -> ToolFuture {
+///         Box::pin(async move { Ok(args) })
+///     }
+/// }
+/// let mut registry = paddock_engine::Registry::with_builtins();
+/// registry.register(std::sync::Arc::new(Echo)).unwrap();
+/// ```
+pub trait Tool: Send + Sync + 'static {
+    fn spec(&self) -> ToolSpec;
+    fn call(&self, args: Value, ctx: CallContext) -> ToolFuture;
+}
+
+/// Who is calling, for events, approvals and the script's pausable clock.
+#[derive(Clone, Default)]
+pub struct CallContext {
+    pub call_id: String,
+    pub parent_call_id: Option<String>,
+    /// The calling script's deadline; approvals pause it while a human decides.
+    pub deadline: Option<Deadline>,
+}
+
+/// Kinds of tool failure; each maps to the exception a script sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolErrorKind {
+    /// The arguments were rejected: `ValueError`.
+    InvalidArguments,
+    /// A policy or a human said no: `PermissionError`.
+    Denied,
+    /// The tool does not exist or is not allowed: `RuntimeError`.
+    NotFound,
+    /// The tool ran and failed: `RuntimeError`.
+    Failed,
+}
+
+impl ToolErrorKind {
+    /// The Python exception a script sees for this kind.
+    pub fn python_exception(self) -> &'static str {
+        match self {
+            ToolErrorKind::InvalidArguments => "ValueError",
+            ToolErrorKind::Denied => "PermissionError",
+            ToolErrorKind::NotFound | ToolErrorKind::Failed => "RuntimeError",
+        }
+    }
+}
+
+/// A failed tool call: always reported as JSON with `error` and `error_code`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    pub kind: ToolErrorKind,
+    /// Stable machine-readable code, e.g. `tool:invalid_arguments`, `tool_approval:denied`.
+    pub code: String,
+    pub message: String,
+}
+
+impl ToolError {
+    pub fn invalid_arguments(message: impl Into<String>) -> Self {
+        Self {
+            kind: ToolErrorKind::InvalidArguments,
+            code: "tool:invalid_arguments".into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self { kind: ToolErrorKind::Failed, code: "tool:failed".into(), message: message.into() }
+    }
+
+    pub fn denied(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { kind: ToolErrorKind::Denied, code: code.into(), message: message.into() }
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self { kind: ToolErrorKind::NotFound, code: "tool:not_found".into(), message: message.into() }
+    }
+
+    /// The JSON a caller of `paddock call` (or an MCP client) gets.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({"error": self.message, "error_code": self.code})
+    }
+}
+
+/// Errors of registry configuration (not of calls).
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("tool '{name}' is already registered by toolset '{owner}'; pass override to replace it")]
+    Duplicate { name: String, owner: String },
+    #[error("tool name '{0}' is invalid: use 1-64 characters from [A-Za-z0-9_.-]")]
+    InvalidName(String),
+}
+
+/// All registered tools plus the policy filter that decides what callers may use.
+pub struct Registry {
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+    filter: ToolFilter,
+    events: Arc<EventSink>,
+}
+
+static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh call id, unique within this process.
+pub fn new_call_id() -> String {
+    format!("call_{}_{}", std::process::id(), NEXT_CALL.fetch_add(1, Ordering::Relaxed))
+}
+
+impl Registry {
+    /// An empty registry that allows everything.
+    pub fn new() -> Self {
+        Self { tools: BTreeMap::new(), filter: ToolFilter::allow_all(), events: Arc::default() }
+    }
+
+    /// A registry with the built-in tools.
+    pub fn with_builtins() -> Self {
+        let mut registry = Self::new();
+        for tool in crate::tools::builtins() {
+            registry.insert(tool);
+        }
+        registry
+    }
+
+    pub fn set_filter(&mut self, filter: ToolFilter) {
+        self.filter = filter;
+    }
+
+    pub fn set_events(&mut self, events: Arc<EventSink>) {
+        self.events = events;
+    }
+
+    pub fn events(&self) -> &Arc<EventSink> {
+        &self.events
+    }
+
+    pub fn filter(&self) -> &ToolFilter {
+        &self.filter
+    }
+
+    /// Registers a tool; a name that is already taken is refused.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        self.register_inner(tool, false)
+    }
+
+    /// Registers a tool, replacing one of the same name.
+    pub fn register_override(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        self.register_inner(tool, true)
+    }
+
+    fn register_inner(&mut self, tool: Arc<dyn Tool>, replace: bool) -> Result<(), RegistryError> {
+        let name = tool.spec().name;
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+        if !valid {
+            return Err(RegistryError::InvalidName(name));
+        }
+        if !replace && let Some(existing) = self.tools.get(&name) {
+            return Err(RegistryError::Duplicate { name, owner: existing.spec().toolset });
+        }
+        self.insert(tool);
+        Ok(())
+    }
+
+    fn insert(&mut self, tool: Arc<dyn Tool>) {
+        self.tools.insert(tool.spec().name, tool);
+    }
+
+    /// Specs of every tool the policy lets a caller see, by name.
+    pub fn visible_specs(&self) -> Vec<ToolSpec> {
+        self.tools
+            .values()
+            .map(|t| t.spec())
+            .filter(|s| self.filter.is_visible(&s.name))
+            .collect()
+    }
+
+    /// The tools a script may call: visible, not excluded from code mode, not code mode itself.
+    /// Returns `(python identifier, tool name)` pairs in a stable order.
+    pub fn script_tools(&self) -> Vec<(String, String)> {
+        self.visible_specs()
+            .into_iter()
+            .filter(|s| s.name != crate::codemode::RUN_TOOLS_SCRIPT)
+            .filter(|s| !self.filter.is_excluded_from_scripts(&s.name))
+            .map(|s| (python_identifier(&s.name), s.name))
+            .collect()
+    }
+
+    /// Calls a tool through every check. Failures come back as [`ToolError`]s, never panics.
+    pub async fn dispatch(&self, name: &str, args: Value, ctx: CallContext) -> Result<Value, ToolError> {
+        let started = Instant::now();
+        self.events.emit(&ToolCallEvent {
+            call_id: ctx.call_id.clone(),
+            parent_call_id: ctx.parent_call_id.clone(),
+            tool: name.to_owned(),
+            phase: Phase::Started,
+            duration_ms: None,
+            error_code: None,
+            timestamp_ms: now_ms(),
+        });
+        let call_id = ctx.call_id.clone();
+        let parent = ctx.parent_call_id.clone();
+        let result = self.dispatch_checked(name, args, ctx).await;
+        self.events.emit(&ToolCallEvent {
+            call_id,
+            parent_call_id: parent,
+            tool: name.to_owned(),
+            phase: Phase::Finished,
+            duration_ms: Some(started.elapsed().as_secs_f64() * 1000.0),
+            error_code: result.as_ref().err().map(|e| e.code.clone()),
+            timestamp_ms: now_ms(),
+        });
+        result
+    }
+
+    async fn dispatch_checked(&self, name: &str, args: Value, ctx: CallContext) -> Result<Value, ToolError> {
+        let Some(tool) = self.tools.get(name).cloned() else {
+            return Err(ToolError::not_found(format!("there is no tool named '{name}'")));
+        };
+        if !self.filter.is_visible(name) {
+            return Err(ToolError::denied(
+                "tool:not_allowed",
+                format!("tool '{name}' is not allowed by the policy ([tools] allow/deny)"),
+            ));
+        }
+        if !args.is_object() {
+            return Err(ToolError::invalid_arguments(format!(
+                "arguments of '{name}' must be a JSON object, got {}",
+                json_kind(&args)
+            )));
+        }
+        if self.filter.requires_approval(name) {
+            // No approver is wired up in this build: with nobody to ask, the answer is no.
+            return Err(ToolError::denied(
+                "tool_approval:denied",
+                format!(
+                    "tool '{name}' needs a human's approval ([tools] require_approval) and nobody \
+                     is available to approve it"
+                ),
+            ));
+        }
+        // A panicking tool must not take the engine down: run it as its own task.
+        match tokio::spawn(tool.call(args, ctx)).await {
+            Ok(result) => result,
+            Err(join) if join.is_panic() => Err(ToolError::failed(format!("tool '{name}' panicked"))),
+            Err(_) => Err(ToolError::failed(format!("tool '{name}' was cancelled"))),
+        }
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::with_builtins()
+    }
+}
+
+/// Turns a tool name into the identifier a script uses: every character that is not valid in
+/// an identifier becomes `_` (`my-tool.v2` -> `my_tool_v2`); a leading digit gets a `_` prefix.
+pub fn python_identifier(name: &str) -> String {
+    let mut ident: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    if ident.chars().next().is_none_or(|c| c.is_ascii_digit()) {
+        ident.insert(0, '_');
+    }
+    ident
+}
+
+/// "a string", "an array", ... for error messages.
+pub fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn identifiers_are_sanitised() {
+        assert_eq!(python_identifier("my-tool.v2"), "my_tool_v2");
+        assert_eq!(python_identifier("2fa"), "_2fa");
+        assert_eq!(python_identifier("ok_name"), "ok_name");
+    }
+
+    #[test]
+    fn duplicate_names_are_refused_unless_overridden() {
+        let mut registry = Registry::with_builtins();
+        let dup = crate::tools::builtins().remove(0);
+        let err = registry.register(dup.clone()).unwrap_err();
+        assert!(err.to_string().contains("already registered by toolset 'builtin'"), "{err}");
+        registry.register_override(dup).unwrap();
+    }
+
+    #[test]
+    fn every_builtin_has_a_toolset_and_an_object_schema() {
+        for spec in Registry::with_builtins().visible_specs() {
+            assert!(!spec.toolset.is_empty(), "{}", spec.name);
+            assert_eq!(spec.input_schema["type"], json!("object"), "{}", spec.name);
+            assert!(!spec.description.is_empty(), "{}", spec.name);
+        }
+    }
+
+    #[tokio::test]
+    async fn non_object_arguments_are_rejected_with_the_kind_given() {
+        let registry = Registry::with_builtins();
+        let err = registry.dispatch("wait", json!([1]), CallContext::default()).await.unwrap_err();
+        assert_eq!(err.kind, ToolErrorKind::InvalidArguments);
+        assert!(err.message.contains("got an array"), "{}", err.message);
+    }
+
+    #[tokio::test]
+    async fn unknown_tools_are_not_found() {
+        let registry = Registry::with_builtins();
+        let err = registry.dispatch("nope", json!({}), CallContext::default()).await.unwrap_err();
+        assert_eq!(err.kind, ToolErrorKind::NotFound);
+    }
+}

@@ -1,0 +1,141 @@
+//! One forked child: confine, wait for the script, run it, report, exit.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+use rustpython_vm::signal::UserSignalSender;
+
+use crate::channel::ChildChannel;
+use crate::confine;
+use crate::interpreter::SandboxInterpreter;
+use crate::wire::{Message, ScriptFailure, ScriptOutcome};
+
+/// Exit status of a child whose engine went away.
+pub const EXIT_CHANNEL_LOST: i32 = 70;
+/// Exit status of a child that could not confine itself.
+pub const EXIT_CONFINEMENT_FAILED: i32 = 71;
+/// Exit status of a child whose runtime panicked.
+pub const EXIT_PANIC: i32 = 72;
+
+/// Extra room above the soft limit before allocations fail outright.
+const HARD_CEILING_HEADROOM: usize = 64 * 1024 * 1024;
+/// How often the watchdog looks at the heap while a script runs.
+const WATCHDOG_PERIOD: Duration = Duration::from_millis(1);
+/// A script that catches `MemoryError` and keeps allocating gets another one after this long.
+const MEMORY_ERROR_REPEAT: Duration = Duration::from_millis(20);
+
+static ARMED: AtomicBool = AtomicBool::new(false);
+static SOFT_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+static BUDGET_MB: AtomicUsize = AtomicUsize::new(0);
+static WATCHDOG: OnceLock<Thread> = OnceLock::new();
+
+/// Runs the child. Never returns: the child ends with `_exit`.
+pub fn child_main(socket: OwnedFd, zygote_pid: i32, sandbox: &SandboxInterpreter) -> ! {
+    let mut channel = ChildChannel::new(UnixStream::from(socket));
+    let signals = sandbox.signals.clone();
+    match confine::confine_child(zygote_pid, move || start_watchdog(signals)) {
+        Ok(report) => {
+            if channel.send(&Message::ChildReady { confinement: report }).is_err() {
+                confine::exit_immediately(EXIT_CHANNEL_LOST);
+            }
+        }
+        Err(err) => {
+            let _ = channel.send(&Message::ConfinementFailed { reason: err.to_string() });
+            confine::exit_immediately(EXIT_CONFINEMENT_FAILED);
+        }
+    }
+
+    let request = loop {
+        match channel.recv(None) {
+            Ok(Some(Message::Run(request))) => break request,
+            Ok(Some(_)) => continue,
+            Ok(None) | Err(_) => confine::exit_immediately(EXIT_CHANNEL_LOST),
+        }
+    };
+
+    arm_heap_limit(request.max_memory_bytes);
+    crate::host::install_channel(channel);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::interpreter::run_script(&sandbox.interpreter, &request)
+    }))
+    .unwrap_or_else(|_| {
+        ScriptOutcome::Err(ScriptFailure {
+            exception: "SandboxPanic".into(),
+            message: "the sandbox runtime panicked".into(),
+            line: None,
+            traceback: String::new(),
+            error_code: Some("codemode:sandbox_failed".into()),
+            unknown_tool: None,
+        })
+    });
+    ARMED.store(false, Ordering::SeqCst);
+    confine::set_hard_ceiling(0);
+    let Some(mut channel) = crate::host::take_channel() else {
+        confine::exit_immediately(EXIT_PANIC);
+    };
+    let code = match channel.send(&Message::Finished(outcome)) {
+        Ok(()) => 0,
+        Err(_) => EXIT_CHANNEL_LOST,
+    };
+    confine::exit_immediately(code)
+}
+
+fn arm_heap_limit(budget_bytes: u64) {
+    let budget = usize::try_from(budget_bytes).unwrap_or(usize::MAX);
+    let baseline = confine::live_bytes();
+    let soft = baseline.saturating_add(budget);
+    SOFT_LIMIT.store(soft, Ordering::SeqCst);
+    BUDGET_MB.store(budget / (1024 * 1024), Ordering::SeqCst);
+    confine::set_hard_ceiling(
+        soft.saturating_add(budget.max(HARD_CEILING_HEADROOM)),
+    );
+    ARMED.store(true, Ordering::SeqCst);
+    if let Some(t) = WATCHDOG.get() {
+        t.unpark();
+    }
+}
+
+/// Starts the heap watchdog: while a script runs it compares the live heap with the budget and
+/// raises `MemoryError` inside the script through the VM's signal channel.
+fn start_watchdog(signals: UserSignalSender) -> std::io::Result<()> {
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let handle = thread::Builder::new()
+        .name("heap-watchdog".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let _ = started_tx.send(());
+            watchdog_loop(&signals)
+        })?;
+    let _ = WATCHDOG.set(handle.thread().clone());
+    // Wait until the thread runs: its start-up syscalls must happen before seccomp.
+    started_rx
+        .recv_timeout(Duration::from_secs(5))
+        .map_err(|_| std::io::Error::other("heap watchdog thread did not start"))
+
+}
+
+fn watchdog_loop(signals: &UserSignalSender) {
+    let mut last_sent: Option<Instant> = None;
+    loop {
+        if !ARMED.load(Ordering::SeqCst) {
+            thread::park();
+            continue;
+        }
+        thread::sleep(WATCHDOG_PERIOD);
+        if confine::live_bytes() <= SOFT_LIMIT.load(Ordering::Relaxed) {
+            continue;
+        }
+        if last_sent.is_some_and(|t| t.elapsed() < MEMORY_ERROR_REPEAT) {
+            continue;
+        }
+        last_sent = Some(Instant::now());
+        let budget = BUDGET_MB.load(Ordering::Relaxed);
+        let _ = signals.send(Box::new(move |vm| {
+            Err(vm.new_memory_error(format!("script heap limit of {budget} MB exceeded")))
+        }));
+    }
+}

@@ -1,0 +1,106 @@
+//! Confinement of a sandbox child, and every other piece of `unsafe` in Paddock.
+//!
+//! A forked child confines itself before it ever reads a script, in this order (fail closed:
+//! any step that fails aborts the child, which reports `ConfinementFailed`):
+//!
+//! 1. drop root: no supplementary groups, uid/gid `nobody`;
+//! 2. die with the zygote (`PR_SET_PDEATHSIG`, set after the uid change, which clears it),
+//!    not dumpable;
+//! 3. `no_new_privs`;
+//! 4. Landlock: every file-system and TCP right handled with no rule granting any, abstract
+//!    UNIX sockets and signals scoped; anything short of fully enforced is an error;
+//! 5. the heap watchdog thread is started here, after Landlock (a thread inherits the domain of
+//!    the thread that creates it; Landlock ABI 7 cannot restrict threads that already exist);
+//! 6. rlimits: no new processes or threads, no files written, no core dumps, few descriptors;
+//! 7. seccomp last, on every thread: a kill-list, then an allow-list whose default is ENOSYS.
+//!
+//! The interpreter itself is built without host access (no `open`, `os`, sockets, `ctypes`);
+//! these layers are what holds if that ever stops being true.
+
+mod heap;
+mod landlock_rules;
+mod process;
+mod seccomp;
+
+use std::io;
+
+pub use heap::{CountingAllocator, live_bytes, set_hard_ceiling};
+pub use process::{
+    Forked, INHERITED_FD, die_with_parent, exit_immediately, fill_random, fork, keep_only_inherited_fd,
+    recv_with_fds, send_with_fd, spawn_with_fd, take_inherited_fd,
+};
+
+/// The uid/gid a child drops to when started as root.
+pub const NOBODY: u32 = 65534;
+
+/// A confinement step that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    #[error("confinement step '{step}' failed: {source}")]
+    Step { step: &'static str, source: io::Error },
+    #[error("landlock is not fully enforced ({0}); refusing to run scripts without it")]
+    LandlockNotEnforced(String),
+    #[error("seccomp filter could not be built: {0}")]
+    Seccomp(String),
+}
+
+fn step(step: &'static str) -> impl FnOnce(io::Error) -> ConfineError {
+    move |source| ConfineError::Step { step, source }
+}
+
+/// Confines the calling process. `start_watchdog` runs at step 5 and must start every thread
+/// the child will ever have. Returns a one-line report of what is enforced.
+pub fn confine_child(
+    zygote_pid: i32,
+    start_watchdog: impl FnOnce() -> io::Result<()>,
+) -> Result<String, ConfineError> {
+    let was_root = nix::unistd::geteuid().is_root();
+    if was_root {
+        drop_root().map_err(step("drop root"))?;
+    }
+    die_with_parent(zygote_pid).map_err(step("die with parent"))?;
+    // SAFETY: PR_SET_DUMPABLE and PR_SET_NO_NEW_PRIVS take integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(step("not dumpable")(io::Error::last_os_error()));
+    }
+    // SAFETY: as above.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(step("no_new_privs")(io::Error::last_os_error()));
+    }
+    let landlock = landlock_rules::restrict_everything()?;
+    start_watchdog().map_err(step("start watchdog"))?;
+    set_rlimits().map_err(step("rlimits"))?;
+    let syscalls = seccomp::install()?;
+    Ok(format!(
+        "uid={} no_new_privs landlock={landlock} rlimits(nproc=0,fsize=0,core=0,nofile=16) \
+         seccomp(allow {syscalls} syscalls, default ENOSYS)",
+        if was_root { "nobody" } else { "unchanged" }
+    ))
+}
+
+fn drop_root() -> io::Result<()> {
+    let gid = nix::unistd::Gid::from_raw(NOBODY);
+    let uid = nix::unistd::Uid::from_raw(NOBODY);
+    nix::unistd::setgroups(&[]).map_err(io::Error::from)?;
+    nix::unistd::setresgid(gid, gid, gid).map_err(io::Error::from)?;
+    nix::unistd::setresuid(uid, uid, uid).map_err(io::Error::from)?;
+    if nix::unistd::setuid(nix::unistd::Uid::from_raw(0)).is_ok() {
+        return Err(io::Error::other("regained root after dropping it"));
+    }
+    Ok(())
+}
+
+fn set_rlimits() -> io::Result<()> {
+    use nix::sys::resource::{Resource, setrlimit};
+    for (resource, limit) in [
+        (Resource::RLIMIT_NPROC, 0),
+        (Resource::RLIMIT_FSIZE, 0),
+        (Resource::RLIMIT_CORE, 0),
+        (Resource::RLIMIT_NOFILE, 16),
+        (Resource::RLIMIT_MEMLOCK, 0),
+        (Resource::RLIMIT_MSGQUEUE, 0),
+    ] {
+        setrlimit(resource, limit, limit).map_err(io::Error::from)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,157 @@
+//! Building the sandbox interpreter once (in the zygote) and running one script in it (in a
+//! forked child).
+
+use std::time::Instant;
+
+use rustpython_vm::builtins::PyTuple;
+use rustpython_vm::signal::{UserSignalSender, user_signal_channel};
+use rustpython_vm::{AsObject, Interpreter, PyObjectRef, PyResult, Settings, VirtualMachine};
+
+use crate::SandboxError;
+use crate::wire::{RunRequest, ScriptFailure, ScriptOutcome};
+
+const ASYNCIO_SOURCE: &str = include_str!("runtime/asyncio.py");
+const OS_SOURCE: &str = include_str!("runtime/os_stub.py");
+const RUNTIME_SOURCE: &str = include_str!("runtime/runtime.py");
+
+/// The runtime's own Python modules, by name.
+pub fn runtime_source(name: &str) -> Option<&'static str> {
+    match name {
+        "asyncio" => Some(ASYNCIO_SOURCE),
+        "os" => Some(OS_SOURCE),
+        "_paddock_runtime" => Some(RUNTIME_SOURCE),
+        _ => None,
+    }
+}
+
+/// Installs the runtime modules. `os` first: standard modules import it at import time.
+const BOOTSTRAP: &str = r#"
+import sys, _host
+sys.path.clear()
+sys.path_hooks.clear()
+sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "__name__", "") != "PathFinder"]
+def _paddock_load(name):
+    module = type(sys)(name)
+    module.__file__ = "<paddock:" + name + ">"
+    sys.modules[name] = module
+    exec(compile(_host.source(name), module.__file__, "exec"), module.__dict__)
+    return module
+_paddock_load("os")
+# importlib's path machinery imports `posix` by name; it gets the same refusing stub.
+sys.modules["posix"] = sys.modules["os"]
+for _name in ("asyncio", "_paddock_runtime"):
+    _paddock_load(_name)
+sys.modules["_paddock_runtime"]._warm_up()
+del _name, _paddock_load
+"#;
+
+/// The initialised interpreter plus the sender its watchdog uses to inject exceptions.
+pub struct SandboxInterpreter {
+    pub interpreter: Interpreter,
+    pub signals: UserSignalSender,
+    pub init_ms: f64,
+}
+
+/// Builds the interpreter without host access, loads the runtime and warms it up.
+pub fn build() -> Result<SandboxInterpreter, SandboxError> {
+    let started = Instant::now();
+    let mut settings = Settings::default();
+    settings.isolated = true;
+    settings.ignore_environment = true;
+    settings.import_site = false;
+    settings.user_site_directory = false;
+    settings.install_signal_handlers = false;
+    settings.safe_path = true;
+    settings.write_bytecode = false;
+    settings.path_list = Vec::new();
+
+    let (signals, receiver) = user_signal_channel();
+    let builder = Interpreter::builder(settings);
+    let mut defs = rustpython_stdlib::stdlib_module_defs(&builder.ctx);
+    defs.push(crate::host::module_def(&builder.ctx));
+    let interpreter = builder
+        .add_native_modules(&defs)
+        .add_frozen_modules(rustpython_pylib::FROZEN_STDLIB)
+        .init_hook(move |vm| vm.set_user_signal_channel(receiver))
+        .build();
+
+    interpreter.enter(|vm| {
+        let scope = vm.new_scope_with_builtins();
+        vm.run_string(scope, BOOTSTRAP, "<paddock:bootstrap>")
+            .map(drop)
+            .map_err(|exc| SandboxError::RuntimeInit(describe_exception(vm, &exc)))
+    })?;
+    Ok(SandboxInterpreter {
+        interpreter,
+        signals,
+        init_ms: started.elapsed().as_secs_f64() * 1000.0,
+    })
+}
+
+/// Runs one script in the current (forked) process. Never panics on script behaviour.
+pub fn run_script(interpreter: &Interpreter, request: &RunRequest) -> ScriptOutcome {
+    interpreter.enter(|vm| match call_run(vm, request) {
+        Ok(outcome) => outcome,
+        Err(exc) => ScriptOutcome::Err(ScriptFailure {
+            exception: "SandboxError".into(),
+            message: describe_exception(vm, &exc),
+            line: None,
+            traceback: String::new(),
+            error_code: Some("codemode:sandbox_failed".into()),
+            unknown_tool: None,
+        }),
+    })
+}
+
+fn call_run(vm: &VirtualMachine, request: &RunRequest) -> PyResult<ScriptOutcome> {
+    let runtime = vm.import("_paddock_runtime", 0)?;
+    // Fresh randomness per script: the zygote seeded `random` once for every child.
+    let random = vm.import("random", 0)?;
+    vm.call_method(&random, "seed", ())?;
+
+    let tools = vm.ctx.new_dict();
+    for (ident, name) in &request.tools {
+        tools.set_item(ident.as_str(), vm.ctx.new_str(name.as_str()).into(), vm)?;
+    }
+    let source: PyObjectRef = vm.ctx.new_str(request.source.as_str()).into();
+    let outcome = vm.call_method(&runtime, "_run", (source, tools))?;
+    let outcome = outcome.downcast::<PyTuple>().map_err(|_| vm.new_type_error("bad outcome"))?;
+    let ok = outcome.get(0).cloned().map(|o| o.try_to_bool(vm)).transpose()?.unwrap_or(false);
+    let payload = outcome.get(1).cloned().unwrap_or_else(|| vm.ctx.none());
+    if ok {
+        return Ok(ScriptOutcome::Ok { result_json: string_of(vm, &payload)? });
+    }
+    let failure = payload.downcast::<PyTuple>().map_err(|_| vm.new_type_error("bad failure"))?;
+    let field = |i: usize| failure.get(i).cloned().unwrap_or_else(|| vm.ctx.none());
+    let opt_string = |o: PyObjectRef| -> PyResult<Option<String>> {
+        if vm.is_none(&o) { Ok(None) } else { string_of(vm, &o).map(Some) }
+    };
+    let line = {
+        let o = field(2);
+        if vm.is_none(&o) { None } else { o.try_into_value::<u32>(vm).ok() }
+    };
+    Ok(ScriptOutcome::Err(ScriptFailure {
+        exception: string_of(vm, &field(0))?,
+        message: string_of(vm, &field(1))?,
+        line,
+        traceback: string_of(vm, &field(3))?,
+        error_code: opt_string(field(4))?,
+        unknown_tool: opt_string(field(5))?,
+    }))
+}
+
+fn string_of(vm: &VirtualMachine, obj: &PyObjectRef) -> PyResult<String> {
+    Ok(obj.str(vm)?.to_string_lossy().into_owned())
+}
+
+/// `Type: message` of a Python exception, for errors of the sandbox itself.
+pub fn describe_exception(
+    vm: &VirtualMachine,
+    exc: &rustpython_vm::builtins::PyBaseExceptionRef,
+) -> String {
+    let mut text = String::new();
+    if vm.write_exception(&mut text, exc).is_err() {
+        text = exc.class().name().to_string();
+    }
+    text.trim_end().to_owned()
+}

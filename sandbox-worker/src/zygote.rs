@@ -1,0 +1,248 @@
+//! The zygote (fork server) and the engine's handle on it.
+//!
+//! The zygote initialises the interpreter once, single-threaded, then forks one child per
+//! request. Each child gets its own socketpair; the engine's end travels back over the control
+//! socket (SEQPACKET, one message per datagram) with SCM_RIGHTS. The zygote reaps its children
+//! and reports how each one ended, so the engine can tell a killed child from a crashed one.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+
+use crate::SandboxError;
+use crate::confine::{self, Forked};
+use crate::interpreter::{self, SandboxInterpreter};
+use crate::wire::Message;
+
+/// The hidden subcommand the engine re-executes itself with to become a zygote.
+pub const ZYGOTE_SUBCOMMAND: &str = "__sandbox-zygote";
+
+const MAX_CONTROL_MESSAGE: usize = 64 * 1024;
+
+fn send(control: &OwnedFd, message: &Message, fd: Option<&OwnedFd>) -> io::Result<()> {
+    let bytes = serde_json::to_vec(message).map_err(io::Error::other)?;
+    confine::send_with_fd(control, &bytes, fd)
+}
+
+/// Entry point of the zygote process (`paddock __sandbox-zygote`).
+pub fn run_main() -> Result<(), SandboxError> {
+    let control = confine::take_inherited_fd().map_err(SandboxError::Control)?;
+    let sandbox = interpreter::build()?;
+    send(&control, &Message::ZygoteReady { init_ms: sandbox.init_ms }, None)
+        .map_err(SandboxError::Control)?;
+
+    let mut sigchld = SigSet::empty();
+    sigchld.add(Signal::SIGCHLD);
+    sigchld.thread_block().map_err(|e| SandboxError::Control(e.into()))?;
+    let signals = SignalFd::with_flags(&sigchld, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(|e| SandboxError::Control(e.into()))?;
+
+    let mut buf = vec![0u8; MAX_CONTROL_MESSAGE];
+    loop {
+        let (control_ready, children_exited) = {
+            let mut fds = [
+                PollFd::new(control.as_fd(), PollFlags::POLLIN),
+                PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+            ];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(SandboxError::Control(e.into())),
+            }
+            (
+                fds[0].any().unwrap_or(true),
+                fds[1].any().unwrap_or(false),
+            )
+        };
+        if children_exited {
+            while let Ok(Some(_)) = signals.read_signal() {}
+            reap_children(&control)?;
+        }
+        if control_ready {
+            let (n, _) = confine::recv_with_fds(&control, &mut buf).map_err(SandboxError::Control)?;
+            if n == 0 {
+                // The engine is gone; children die with us (PR_SET_PDEATHSIG).
+                return Ok(());
+            }
+            match serde_json::from_slice::<Message>(&buf[..n]) {
+                Ok(Message::Fork) => fork_child(&control, &sigchld, &sandbox)?,
+                Ok(other) => tracing::warn!(?other, "zygote ignored an unexpected message"),
+                Err(err) => tracing::warn!(%err, "zygote ignored a malformed message"),
+            }
+        }
+    }
+}
+
+fn reap_children(control: &OwnedFd) -> Result<(), SandboxError> {
+    loop {
+        let (pid, code, signal) = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) => (pid.as_raw(), Some(code), None),
+            Ok(WaitStatus::Signaled(pid, sig, _)) => (pid.as_raw(), None, Some(sig as i32)),
+            Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::ECHILD) => return Ok(()),
+            Ok(_) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(SandboxError::Control(e.into())),
+        };
+        send(control, &Message::Exited { pid, code, signal }, None)
+            .map_err(SandboxError::Control)?;
+    }
+}
+
+fn fork_child(
+    control: &OwnedFd,
+    sigchld: &SigSet,
+    sandbox: &SandboxInterpreter,
+) -> Result<(), SandboxError> {
+    let (engine_end, child_end) =
+        match socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC) {
+            Ok(pair) => pair,
+            Err(e) => {
+                let reason = format!("socketpair failed: {e}");
+                return send(control, &Message::ForkFailed { reason }, None)
+                    .map_err(SandboxError::Control);
+            }
+        };
+    let zygote_pid = nix::unistd::getpid().as_raw();
+    match confine::fork() {
+        Ok(Forked::Child) => {
+            drop(engine_end);
+            let _ = sigchld.thread_unblock();
+            let socket = match confine::keep_only_inherited_fd(child_end) {
+                Ok(fd) => fd,
+                Err(_) => confine::exit_immediately(crate::child::EXIT_CONFINEMENT_FAILED),
+            };
+            crate::child::child_main(socket, zygote_pid, sandbox)
+        }
+        Ok(Forked::Parent { pid }) => {
+            drop(child_end);
+            send(control, &Message::Forked { pid }, Some(&engine_end)).map_err(SandboxError::Control)
+        }
+        Err(e) => send(control, &Message::ForkFailed { reason: format!("fork failed: {e}") }, None)
+            .map_err(SandboxError::Control),
+    }
+}
+
+/// What the zygote tells the engine.
+#[derive(Debug)]
+pub enum ZygoteEvent {
+    /// A new child and the engine's end of its socket.
+    Forked { pid: i32, socket: OwnedFd },
+    ForkFailed { reason: String },
+    Exited { pid: i32, code: Option<i32>, signal: Option<i32> },
+}
+
+/// The engine's side of a running zygote.
+pub struct ZygoteProcess {
+    process: std::process::Child,
+    control: OwnedFd,
+    pub init_ms: f64,
+}
+
+impl ZygoteProcess {
+    /// Starts `exe __sandbox-zygote` and waits until its interpreter is ready.
+    pub fn spawn(exe: &Path) -> Result<Self, SandboxError> {
+        let (ours, theirs) =
+            socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
+                .map_err(|e| SandboxError::Control(e.into()))?;
+        let mut command = Command::new(exe);
+        command
+            .arg(ZYGOTE_SUBCOMMAND)
+            .env_clear()
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_default())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let process = confine::spawn_with_fd(&mut command, &theirs)
+            .map_err(|e| SandboxError::Spawn { exe: exe.display().to_string(), source: e })?;
+        drop(theirs);
+        let mut zygote = Self { process, control: ours, init_ms: 0.0 };
+        match zygote.recv_raw()? {
+            Some(Message::ZygoteReady { init_ms }) => {
+                zygote.init_ms = init_ms;
+                Ok(zygote)
+            }
+            Some(other) => Err(SandboxError::Protocol(format!("zygote sent {other:?} first"))),
+            None => {
+                let status = zygote.process.wait().ok();
+                Err(SandboxError::ZygoteDied(format!(
+                    "the zygote exited during start-up ({})",
+                    status.map_or("unknown status".into(), |s| s.to_string())
+                )))
+            }
+        }
+    }
+
+    /// A second handle on the control socket, for a reader thread.
+    pub fn reader(&self) -> Result<ZygoteReader, SandboxError> {
+        Ok(ZygoteReader {
+            control: self.control.try_clone().map_err(SandboxError::Control)?,
+        })
+    }
+
+    /// Asks for one more child; the answer arrives as a [`ZygoteEvent`] on the reader.
+    pub fn request_fork(&self) -> Result<(), SandboxError> {
+        send(&self.control, &Message::Fork, None).map_err(SandboxError::Control)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.id()
+    }
+
+    fn recv_raw(&self) -> Result<Option<Message>, SandboxError> {
+        let mut buf = vec![0u8; MAX_CONTROL_MESSAGE];
+        let (n, _) = confine::recv_with_fds(&self.control, &mut buf).map_err(SandboxError::Control)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        serde_json::from_slice(&buf[..n]).map(Some).map_err(|e| SandboxError::Protocol(e.to_string()))
+    }
+}
+
+impl Drop for ZygoteProcess {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// Reads [`ZygoteEvent`]s (blocking); meant for a dedicated thread.
+pub struct ZygoteReader {
+    control: OwnedFd,
+}
+
+impl ZygoteReader {
+    /// The next event, or `None` once the zygote is gone.
+    pub fn next_event(&self) -> Result<Option<ZygoteEvent>, SandboxError> {
+        let mut buf = vec![0u8; MAX_CONTROL_MESSAGE];
+        loop {
+            let (n, mut fds) =
+                confine::recv_with_fds(&self.control, &mut buf).map_err(SandboxError::Control)?;
+            if n == 0 {
+                return Ok(None);
+            }
+            let message: Message = serde_json::from_slice(&buf[..n])
+                .map_err(|e| SandboxError::Protocol(e.to_string()))?;
+            return Ok(Some(match message {
+                Message::Forked { pid } => match fds.pop() {
+                    Some(socket) => ZygoteEvent::Forked { pid, socket },
+                    None => {
+                        return Err(SandboxError::Protocol("fork reply without a socket".into()));
+                    }
+                },
+                Message::ForkFailed { reason } => ZygoteEvent::ForkFailed { reason },
+                Message::Exited { pid, code, signal } => ZygoteEvent::Exited { pid, code, signal },
+                other => {
+                    tracing::warn!(?other, "unexpected message from the zygote");
+                    continue;
+                }
+            }));
+        }
+    }
+}
