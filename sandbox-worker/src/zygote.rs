@@ -35,6 +35,7 @@ fn send(control: &OwnedFd, message: &Message, fd: Option<&OwnedFd>) -> io::Resul
 pub fn run_main() -> Result<(), SandboxError> {
     let control = confine::take_inherited_fd().map_err(SandboxError::Control)?;
     let sandbox = interpreter::build()?;
+    confine::prepare_in_zygote().map_err(|e| SandboxError::RuntimeInit(e.to_string()))?;
     send(&control, &Message::ZygoteReady { init_ms: sandbox.init_ms }, None)
         .map_err(SandboxError::Control)?;
 

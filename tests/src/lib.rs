@@ -1,1 +1,108 @@
-//! End-to-end test crate: see tests/all.rs
+//! Helpers for the end-to-end suites in `tests/`: locating the real `paddock` binary and running
+//! it with a hard time limit, so no test can hang.
+
+#![expect(clippy::expect_used, reason = "test helpers: a failed expectation is a failed test")]
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `paddock` binary built in the same target directory as this test executable.
+pub fn paddock_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("PADDOCK_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/all-<hash> -> target/<profile>/paddock
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target profile directory");
+    let bin = dir.join("paddock");
+    assert!(
+        bin.exists(),
+        "{} does not exist: build it first (cargo build --release --bin paddock), \
+         or set PADDOCK_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// What one run of the binary produced.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Run {
+    /// stdout as JSON lines.
+    pub fn json_lines(&self) -> Vec<serde_json::Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect()
+    }
+
+    /// The single result object on stdout.
+    pub fn json(&self) -> serde_json::Value {
+        let lines = self.json_lines();
+        assert_eq!(lines.len(), 1, "expected one line; stdout={} stderr={}", self.stdout, self.stderr);
+        lines.into_iter().next().expect("one line")
+    }
+}
+
+/// Runs `paddock ARGS` with `stdin`, killing it after `limit`.
+pub fn paddock_with(args: &[&str], stdin: Option<&[u8]>, limit: Duration) -> Run {
+    let started = Instant::now();
+    let mut child = Command::new(paddock_bin())
+        .args(args)
+        .env_remove("PADDOCK_POLICY")
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn paddock");
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin pipe");
+        pipe.write_all(input).expect("write stdin");
+    }
+    let pid = child.id();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let killer = std::thread::spawn(move || {
+        if done_rx.recv_timeout(limit).is_err() {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            return true;
+        }
+        false
+    });
+    let output: Output = child.wait_with_output().expect("wait paddock");
+    let _ = done_tx.send(());
+    let killed = killer.join().unwrap_or(false);
+    assert!(!killed, "paddock {args:?} hung and was killed after {limit:?}");
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        elapsed: started.elapsed(),
+    }
+}
+
+/// Runs `paddock ARGS` with a 60 s limit.
+pub fn paddock(args: &[&str]) -> Run {
+    paddock_with(args, None, Duration::from_secs(60))
+}
+
+/// Writes `content` into a fresh file in `dir` and returns its path as a string.
+pub fn write_file(dir: &tempfile::TempDir, name: &str, content: impl AsRef<[u8]>) -> String {
+    let path = dir.path().join(name);
+    std::fs::write(&path, content).expect("write test file");
+    path.to_string_lossy().into_owned()
+}
+
+/// Runs one script given as text through `paddock run` with extra flags.
+pub fn run_script(code: &str, flags: &[&str]) -> Run {
+    let mut args = vec!["run"];
+    args.extend_from_slice(flags);
+    args.push("-");
+    paddock_with(&args, Some(code.as_bytes()), Duration::from_secs(60))
+}

@@ -119,7 +119,7 @@ impl Drop for PauseGuard {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn expires_after_budget() {
         let d = Deadline::start(Duration::from_millis(100));
         let started = tokio::time::Instant::now();

@@ -12,13 +12,14 @@ use std::time::{Duration, Instant};
 use paddock_sandbox_worker::prepare::prepare_script;
 use paddock_sandbox_worker::wire::{Message, RunRequest, ScriptFailure, ScriptOutcome, ToolReply};
 use serde_json::{Map, Value, json};
-use tokio::task::JoinSet;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 
 use crate::events::{Phase, ToolCallEvent, now_ms};
 use crate::registry::{CallContext, Registry, ToolError, new_call_id};
 use deadline::Deadline;
 use output::{CappedText, cap_text};
-use pool::{Checkout, ExitInfo, SandboxPool, read_frame};
+use pool::{Checkout, ExitInfo, FrameReader, SandboxPool};
 
 /// The tool name of code mode itself.
 pub const RUN_TOOLS_SCRIPT: &str = "run_tools_script";
@@ -137,6 +138,7 @@ impl CodeMode {
         record.script_tools = script_tools.iter().map(|(ident, _)| ident.clone()).collect();
         let request = RunRequest {
             source: prepared.source,
+            original_source: code.to_owned(),
             tools: script_tools.clone(),
             max_memory_bytes: limits.max_memory_mb.saturating_mul(1024 * 1024),
         };
@@ -175,24 +177,18 @@ impl CodeMode {
     async fn converse(
         &self,
         mut child: Checkout,
-        mut reader: tokio::net::unix::OwnedReadHalf,
+        reader: tokio::net::unix::OwnedReadHalf,
         limits: &Limits,
         ctx: &CallContext,
         deadline: &Deadline,
         allowed: &std::collections::HashSet<String>,
         record: &mut RunRecord,
     ) -> Ending {
-        let (frames_tx, mut frames) = tokio::sync::mpsc::channel(64);
-        let reader_task = tokio::spawn(async move {
-            loop {
-                let frame = read_frame(&mut reader).await;
-                let stop = frame.is_err();
-                if frames_tx.send(frame).await.is_err() || stop {
-                    return;
-                }
-            }
-        });
-        let mut in_flight: JoinSet<(u64, String, ToolReply)> = JoinSet::new();
+        let mut frames = FrameReader::new(reader);
+        // Nested calls are polled in this task: no thread hop between a reply and its frame.
+        let mut in_flight: FuturesUnordered<
+            std::pin::Pin<Box<dyn std::future::Future<Output = (u64, String, ToolReply)> + Send>>,
+        > = FuturesUnordered::new();
         let expired = deadline.expired();
         tokio::pin!(expired);
 
@@ -203,14 +199,7 @@ impl CodeMode {
                     child.kill();
                     break Ending::Failed { code: codes::TIMEOUT, message: timeout_message(limits) };
                 }
-                Some(done) = in_flight.join_next() => {
-                    let (id, tool, reply) = match done {
-                        Ok(done) => done,
-                        Err(err) => {
-                            tracing::error!(%err, "nested tool call task failed");
-                            continue;
-                        }
-                    };
+                Some((id, tool, reply)) = in_flight.next(), if !in_flight.is_empty() => {
                     if let ToolReply::Err { error_code, .. } = &reply {
                         record.tool_errors.push(json!({"tool": tool, "error_code": error_code}));
                     }
@@ -219,9 +208,9 @@ impl CodeMode {
                         continue;
                     }
                 }
-                frame = frames.recv() => match frame {
-                    Some(Ok(Message::Output { text })) => record.output.push(&text),
-                    Some(Ok(Message::ToolCall { id, tool, args_json })) => {
+                frame = frames.next() => match frame {
+                    Ok(Message::Output { text }) => record.output.push(&text),
+                    Ok(Message::ToolCall { id, tool, args_json }) => {
                         record.tool_calls += 1;
                         if record.tool_calls > limits.max_tool_calls {
                             record.tool_errors.push(json!({"tool": tool, "error_code": codes::TOOL_CALL_LIMIT}));
@@ -244,7 +233,7 @@ impl CodeMode {
                             deadline: Some(deadline.clone()),
                         };
                         let permitted = allowed.contains(&tool);
-                        in_flight.spawn(async move {
+                        in_flight.push(Box::pin(async move {
                             let result = if permitted {
                                 match serde_json::from_str::<Value>(&args_json) {
                                     Ok(args) => registry.dispatch(&tool, args, nested).await,
@@ -259,24 +248,22 @@ impl CodeMode {
                             };
                             let reply = tool_reply(&tool, result);
                             (id, tool, reply)
-                        });
+                        }));
                     }
-                    Some(Ok(Message::Finished(outcome))) => break Ending::Finished(outcome),
-                    Some(Ok(other)) => {
+                    Ok(Message::Finished(outcome)) => break Ending::Finished(outcome),
+                    Ok(other) => {
                         child.kill();
                         break Ending::Failed {
                             code: codes::SANDBOX_FAILED,
                             message: format!("the sandbox sent an unexpected message: {}", message_name(&other)),
                         };
                     }
-                    Some(Err(err)) => break self.classify_death(&child, err).await,
-                    None => break self.classify_death(&child, paddock_sandbox_worker::wire::WireError::Closed).await,
+                    Err(err) => break self.classify_death(&child, err).await,
                 },
             }
         };
         // Calls still running are cancelled; those that ran are not undone.
-        in_flight.abort_all();
-        reader_task.abort();
+        drop(in_flight);
         child.forget_exit();
         ending
     }

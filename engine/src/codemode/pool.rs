@@ -236,6 +236,60 @@ impl Checkout {
     }
 }
 
+/// Reads frames from a child. `next` is cancel-safe (bytes read stay in the buffer), so it can
+/// sit in a `select!` loop without a reader task in between.
+pub struct FrameReader {
+    half: OwnedReadHalf,
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl FrameReader {
+    pub fn new(half: OwnedReadHalf) -> Self {
+        Self { half, buf: Vec::with_capacity(64 * 1024), start: 0 }
+    }
+
+    fn take_frame(&mut self) -> Result<Option<Message>, WireError> {
+        let available = &self.buf[self.start..];
+        if available.len() < HEADER_BYTES {
+            return Ok(None);
+        }
+        let mut header = [0u8; HEADER_BYTES];
+        header.copy_from_slice(&available[..HEADER_BYTES]);
+        let len = payload_len(header)?;
+        if available.len() < HEADER_BYTES + len {
+            return Ok(None);
+        }
+        let message = Message::from_payload(&available[HEADER_BYTES..HEADER_BYTES + len])?;
+        self.start += HEADER_BYTES + len;
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        } else if self.start > 1 << 20 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        Ok(Some(message))
+    }
+
+    pub async fn next(&mut self) -> Result<Message, WireError> {
+        loop {
+            if let Some(message) = self.take_frame()? {
+                return Ok(message);
+            }
+            self.buf.reserve(64 * 1024);
+            let n = self.half.read_buf(&mut self.buf).await?;
+            if n == 0 {
+                return Err(if self.buf.len() == self.start {
+                    WireError::Closed
+                } else {
+                    WireError::Io(std::io::ErrorKind::UnexpectedEof.into())
+                });
+            }
+        }
+    }
+}
+
 /// Reads one frame from a child.
 pub async fn read_frame(reader: &mut OwnedReadHalf) -> Result<Message, WireError> {
     let mut header = [0u8; HEADER_BYTES];

@@ -44,6 +44,11 @@ pub enum ConfineError {
     Seccomp(String),
 }
 
+/// Work done once in the zygote so that each child only applies ready-made filters.
+pub fn prepare_in_zygote() -> Result<(), ConfineError> {
+    seccomp::prepare()
+}
+
 fn step(step: &'static str) -> impl FnOnce(io::Error) -> ConfineError {
     move |source| ConfineError::Step { step, source }
 }

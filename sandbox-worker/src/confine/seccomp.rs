@@ -94,12 +94,34 @@ fn program(
     filter.try_into().map_err(|e: seccompiler::BackendError| ConfineError::Seccomp(e.to_string()))
 }
 
+type Programs = (BpfProgram, BpfProgram);
+
+static PROGRAMS: std::sync::OnceLock<Result<Programs, String>> = std::sync::OnceLock::new();
+
+/// Compiles both filters once (the zygote calls this before forking, so children only install).
+pub fn prepare() -> Result<(), ConfineError> {
+    programs().map(drop)
+}
+
+fn programs() -> Result<&'static Programs, ConfineError> {
+    PROGRAMS
+        .get_or_init(|| {
+            let kill = program(KILLED, SeccompAction::Allow, SeccompAction::KillProcess)
+                .map_err(|e| e.to_string())?;
+            let allow =
+                program(ALLOWED, SeccompAction::Errno(libc::ENOSYS as u32), SeccompAction::Allow)
+                    .map_err(|e| e.to_string())?;
+            Ok((kill, allow))
+        })
+        .as_ref()
+        .map_err(|e| ConfineError::Seccomp(e.clone()))
+}
+
 /// Installs the kill-list, then the allow-list (last: it also forbids installing filters), on
 /// every thread of the process. Returns the number of allowed syscalls.
 pub fn install() -> Result<usize, ConfineError> {
-    let kill = program(KILLED, SeccompAction::Allow, SeccompAction::KillProcess)?;
-    let allow = program(ALLOWED, SeccompAction::Errno(libc::ENOSYS as u32), SeccompAction::Allow)?;
-    for filter in [&kill, &allow] {
+    let (kill, allow) = programs()?;
+    for filter in [kill, allow] {
         seccompiler::apply_filter_all_threads(filter)
             .map_err(|e| ConfineError::Seccomp(format!("install failed: {e}")))?;
     }

@@ -106,9 +106,11 @@ class TimerHandle(Handle):
 
 
 class Future:
-    _asyncio_future_blocking = False
+    __slots__ = ("_loop", "_state", "_result", "_exception", "_callbacks", "_cancel_message",
+                 "_asyncio_future_blocking", "__weakref__")
 
     def __init__(self, *, loop=None):
+        self._asyncio_future_blocking = False
         self._loop = loop if loop is not None else get_event_loop()
         self._state = _PENDING
         self._result = None
@@ -201,10 +203,15 @@ class Future:
 
 
 class Task(Future):
+    __slots__ = ("_coro", "_name", "_fut_waiter", "_must_cancel", "_cancel_requests")
+
     def __init__(self, coro, *, loop=None, name=None, context=None):
         super().__init__(loop=loop)
         if not iscoroutine(coro):
-            raise TypeError(f"a coroutine was expected, got {coro!r}")
+            if not hasattr(coro, "__await__"):
+                raise TypeError(f"a coroutine was expected, got {coro!r}")
+            # `create_task(tools.x())`: a tool call is a future; wrap it so it can be a task.
+            coro = _await_awaitable(coro)
         self._coro = coro
         self._name = name if name is not None else f"Task-{_next_task_id()}"
         self._fut_waiter = None
@@ -295,6 +302,10 @@ class Task(Future):
             self._step()
 
 
+async def _await_awaitable(awaitable):
+    return await awaitable
+
+
 _task_counter = [0]
 
 
@@ -366,7 +377,7 @@ class _HostLoop(AbstractEventLoop):
     def _call_tool(self, tool, kwargs):
         future = Future(loop=self)
         try:
-            args_json = _dumps(kwargs)
+            args_json = _dumps(kwargs) if kwargs else "{}"
         except (TypeError, ValueError) as err:
             raise TypeError(f"arguments of tool {tool!r} must be JSON values: {err}") from None
         call_id = _host.submit(tool, args_json)
@@ -527,6 +538,8 @@ def _set_result_unless_done(future, result):
 
 
 class _GatheringFuture(Future):
+    __slots__ = ("_children",)
+
     def __init__(self, children, loop):
         super().__init__(loop=loop)
         self._children = children

@@ -207,10 +207,12 @@ def _failure(err, source, error_code=None):
             getattr(err, "paddock_unknown_tool", None))
 
 
-def _run(source, tools):
+def _run(source, tools, original=None):
     """Runs one script. Returns (True, result_json) or (False, failure tuple)."""
     _TOOLS.clear()
     _TOOLS.update(tools)
+    # Every child starts from the zygote's copy of `random`: reseed from the kernel.
+    random.seed(int.from_bytes(_host.urandom(32), "big"))
     sys.stdout = sys.stderr = _HostStream()
     scope = {
         "__name__": "__main__",
@@ -222,7 +224,7 @@ def _run(source, tools):
         code = compile(source, "<script>", "exec", flags=_PyCF_ALLOW_TOP_LEVEL_AWAIT,
                        dont_inherit=True)
     except SyntaxError as err:
-        return (False, _failure(err, source, "codemode:syntax_error"))
+        return (False, _failure(err, original or source, "codemode:syntax_error"))
     try:
         if code.co_flags & _CO_COROUTINE:
             asyncio.get_event_loop().run_until_complete(eval(code, scope))
@@ -232,7 +234,7 @@ def _run(source, tools):
     except __paddock_return__ as ret:
         value = ret.value
     except BaseException as err:  # noqa: B036 - everything the script raises is reported
-        return (False, _failure(err, source))
+        return (False, _failure(err, original or source))
     try:
         return (True, _dumps(_jsonable(value)))
     except BaseException as err:  # noqa: B036
@@ -251,3 +253,9 @@ def _warm_up():
         asyncio.get_event_loop().run_until_complete(
             asyncio.gather(*[scope["f"](i) for i in range(10)]))
     _jsonable({"a": [1, 2.5, None, (1, 2)], 3: {4}})
+
+
+def _prefault():
+    """Takes the path of a script run without a script (no output, no tool calls)."""
+    _run("x = {'a': [1, 2.5, 'b']}\nx", {}, None)
+    _TOOLS.clear()

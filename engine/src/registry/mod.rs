@@ -1,6 +1,8 @@
 //! The tool registry: every tool an agent or a script can call, and the one dispatch path they
 //! all go through (policy filter, approval, argument shape, events, error wrapping).
 
+pub mod arguments;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -273,6 +275,11 @@ impl Registry {
                 json_kind(&args)
             )));
         }
+        if let Err(problem) = arguments::check(&tool.spec().input_schema, &args) {
+            return Err(ToolError::invalid_arguments(format!(
+                "invalid arguments for '{name}': {problem}"
+            )));
+        }
         if self.filter.requires_approval(name) {
             // No approver is wired up in this build: with nobody to ask, the answer is no.
             return Err(ToolError::denied(
@@ -283,11 +290,11 @@ impl Registry {
                 ),
             ));
         }
-        // A panicking tool must not take the engine down: run it as its own task.
-        match tokio::spawn(tool.call(args, ctx)).await {
+        // A panicking tool must not take the engine down: the panic becomes a failed call.
+        use futures_util::FutureExt;
+        match std::panic::AssertUnwindSafe(tool.call(args, ctx)).catch_unwind().await {
             Ok(result) => result,
-            Err(join) if join.is_panic() => Err(ToolError::failed(format!("tool '{name}' panicked"))),
-            Err(_) => Err(ToolError::failed(format!("tool '{name}' was cancelled"))),
+            Err(_) => Err(ToolError::failed(format!("tool '{name}' panicked"))),
         }
     }
 }
