@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::codemode::Limits;
+use crate::codemode::pool::PoolConfig;
 use crate::engine::Engine;
 use crate::policy::Policy;
 use crate::registry::{CallContext, Registry, Tool, ToolFuture, ToolSpec};
@@ -46,7 +47,10 @@ fn ms(d: Duration) -> f64 {
 }
 
 async fn script(engine: &Engine, code: &str, limits: &Limits) -> Result<Value, String> {
-    let result = engine.run_script(code, limits).await.map_err(|e| e.to_string())?;
+    let result = engine
+        .run_script(code, limits)
+        .await
+        .map_err(|e| e.to_string())?;
     if result["ok"] != json!(true) {
         return Err(format!("bench script failed: {result}"));
     }
@@ -66,15 +70,20 @@ pub fn private_kb(pid: i32) -> Option<u64> {
     Some(field("Private_Clean:") + field("Private_Dirty:"))
 }
 
-/// Runs every measurement and returns the figures.
-pub async fn run(iterations: usize, seconds: f64) -> Result<Value, String> {
+/// Runs every measurement and returns the figures. `exe` is the `paddock` binary the sandbox
+/// zygote is started from.
+pub async fn run(exe: std::path::PathBuf, iterations: usize, seconds: f64) -> Result<Value, String> {
     let mut registry = Registry::with_builtins();
-    registry.register(Arc::new(Noop)).map_err(|e| e.to_string())?;
-    let mut policy = Policy::builtin();
-    policy.codemode.prefork = toml::Spanned::new(0..0, 4);
-    policy.codemode.max_concurrency = toml::Spanned::new(0..0, 8);
-    let engine = Arc::new(Engine::new(policy, registry, Arc::default()).map_err(|e| e.to_string())?);
-    let limits = Limits { max_tool_calls: 1000, timeout: Duration::from_secs(120), ..Limits::default() };
+    registry
+        .register(Arc::new(Noop))
+        .map_err(|e| e.to_string())?;
+    let pool = PoolConfig { exe, prefork: 4, max_concurrency: 8 };
+    let engine = Arc::new(Engine::with_pool(Policy::builtin(), registry, pool));
+    let limits = Limits {
+        max_tool_calls: 1000,
+        timeout: Duration::from_secs(120),
+        ..Limits::default()
+    };
     engine.pool().warm_up().await.map_err(|e| e.to_string())?;
     for _ in 0..20 {
         script(&engine, "1", &limits).await?;
@@ -140,14 +149,20 @@ pub async fn run(iterations: usize, seconds: f64) -> Result<Value, String> {
 
     // Memory of idle pre-forked children.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let idle: Vec<u64> = engine.pool().idle_pids().into_iter().filter_map(private_kb).collect();
+    let idle: Vec<u64> = engine
+        .pool()
+        .idle_pids()
+        .into_iter()
+        .filter_map(private_kb)
+        .collect();
     let zygote_kb = match engine.pool().zygote_pid().await {
         Some(pid) => i32::try_from(pid).ok().and_then(private_kb),
         None => None,
     };
 
     // The same loop in the sandbox and in CPython, back to back.
-    let timed_loop = format!("import time\nt = time.perf_counter()\n{LOOP}(time.perf_counter() - t) * 1000");
+    let timed_loop =
+        format!("import time\nt = time.perf_counter()\n{LOOP}(time.perf_counter() - t) * 1000");
     let sandbox_loop_ms = script(&engine, &timed_loop, &limits).await?;
     let cpython_loop_ms = std::process::Command::new("python3")
         .args(["-c", &format!("import time\nt = time.perf_counter()\n{LOOP}print((time.perf_counter() - t) * 1000)")])
@@ -174,13 +189,24 @@ pub async fn run(iterations: usize, seconds: f64) -> Result<Value, String> {
 
 /// `paddock bench`.
 pub async fn run_cli(iterations: usize, seconds: f64, json_only: bool) -> ExitCode {
-    match run(iterations.max(10), seconds.clamp(0.2, 60.0)).await {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(err) => {
+            let _ = writeln!(std::io::stderr(), "paddock bench: cannot find this binary: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(exe, iterations.max(10), seconds.clamp(0.2, 60.0)).await {
         Ok(figures) => {
             let mut out = std::io::stdout().lock();
             if json_only {
                 let _ = writeln!(out, "{figures}");
             } else {
-                let _ = writeln!(out, "{}", serde_json::to_string_pretty(&figures).unwrap_or_default());
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&figures).unwrap_or_default()
+                );
             }
             ExitCode::SUCCESS
         }

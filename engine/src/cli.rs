@@ -19,7 +19,11 @@ use crate::policy::Policy;
 use crate::registry::Registry;
 
 #[derive(Parser)]
-#[command(name = "paddock", version, about = "Sandboxed code execution for AI agents")]
+#[command(
+    name = "paddock",
+    version,
+    about = "Sandboxed code execution for AI agents"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -120,7 +124,11 @@ pub fn run_main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => {
             let _ = err.print();
-            return if err.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+            return if err.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     if let Command::Zygote = cli.command {
@@ -134,7 +142,10 @@ pub fn run_main() -> ExitCode {
         };
     }
     init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(err) => return usage_error(&format!("cannot start the async runtime: {err}")),
     };
@@ -144,7 +155,10 @@ pub fn run_main() -> ExitCode {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 fn usage_error(message: &str) -> ExitCode {
@@ -168,14 +182,43 @@ fn load_policy(path: Option<&Path>) -> Result<Policy, String> {
 
 async fn dispatch(command: Command) -> ExitCode {
     match command {
-        Command::Run { scripts, common, timeout, max_tool_calls, max_memory_mb, max_output_chars, events } => {
-            run_scripts(scripts, common, Overrides { timeout, max_tool_calls, max_memory_mb, max_output_chars }, events)
-                .await
+        Command::Run {
+            scripts,
+            common,
+            timeout,
+            max_tool_calls,
+            max_memory_mb,
+            max_output_chars,
+            events,
+        } => {
+            run_scripts(
+                scripts,
+                common,
+                Overrides {
+                    timeout,
+                    max_tool_calls,
+                    max_memory_mb,
+                    max_output_chars,
+                },
+                events,
+            )
+            .await
         }
-        Command::Call { tool, args, common, backend } => call(tool, args, common, backend).await,
+        Command::Call {
+            tool,
+            args,
+            common,
+            backend,
+        } => call(tool, args, common, backend).await,
         Command::Tools { policy, format } => tools(policy, format),
-        Command::Policy { command: PolicyCommand::Check { files } } => policy_check(&files),
-        Command::Bench { iterations, seconds, json } => crate::bench::run_cli(iterations, seconds, json).await,
+        Command::Policy {
+            command: PolicyCommand::Check { files },
+        } => policy_check(&files),
+        Command::Bench {
+            iterations,
+            seconds,
+            json,
+        } => crate::bench::run_cli(iterations, seconds, json).await,
         Command::Zygote => ExitCode::from(2),
     }
 }
@@ -191,7 +234,9 @@ impl Overrides {
     fn apply(&self, mut limits: Limits) -> Result<Limits, String> {
         if let Some(t) = self.timeout {
             if !(t.is_finite() && t > 0.0 && t <= 3600.0) {
-                return Err(format!("--timeout must be between 0 and 3600 seconds, got {t}"));
+                return Err(format!(
+                    "--timeout must be between 0 and 3600 seconds, got {t}"
+                ));
             }
             limits.timeout = Duration::from_secs_f64(t);
         }
@@ -200,7 +245,9 @@ impl Overrides {
         }
         if let Some(n) = self.max_memory_mb {
             if n == 0 || n > 16 * 1024 {
-                return Err(format!("--max-memory-mb must be between 1 and 16384, got {n}"));
+                return Err(format!(
+                    "--max-memory-mb must be between 1 and 16384, got {n}"
+                ));
             }
             limits.max_memory_mb = n;
         }
@@ -230,8 +277,8 @@ fn read_scripts(args: &[String]) -> Result<Vec<String>, String> {
             ("<stdin>".to_owned(), buf)
         } else {
             let path = Path::new(arg);
-            let meta = std::fs::metadata(path)
-                .map_err(|e| format!("{arg}: cannot read script: {e}"))?;
+            let meta =
+                std::fs::metadata(path).map_err(|e| format!("{arg}: cannot read script: {e}"))?;
             if meta.is_dir() {
                 return Err(format!("{arg}: is a directory, not a script"));
             }
@@ -241,14 +288,20 @@ fn read_scripts(args: &[String]) -> Result<Vec<String>, String> {
                     meta.len()
                 ));
             }
-            let bytes = std::fs::read(path).map_err(|e| format!("{arg}: cannot read script: {e}"))?;
+            let bytes =
+                std::fs::read(path).map_err(|e| format!("{arg}: cannot read script: {e}"))?;
             (arg.clone(), bytes)
         };
         if bytes.len() > MAX_SCRIPT_BYTES {
-            return Err(format!("{name}: script is over the {MAX_SCRIPT_BYTES} byte limit"));
+            return Err(format!(
+                "{name}: script is over the {MAX_SCRIPT_BYTES} byte limit"
+            ));
         }
         let text = String::from_utf8(bytes).map_err(|e| {
-            format!("{name}: script is not UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to())
+            format!(
+                "{name}: script is not UTF-8 (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            )
         })?;
         if text.trim().is_empty() {
             return Err(format!("{name}: script is empty"));
@@ -258,7 +311,12 @@ fn read_scripts(args: &[String]) -> Result<Vec<String>, String> {
     Ok(scripts)
 }
 
-async fn run_scripts(args: Vec<String>, common: Common, overrides: Overrides, events: Option<PathBuf>) -> ExitCode {
+async fn run_scripts(
+    args: Vec<String>,
+    common: Common,
+    overrides: Overrides,
+    events: Option<PathBuf>,
+) -> ExitCode {
     let policy = match load_policy(common.policy.as_deref()) {
         Ok(p) => p,
         Err(e) => return usage_error(&e),
@@ -273,7 +331,9 @@ async fn run_scripts(args: Vec<String>, common: Common, overrides: Overrides, ev
     let events = match events {
         Some(path) => match EventSink::to_file(&path) {
             Ok(sink) => Arc::new(sink),
-            Err(e) => return usage_error(&format!("{}: cannot open events file: {e}", path.display())),
+            Err(e) => {
+                return usage_error(&format!("{}: cannot open events file: {e}", path.display()));
+            }
         },
         None => Arc::new(EventSink::default()),
     };
@@ -298,12 +358,18 @@ async fn run_scripts(args: Vec<String>, common: Common, overrides: Overrides, ev
         let result = match handle.await {
             Ok(Ok(result)) => result,
             Ok(Err(e)) => return usage_error(&e.to_string()),
-            Err(e) => json!({"ok": false, "error_code": "codemode:sandbox_failed", "error": format!("engine task failed: {e}"), "output": ""}),
+            Err(e) => {
+                json!({"ok": false, "error_code": "codemode:sandbox_failed", "error": format!("engine task failed: {e}"), "output": ""})
+            }
         };
         all_ok &= result.get("ok").and_then(Value::as_bool).unwrap_or(false);
         print_line(&result);
     }
-    if all_ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
+    if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 async fn call(tool: String, args: String, common: Common, backend: Option<String>) -> ExitCode {
@@ -328,7 +394,11 @@ async fn call(tool: String, args: String, common: Common, backend: Option<String
         Ok(value) => {
             let failed = value.get("ok").and_then(Value::as_bool) == Some(false);
             print_line(&value);
-            if failed { ExitCode::from(1) } else { ExitCode::SUCCESS }
+            if failed {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
         }
         Err(err) => {
             print_line(&err.to_json());
@@ -368,7 +438,10 @@ fn tools(policy: Option<PathBuf>, format: Format) -> ExitCode {
 }
 
 fn signature(spec: &crate::registry::ToolSpec) -> String {
-    let props = spec.input_schema.get("properties").and_then(Value::as_object);
+    let props = spec
+        .input_schema
+        .get("properties")
+        .and_then(Value::as_object);
     let required: Vec<&str> = spec
         .input_schema
         .get("required")
@@ -397,7 +470,11 @@ fn signature(spec: &crate::registry::ToolSpec) -> String {
                 .collect()
         })
         .unwrap_or_default();
-    format!("async def {}({}) -> dict", crate::registry::python_identifier(&spec.name), params.join(", "))
+    format!(
+        "async def {}({}) -> dict",
+        crate::registry::python_identifier(&spec.name),
+        params.join(", ")
+    )
 }
 
 fn policy_check(files: &[PathBuf]) -> ExitCode {
@@ -408,5 +485,9 @@ fn policy_check(files: &[PathBuf]) -> ExitCode {
             let _ = writeln!(std::io::stderr(), "{err}");
         }
     }
-    if failed { ExitCode::from(2) } else { ExitCode::SUCCESS }
+    if failed {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    }
 }

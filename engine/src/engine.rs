@@ -32,7 +32,11 @@ pub struct Engine {
 impl Engine {
     /// An engine over `registry`, filtered and limited by `policy`, whose sandbox zygote is this
     /// very binary re-executed (`paddock __sandbox-zygote`).
-    pub fn new(policy: Policy, mut registry: Registry, events: Arc<EventSink>) -> Result<Self, EngineError> {
+    pub fn new(
+        policy: Policy,
+        mut registry: Registry,
+        events: Arc<EventSink>,
+    ) -> Result<Self, EngineError> {
         let pool = PoolConfig::for_current_exe(
             *policy.codemode.prefork.get_ref(),
             *policy.codemode.max_concurrency.get_ref(),
@@ -76,16 +80,28 @@ impl Engine {
         self.run_script_in(code, limits, None).await
     }
 
-    async fn run_script_in(&self, code: &str, limits: &Limits, parent: Option<String>) -> Result<Value, EngineError> {
+    async fn run_script_in(
+        &self,
+        code: &str,
+        limits: &Limits,
+        parent: Option<String>,
+    ) -> Result<Value, EngineError> {
         if !self.policy.codemode.enabled {
             return Err(EngineError::CodemodeDisabled);
         }
-        let ctx = CallContext { call_id: new_call_id(), parent_call_id: parent, deadline: None };
+        let ctx = CallContext {
+            call_id: new_call_id(),
+            parent_call_id: parent,
+            deadline: None,
+        };
         let started = Instant::now();
         let events = self.registry().events().clone();
         events.emit(&script_event(&ctx, Phase::Started, started, None));
         let result = self.codemode.run(code, limits, &ctx).await;
-        let code = result.get("error_code").and_then(Value::as_str).map(str::to_owned);
+        let code = result
+            .get("error_code")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         events.emit(&script_event(&ctx, Phase::Finished, started, code));
         Ok(result)
     }
@@ -103,7 +119,11 @@ impl Engine {
                 .await
                 .map_err(|e| ToolError::denied("tool:not_allowed", e.to_string()));
         }
-        let ctx = CallContext { call_id: new_call_id(), parent_call_id: None, deadline: None };
+        let ctx = CallContext {
+            call_id: new_call_id(),
+            parent_call_id: None,
+            deadline: None,
+        };
         self.registry().dispatch(name, args, ctx).await
     }
 

@@ -40,14 +40,21 @@ pub struct EventSink {
 impl EventSink {
     /// Appends events to `path` as JSON lines.
     pub fn to_file(path: &Path) -> std::io::Result<Self> {
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(Self { file: Some(Mutex::new(LineWriter::new(file))) })
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(Self {
+            file: Some(Mutex::new(LineWriter::new(file))),
+        })
     }
 
     pub fn emit(&self, event: &ToolCallEvent) {
         tracing::debug!(call_id = %event.call_id, tool = %event.tool, phase = ?event.phase, "tool call event");
         let Some(file) = &self.file else { return };
-        let Ok(mut line) = serde_json::to_vec(event) else { return };
+        let Ok(mut line) = serde_json::to_vec(event) else {
+            return;
+        };
         line.push(b'\n');
         if let Ok(mut writer) = file.lock()
             && let Err(err) = writer.write_all(&line)

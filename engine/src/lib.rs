@@ -2,13 +2,13 @@
 //! sandbox pool, the built-in tools and the `paddock` command line.
 //!
 //! Layout:
-//! - [`registry`]: what tools exist, dispatch, argument checks, approvals, events;
-//! - [`policy`]: operator policy files;
-//! - [`codemode`]: `run_tools_script`: script preparation, the sandbox pool, limits, results;
-//! - [`tools`]: the built-in tools;
-//! - [`events`]: ToolCallEvents;
-//! - [`engine`]: the facade a library user or the CLI holds;
-//! - [`cli`]: the command line; [`bench`]: `paddock bench`.
+//! - [`registry`] — what tools exist, dispatch, argument checks, approvals, events;
+//! - [`policy`] — operator policy files;
+//! - [`codemode`] — `run_tools_script`: script preparation, the sandbox pool, limits, results;
+//! - [`tools`] — the built-in tools;
+//! - [`events`] — ToolCallEvents;
+//! - [`engine`] — the facade a library user or the CLI holds;
+//! - [`cli`] — the command line; [`bench`]: `paddock bench`.
 
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]

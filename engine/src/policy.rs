@@ -13,9 +13,17 @@ use toml::Spanned;
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     #[error("{path}: cannot read policy: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path}:{line}: {key}: {message}")]
-    Invalid { path: String, line: usize, key: String, message: String },
+    Invalid {
+        path: String,
+        line: usize,
+        key: String,
+        message: String,
+    },
 }
 
 /// `[codemode]`
@@ -61,7 +69,11 @@ pub struct ToolsConfig {
 
 impl Default for ToolsConfig {
     fn default() -> Self {
-        Self { allow: vec![Spanned::new(0..0, "*".into())], deny: Vec::new(), require_approval: Vec::new() }
+        Self {
+            allow: vec![Spanned::new(0..0, "*".into())],
+            deny: Vec::new(),
+            require_approval: Vec::new(),
+        }
     }
 }
 
@@ -84,8 +96,10 @@ impl Policy {
 
     /// Loads and checks a policy file.
     pub fn load(path: &Path) -> Result<Self, PolicyError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| PolicyError::Read { path: path.display().to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
         Self::parse(&text, &path.display().to_string()).map(|mut p| {
             p.source = Some(path.to_path_buf());
             p
@@ -111,25 +125,42 @@ impl Policy {
     fn validate(&self, text: &str, name: &str) -> Result<(), PolicyError> {
         let invalid = |span: std::ops::Range<usize>, key: &str, message: String| {
             let (line, _) = locate(text, span.start);
-            PolicyError::Invalid { path: name.to_owned(), line, key: key.to_owned(), message }
+            PolicyError::Invalid {
+                path: name.to_owned(),
+                line,
+                key: key.to_owned(),
+                message,
+            }
         };
         let c = &self.codemode;
         let timeout = *c.timeout_seconds.get_ref();
         if !(timeout.is_finite() && timeout > 0.0 && timeout <= 3600.0) {
-            return Err(invalid(c.timeout_seconds.span(), "codemode.timeout_seconds",
-                format!("must be between 0 and 3600 seconds, got {timeout}")));
+            return Err(invalid(
+                c.timeout_seconds.span(),
+                "codemode.timeout_seconds",
+                format!("must be between 0 and 3600 seconds, got {timeout}"),
+            ));
         }
         if *c.max_memory_mb.get_ref() == 0 || *c.max_memory_mb.get_ref() > 16 * 1024 {
-            return Err(invalid(c.max_memory_mb.span(), "codemode.max_memory_mb",
-                "must be between 1 and 16384".into()));
+            return Err(invalid(
+                c.max_memory_mb.span(),
+                "codemode.max_memory_mb",
+                "must be between 1 and 16384".into(),
+            ));
         }
         if *c.max_output_chars.get_ref() < 100 {
-            return Err(invalid(c.max_output_chars.span(), "codemode.max_output_chars",
-                "must be at least 100".into()));
+            return Err(invalid(
+                c.max_output_chars.span(),
+                "codemode.max_output_chars",
+                "must be at least 100".into(),
+            ));
         }
         if *c.max_concurrency.get_ref() == 0 {
-            return Err(invalid(c.max_concurrency.span(), "codemode.max_concurrency",
-                "must be at least 1".into()));
+            return Err(invalid(
+                c.max_concurrency.span(),
+                "codemode.max_concurrency",
+                "must be at least 1".into(),
+            ));
         }
         for (key, globs) in [
             ("codemode.exclude", &c.exclude),
@@ -139,7 +170,11 @@ impl Policy {
         ] {
             for glob in globs {
                 Glob::new(glob.get_ref()).map_err(|e| {
-                    invalid(glob.span(), key, format!("bad glob {:?}: {}", glob.get_ref(), e.kind()))
+                    invalid(
+                        glob.span(),
+                        key,
+                        format!("bad glob {:?}: {}", glob.get_ref(), e.kind()),
+                    )
                 })?;
             }
         }
@@ -182,9 +217,21 @@ fn locate(text: &str, offset: usize) -> (usize, String) {
             (l.starts_with('[') && l.ends_with(']')).then(|| l.trim_matches(['[', ']']).to_owned())
         })
         .unwrap_or_default();
-    let key = line.split('=').next().unwrap_or("").trim().trim_matches('"').to_owned();
+    let key = line
+        .split('=')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .trim_matches('"')
+        .to_owned();
     let key = match (table.is_empty(), key.is_empty() || key.starts_with('[')) {
-        (_, true) => if table.is_empty() { "<top level>".to_owned() } else { table },
+        (_, true) => {
+            if table.is_empty() {
+                "<top level>".to_owned()
+            } else {
+                table
+            }
+        }
         (true, false) => key,
         (false, false) => format!("{table}.{key}"),
     };
@@ -237,7 +284,10 @@ mod tests {
     #[test]
     fn unknown_keys_name_file_line_and_key() {
         let e = err("[codemode]\ntimeout_seconds = 5\nmax_tool_cals = 3\n");
-        assert!(e.starts_with("p.toml:3: codemode.max_tool_cals: unknown field"), "{e}");
+        assert!(
+            e.starts_with("p.toml:3: codemode.max_tool_cals: unknown field"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -251,7 +301,10 @@ mod tests {
         let e = err("[tools]\ndeny = [\"ok\", \"bad[\"]\n");
         assert!(e.starts_with("p.toml:2: tools.deny: bad glob"), "{e}");
         let e = err("[codemode]\ntimeout_seconds = -1\n");
-        assert!(e.starts_with("p.toml:2: codemode.timeout_seconds: must be"), "{e}");
+        assert!(
+            e.starts_with("p.toml:2: codemode.timeout_seconds: must be"),
+            "{e}"
+        );
     }
 
     #[test]

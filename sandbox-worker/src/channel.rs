@@ -19,7 +19,11 @@ pub struct ChildChannel {
 
 impl ChildChannel {
     pub fn new(stream: UnixStream) -> Self {
-        Self { stream, buffer: Vec::with_capacity(64 * 1024), decoded: VecDeque::new() }
+        Self {
+            stream,
+            buffer: Vec::with_capacity(64 * 1024),
+            decoded: VecDeque::new(),
+        }
     }
 
     pub fn send(&mut self, message: &Message) -> Result<(), WireError> {
@@ -98,7 +102,9 @@ impl ChildChannel {
             if self.buffer.len() < end {
                 break;
             }
-            self.decoded.push_back(Message::from_payload(&self.buffer[start + HEADER_BYTES..end])?);
+            self.decoded.push_back(Message::from_payload(
+                &self.buffer[start + HEADER_BYTES..end],
+            )?);
             start = end;
         }
         self.buffer.drain(..start);

@@ -42,12 +42,19 @@ pub fn child_main(socket: OwnedFd, zygote_pid: i32, sandbox: &SandboxInterpreter
             // Copy-on-write: walk the path a script takes now, while idle, so the pages it
             // writes are copied before a script is waiting.
             crate::interpreter::prefault(&sandbox.interpreter);
-            if channel.send(&Message::ChildReady { confinement: report }).is_err() {
+            if channel
+                .send(&Message::ChildReady {
+                    confinement: report,
+                })
+                .is_err()
+            {
                 confine::exit_immediately(EXIT_CHANNEL_LOST);
             }
         }
         Err(err) => {
-            let _ = channel.send(&Message::ConfinementFailed { reason: err.to_string() });
+            let _ = channel.send(&Message::ConfinementFailed {
+                reason: err.to_string(),
+            });
             confine::exit_immediately(EXIT_CONFINEMENT_FAILED);
         }
     }
@@ -93,9 +100,7 @@ fn arm_heap_limit(budget_bytes: u64) {
     let soft = baseline.saturating_add(budget);
     SOFT_LIMIT.store(soft, Ordering::SeqCst);
     BUDGET_MB.store(budget / (1024 * 1024), Ordering::SeqCst);
-    confine::set_hard_ceiling(
-        soft.saturating_add(budget.max(HARD_CEILING_HEADROOM)),
-    );
+    confine::set_hard_ceiling(soft.saturating_add(budget.max(HARD_CEILING_HEADROOM)));
     ARMED.store(true, Ordering::SeqCst);
     if let Some(t) = WATCHDOG.get() {
         t.unpark();
@@ -118,7 +123,6 @@ fn start_watchdog(signals: UserSignalSender) -> std::io::Result<()> {
     started_rx
         .recv_timeout(Duration::from_secs(5))
         .map_err(|_| std::io::Error::other("heap watchdog thread did not start"))
-
 }
 
 fn watchdog_loop(signals: &UserSignalSender) {

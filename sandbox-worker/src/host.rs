@@ -101,7 +101,11 @@ mod _host {
                             vm.ctx.none(),
                             vm.ctx.none(),
                         )),
-                        ToolReply::Err { exception, message, error_code } => vm.new_tuple((
+                        ToolReply::Err {
+                            exception,
+                            message,
+                            error_code,
+                        } => vm.new_tuple((
                             id,
                             vm.ctx.none(),
                             vm.ctx.new_str(exception),
@@ -160,12 +164,17 @@ mod _host {
     fn source(name: PyStrRef, vm: &VirtualMachine) -> PyResult<String> {
         crate::interpreter::runtime_source(&name.to_string_lossy())
             .map(str::to_owned)
-            .ok_or_else(|| vm.new_key_error(vm.ctx.new_str(name.to_string_lossy().into_owned()).into()))
+            .ok_or_else(|| {
+                vm.new_key_error(vm.ctx.new_str(name.to_string_lossy().into_owned()).into())
+            })
     }
 }
 
 /// Seconds on a monotonic clock (shared epoch within a process and its forks).
 pub fn monotonic_seconds() -> f64 {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_secs_f64()
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs_f64()
 }

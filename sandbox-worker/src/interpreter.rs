@@ -125,20 +125,39 @@ fn call_run(vm: &VirtualMachine, request: &RunRequest) -> PyResult<ScriptOutcome
     let source: PyObjectRef = vm.ctx.new_str(request.source.as_str()).into();
     let original: PyObjectRef = vm.ctx.new_str(request.original_source.as_str()).into();
     let outcome = vm.call_method(&runtime, "_run", (source, tools, original))?;
-    let outcome = outcome.downcast::<PyTuple>().map_err(|_| vm.new_type_error("bad outcome"))?;
-    let ok = outcome.get(0).cloned().map(|o| o.try_to_bool(vm)).transpose()?.unwrap_or(false);
+    let outcome = outcome
+        .downcast::<PyTuple>()
+        .map_err(|_| vm.new_type_error("bad outcome"))?;
+    let ok = outcome
+        .first()
+        .cloned()
+        .map(|o| o.try_to_bool(vm))
+        .transpose()?
+        .unwrap_or(false);
     let payload = outcome.get(1).cloned().unwrap_or_else(|| vm.ctx.none());
     if ok {
-        return Ok(ScriptOutcome::Ok { result_json: string_of(vm, &payload)? });
+        return Ok(ScriptOutcome::Ok {
+            result_json: string_of(vm, &payload)?,
+        });
     }
-    let failure = payload.downcast::<PyTuple>().map_err(|_| vm.new_type_error("bad failure"))?;
+    let failure = payload
+        .downcast::<PyTuple>()
+        .map_err(|_| vm.new_type_error("bad failure"))?;
     let field = |i: usize| failure.get(i).cloned().unwrap_or_else(|| vm.ctx.none());
     let opt_string = |o: PyObjectRef| -> PyResult<Option<String>> {
-        if vm.is_none(&o) { Ok(None) } else { string_of(vm, &o).map(Some) }
+        if vm.is_none(&o) {
+            Ok(None)
+        } else {
+            string_of(vm, &o).map(Some)
+        }
     };
     let line = {
         let o = field(2);
-        if vm.is_none(&o) { None } else { o.try_into_value::<u32>(vm).ok() }
+        if vm.is_none(&o) {
+            None
+        } else {
+            o.try_into_value::<u32>(vm).ok()
+        }
     };
     Ok(ScriptOutcome::Err(ScriptFailure {
         exception: string_of(vm, &field(0))?,

@@ -2,12 +2,12 @@
 //! initialises it once and forks one confined child per script, and the wire protocol between
 //! the engine and those processes.
 //!
-//! - [`prepare`]: rewrites a script (top-level `return`, final expression) on the ruff AST;
-//! - [`wire`]: the one message enum and its size-capped frames;
-//! - [`zygote`]: the fork server and the engine's handle on it;
-//! - [`child`]: what one forked child does;
-//! - [`confine`]: namespaces of trust: uid drop, Landlock, rlimits, seccomp (the only `unsafe`);
-//! - [`interpreter`] and [`host`]: the interpreter, its runtime and the `_host` module.
+//! - [`prepare`] — rewrites a script (top-level `return`, final expression) on the ruff AST;
+//! - [`wire`] — the one message enum and its size-capped frames;
+//! - [`zygote`] — the fork server and the engine's handle on it;
+//! - [`child`] — what one forked child does;
+//! - [`confine`] — namespaces of trust: uid drop, Landlock, rlimits, seccomp (the only `unsafe`);
+//! - [`interpreter`] and `host` — the interpreter, its runtime and the `_host` module.
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 

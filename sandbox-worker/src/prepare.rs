@@ -45,7 +45,11 @@ pub struct PreparedScript {
 pub fn prepare_script(source: &str) -> Result<PreparedScript, ScriptSyntaxError> {
     let parsed = ruff_python_parser::parse_module(source).map_err(|err| {
         let (line, column) = line_and_column(source, err.location.start().to_usize());
-        ScriptSyntaxError { message: err.error.to_string(), line, column }
+        ScriptSyntaxError {
+            message: err.error.to_string(),
+            line,
+            column,
+        }
     })?;
     let body = &parsed.syntax().body;
 
@@ -74,7 +78,11 @@ pub fn prepare_script(source: &str) -> Result<PreparedScript, ScriptSyntaxError>
     for (range, text) in edits {
         rewritten.replace_range(range.start().to_usize()..range.end().to_usize(), &text);
     }
-    Ok(PreparedScript { source: rewritten, has_final_expression, top_level_returns })
+    Ok(PreparedScript {
+        source: rewritten,
+        has_final_expression,
+        top_level_returns,
+    })
 }
 
 /// Collects `return` statements that are not inside a function or class body.
@@ -101,7 +109,10 @@ fn line_and_column(source: &str, offset: usize) -> (u32, u32) {
     let line = before.matches('\n').count() + 1;
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
     let column = before[line_start..].chars().count() + 1;
-    (u32::try_from(line).unwrap_or(u32::MAX), u32::try_from(column).unwrap_or(u32::MAX))
+    (
+        u32::try_from(line).unwrap_or(u32::MAX),
+        u32::try_from(column).unwrap_or(u32::MAX),
+    )
 }
 
 #[cfg(test)]
@@ -115,7 +126,10 @@ mod tests {
 
     #[test]
     fn final_expression_becomes_the_result() {
-        assert_eq!(src("x = 1\nx + 1\n"), "x = 1\n__paddock_result__ = (x + 1)\n");
+        assert_eq!(
+            src("x = 1\nx + 1\n"),
+            "x = 1\n__paddock_result__ = (x + 1)\n"
+        );
         assert!(prepare_script("x + 1").unwrap().has_final_expression);
     }
 
@@ -158,7 +172,10 @@ mod tests {
             src("r = await tools.wait(milliseconds=1)\nr"),
             "r = await tools.wait(milliseconds=1)\n__paddock_result__ = (r)"
         );
-        assert_eq!(src("return await f()"), "raise __paddock_return__((await f()))");
+        assert_eq!(
+            src("return await f()"),
+            "raise __paddock_return__((await f()))"
+        );
     }
 
     #[test]
@@ -180,6 +197,9 @@ mod tests {
     #[test]
     fn return_range_keeps_following_lines_in_place() {
         let out = src("return 1\nprint('after')\n");
-        assert_eq!(out.lines().nth(1), Some("__paddock_result__ = (print('after'))"));
+        assert_eq!(
+            out.lines().nth(1),
+            Some("__paddock_result__ = (print('after'))")
+        );
     }
 }

@@ -30,7 +30,11 @@ pub enum Message {
     /// The zygote could not fork.
     ForkFailed { reason: String },
     /// A child exited; `signal` is set when it was killed by one.
-    Exited { pid: i32, code: Option<i32>, signal: Option<i32> },
+    Exited {
+        pid: i32,
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
 
     // ---- engine <-> child (one socketpair per child) ----
     /// The child confined itself and waits for its script.
@@ -42,7 +46,11 @@ pub enum Message {
     /// Text the script printed, in order.
     Output { text: String },
     /// The script called a tool; `args_json` is a JSON object of the keyword arguments.
-    ToolCall { id: u64, tool: String, args_json: String },
+    ToolCall {
+        id: u64,
+        tool: String,
+        args_json: String,
+    },
     /// The engine's answer to one [`Message::ToolCall`].
     ToolReply { id: u64, reply: ToolReply },
     /// The script ended; the child exits right after.
@@ -70,7 +78,11 @@ pub enum ToolReply {
     Ok { value_json: String },
     /// The tool failed; the script sees `exception` (`ValueError`, `PermissionError` or
     /// `RuntimeError`) carrying `message`.
-    Err { exception: String, message: String, error_code: String },
+    Err {
+        exception: String,
+        message: String,
+        error_code: String,
+    },
 }
 
 /// How a script ended, as the child saw it.
@@ -121,10 +133,16 @@ impl Message {
         serde_json::to_writer(&mut buf, self)?;
         let len = buf.len() - HEADER_BYTES;
         if len > MAX_FRAME_BYTES {
-            return Err(WireError::FrameTooLarge { len, max: MAX_FRAME_BYTES });
+            return Err(WireError::FrameTooLarge {
+                len,
+                max: MAX_FRAME_BYTES,
+            });
         }
         let header = u32::try_from(len)
-            .map_err(|_| WireError::FrameTooLarge { len, max: MAX_FRAME_BYTES })?
+            .map_err(|_| WireError::FrameTooLarge {
+                len,
+                max: MAX_FRAME_BYTES,
+            })?
             .to_le_bytes();
         buf[..HEADER_BYTES].copy_from_slice(&header);
         Ok(buf)
@@ -140,7 +158,10 @@ impl Message {
 pub fn payload_len(header: [u8; HEADER_BYTES]) -> Result<usize, WireError> {
     let len = u32::from_le_bytes(header) as usize;
     if len > MAX_FRAME_BYTES {
-        return Err(WireError::FrameTooLarge { len, max: MAX_FRAME_BYTES });
+        return Err(WireError::FrameTooLarge {
+            len,
+            max: MAX_FRAME_BYTES,
+        });
     }
     Ok(len)
 }
@@ -185,8 +206,14 @@ mod tests {
     #[test]
     fn every_kind_of_message_round_trips() {
         roundtrip(Message::Fork);
-        roundtrip(Message::Output { text: "héllo\n\u{0}".into() });
-        roundtrip(Message::ToolCall { id: 7, tool: "wait".into(), args_json: "{}".into() });
+        roundtrip(Message::Output {
+            text: "héllo\n\u{0}".into(),
+        });
+        roundtrip(Message::ToolCall {
+            id: 7,
+            tool: "wait".into(),
+            args_json: "{}".into(),
+        });
         roundtrip(Message::ToolReply {
             id: 7,
             reply: ToolReply::Err {
@@ -221,13 +248,24 @@ mod tests {
 
     #[test]
     fn oversized_message_is_refused_when_encoding() {
-        let big = Message::Output { text: "x".repeat(MAX_FRAME_BYTES + 10) };
-        assert!(matches!(big.to_frame(), Err(WireError::FrameTooLarge { .. })));
+        let big = Message::Output {
+            text: "x".repeat(MAX_FRAME_BYTES + 10),
+        };
+        assert!(matches!(
+            big.to_frame(),
+            Err(WireError::FrameTooLarge { .. })
+        ));
     }
 
     #[test]
     fn malformed_payloads_are_errors_not_panics() {
-        for payload in [&b"not json"[..], b"{\"type\":\"nope\"}", b"{}", b"\xff\xfe", b""] {
+        for payload in [
+            &b"not json"[..],
+            b"{\"type\":\"nope\"}",
+            b"{}",
+            b"\xff\xfe",
+            b"",
+        ] {
             let mut frame = (payload.len() as u32).to_le_bytes().to_vec();
             frame.extend_from_slice(payload);
             let err = read_message(&mut frame.as_slice()).unwrap_err();
@@ -237,20 +275,33 @@ mod tests {
 
     #[test]
     fn truncated_frames_are_io_errors_and_empty_input_is_closed() {
-        assert!(matches!(read_message(&mut &b""[..]), Err(WireError::Closed)));
-        assert!(matches!(read_message(&mut &b"\x05\x00"[..]), Err(WireError::Io(_))));
+        assert!(matches!(
+            read_message(&mut &b""[..]),
+            Err(WireError::Closed)
+        ));
+        assert!(matches!(
+            read_message(&mut &b"\x05\x00"[..]),
+            Err(WireError::Io(_))
+        ));
         let mut frame = 10u32.to_le_bytes().to_vec();
         frame.extend_from_slice(b"{\"ty");
-        assert!(matches!(read_message(&mut frame.as_slice()), Err(WireError::Io(_))));
+        assert!(matches!(
+            read_message(&mut frame.as_slice()),
+            Err(WireError::Io(_))
+        ));
     }
 
     #[test]
     fn fuzzed_byte_strings_never_panic() {
         // A cheap deterministic fuzz over the decoder: every prefix of a valid stream and a
         // stream of pseudo-random bytes must decode or fail, never panic.
-        let valid = Message::ToolCall { id: 1, tool: "t".into(), args_json: "{}".into() }
-            .to_frame()
-            .unwrap();
+        let valid = Message::ToolCall {
+            id: 1,
+            tool: "t".into(),
+            args_json: "{}".into(),
+        }
+        .to_frame()
+        .unwrap();
         for cut in 0..valid.len() {
             let _ = read_message(&mut &valid[..cut]);
         }

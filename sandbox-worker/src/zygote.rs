@@ -36,12 +36,20 @@ pub fn run_main() -> Result<(), SandboxError> {
     let control = confine::take_inherited_fd().map_err(SandboxError::Control)?;
     let sandbox = interpreter::build()?;
     confine::prepare_in_zygote().map_err(|e| SandboxError::RuntimeInit(e.to_string()))?;
-    send(&control, &Message::ZygoteReady { init_ms: sandbox.init_ms }, None)
-        .map_err(SandboxError::Control)?;
+    send(
+        &control,
+        &Message::ZygoteReady {
+            init_ms: sandbox.init_ms,
+        },
+        None,
+    )
+    .map_err(SandboxError::Control)?;
 
     let mut sigchld = SigSet::empty();
     sigchld.add(Signal::SIGCHLD);
-    sigchld.thread_block().map_err(|e| SandboxError::Control(e.into()))?;
+    sigchld
+        .thread_block()
+        .map_err(|e| SandboxError::Control(e.into()))?;
     let signals = SignalFd::with_flags(&sigchld, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| SandboxError::Control(e.into()))?;
 
@@ -57,17 +65,15 @@ pub fn run_main() -> Result<(), SandboxError> {
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => return Err(SandboxError::Control(e.into())),
             }
-            (
-                fds[0].any().unwrap_or(true),
-                fds[1].any().unwrap_or(false),
-            )
+            (fds[0].any().unwrap_or(true), fds[1].any().unwrap_or(false))
         };
         if children_exited {
             while let Ok(Some(_)) = signals.read_signal() {}
             reap_children(&control)?;
         }
         if control_ready {
-            let (n, _) = confine::recv_with_fds(&control, &mut buf).map_err(SandboxError::Control)?;
+            let (n, _) =
+                confine::recv_with_fds(&control, &mut buf).map_err(SandboxError::Control)?;
             if n == 0 {
                 // The engine is gone; children die with us (PR_SET_PDEATHSIG).
                 return Ok(());
@@ -101,15 +107,19 @@ fn fork_child(
     sigchld: &SigSet,
     sandbox: &SandboxInterpreter,
 ) -> Result<(), SandboxError> {
-    let (engine_end, child_end) =
-        match socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC) {
-            Ok(pair) => pair,
-            Err(e) => {
-                let reason = format!("socketpair failed: {e}");
-                return send(control, &Message::ForkFailed { reason }, None)
-                    .map_err(SandboxError::Control);
-            }
-        };
+    let (engine_end, child_end) = match socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    ) {
+        Ok(pair) => pair,
+        Err(e) => {
+            let reason = format!("socketpair failed: {e}");
+            return send(control, &Message::ForkFailed { reason }, None)
+                .map_err(SandboxError::Control);
+        }
+    };
     let zygote_pid = nix::unistd::getpid().as_raw();
     match confine::fork() {
         Ok(Forked::Child) => {
@@ -123,10 +133,17 @@ fn fork_child(
         }
         Ok(Forked::Parent { pid }) => {
             drop(child_end);
-            send(control, &Message::Forked { pid }, Some(&engine_end)).map_err(SandboxError::Control)
+            send(control, &Message::Forked { pid }, Some(&engine_end))
+                .map_err(SandboxError::Control)
         }
-        Err(e) => send(control, &Message::ForkFailed { reason: format!("fork failed: {e}") }, None)
-            .map_err(SandboxError::Control),
+        Err(e) => send(
+            control,
+            &Message::ForkFailed {
+                reason: format!("fork failed: {e}"),
+            },
+            None,
+        )
+        .map_err(SandboxError::Control),
     }
 }
 
@@ -134,9 +151,18 @@ fn fork_child(
 #[derive(Debug)]
 pub enum ZygoteEvent {
     /// A new child and the engine's end of its socket.
-    Forked { pid: i32, socket: OwnedFd },
-    ForkFailed { reason: String },
-    Exited { pid: i32, code: Option<i32>, signal: Option<i32> },
+    Forked {
+        pid: i32,
+        socket: OwnedFd,
+    },
+    ForkFailed {
+        reason: String,
+    },
+    Exited {
+        pid: i32,
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
 }
 
 /// The engine's side of a running zygote.
@@ -149,9 +175,13 @@ pub struct ZygoteProcess {
 impl ZygoteProcess {
     /// Starts `exe __sandbox-zygote` and waits until its interpreter is ready.
     pub fn spawn(exe: &Path) -> Result<Self, SandboxError> {
-        let (ours, theirs) =
-            socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
-                .map_err(|e| SandboxError::Control(e.into()))?;
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(|e| SandboxError::Control(e.into()))?;
         let mut command = Command::new(exe);
         command
             .arg(ZYGOTE_SUBCOMMAND)
@@ -160,16 +190,25 @@ impl ZygoteProcess {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
-        let process = confine::spawn_with_fd(&mut command, &theirs)
-            .map_err(|e| SandboxError::Spawn { exe: exe.display().to_string(), source: e })?;
+        let process =
+            confine::spawn_with_fd(&mut command, &theirs).map_err(|e| SandboxError::Spawn {
+                exe: exe.display().to_string(),
+                source: e,
+            })?;
         drop(theirs);
-        let mut zygote = Self { process, control: ours, init_ms: 0.0 };
+        let mut zygote = Self {
+            process,
+            control: ours,
+            init_ms: 0.0,
+        };
         match zygote.recv_raw()? {
             Some(Message::ZygoteReady { init_ms }) => {
                 zygote.init_ms = init_ms;
                 Ok(zygote)
             }
-            Some(other) => Err(SandboxError::Protocol(format!("zygote sent {other:?} first"))),
+            Some(other) => Err(SandboxError::Protocol(format!(
+                "zygote sent {other:?} first"
+            ))),
             None => {
                 let status = zygote.process.wait().ok();
                 Err(SandboxError::ZygoteDied(format!(
@@ -198,11 +237,14 @@ impl ZygoteProcess {
 
     fn recv_raw(&self) -> Result<Option<Message>, SandboxError> {
         let mut buf = vec![0u8; MAX_CONTROL_MESSAGE];
-        let (n, _) = confine::recv_with_fds(&self.control, &mut buf).map_err(SandboxError::Control)?;
+        let (n, _) =
+            confine::recv_with_fds(&self.control, &mut buf).map_err(SandboxError::Control)?;
         if n == 0 {
             return Ok(None);
         }
-        serde_json::from_slice(&buf[..n]).map(Some).map_err(|e| SandboxError::Protocol(e.to_string()))
+        serde_json::from_slice(&buf[..n])
+            .map(Some)
+            .map_err(|e| SandboxError::Protocol(e.to_string()))
     }
 }
 

@@ -1,7 +1,10 @@
 //! Helpers for the end-to-end suites in `tests/`: locating the real `paddock` binary and running
 //! it with a hard time limit, so no test can hang.
 
-#![expect(clippy::expect_used, reason = "test helpers: a failed expectation is a failed test")]
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers: a failed expectation is a failed test"
+)]
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -15,7 +18,10 @@ pub fn paddock_bin() -> PathBuf {
     }
     let exe = std::env::current_exe().expect("test executable path");
     // target/<profile>/deps/all-<hash> -> target/<profile>/paddock
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target profile directory");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target profile directory");
     let bin = dir.join("paddock");
     assert!(
         bin.exists(),
@@ -46,7 +52,13 @@ impl Run {
     /// The single result object on stdout.
     pub fn json(&self) -> serde_json::Value {
         let lines = self.json_lines();
-        assert_eq!(lines.len(), 1, "expected one line; stdout={} stderr={}", self.stdout, self.stderr);
+        assert_eq!(
+            lines.len(),
+            1,
+            "expected one line; stdout={} stderr={}",
+            self.stdout,
+            self.stderr
+        );
         lines.into_iter().next().expect("one line")
     }
 }
@@ -57,7 +69,11 @@ pub fn paddock_with(args: &[&str], stdin: Option<&[u8]>, limit: Duration) -> Run
     let mut child = Command::new(paddock_bin())
         .args(args)
         .env_remove("PADDOCK_POLICY")
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -78,7 +94,10 @@ pub fn paddock_with(args: &[&str], stdin: Option<&[u8]>, limit: Duration) -> Run
     let output: Output = child.wait_with_output().expect("wait paddock");
     let _ = done_tx.send(());
     let killed = killer.join().unwrap_or(false);
-    assert!(!killed, "paddock {args:?} hung and was killed after {limit:?}");
+    assert!(
+        !killed,
+        "paddock {args:?} hung and was killed after {limit:?}"
+    );
     Run {
         code: output.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),

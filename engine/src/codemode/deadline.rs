@@ -70,7 +70,9 @@ impl Deadline {
             }
         });
         self.changed.notify_waiters();
-        PauseGuard { deadline: self.clone() }
+        PauseGuard {
+            deadline: self.clone(),
+        }
     }
 
     fn resume(&self) {
@@ -137,7 +139,9 @@ mod tests {
         drop(guard);
         let left = d.remaining().unwrap();
         assert!(left > Duration::from_millis(100), "{left:?}");
-        tokio::time::timeout(Duration::from_millis(400), d.expired()).await.unwrap();
+        tokio::time::timeout(Duration::from_millis(400), d.expired())
+            .await
+            .unwrap();
     }
 
     #[test]

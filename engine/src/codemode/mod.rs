@@ -9,11 +9,11 @@ pub mod pool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use paddock_sandbox_worker::prepare::prepare_script;
 use paddock_sandbox_worker::wire::{Message, RunRequest, ScriptFailure, ScriptOutcome, ToolReply};
 use serde_json::{Map, Value, json};
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 
 use crate::events::{Phase, ToolCallEvent, now_ms};
 use crate::registry::{CallContext, Registry, ToolError, new_call_id};
@@ -62,6 +62,19 @@ impl Default for Limits {
 pub struct CodeMode {
     pool: SandboxPool,
     registry: Arc<Registry>,
+}
+
+/// A nested tool call in flight: resolves to (call id, tool, reply).
+type NestedCall =
+    std::pin::Pin<Box<dyn std::future::Future<Output = (u64, String, ToolReply)> + Send>>;
+
+/// What a conversation with one child needs to know about its script.
+struct ScriptScope<'a> {
+    limits: &'a Limits,
+    ctx: &'a CallContext,
+    deadline: &'a Deadline,
+    /// Tool names the script may call.
+    allowed: &'a std::collections::HashSet<String>,
 }
 
 /// What one script run produced, before it becomes the result object.
@@ -132,10 +145,18 @@ impl CodeMode {
         }
         let prepared = match prepare_script(code) {
             Ok(p) => p,
-            Err(err) => return Ending::Failed { code: codes::SYNTAX_ERROR, message: err.to_string() },
+            Err(err) => {
+                return Ending::Failed {
+                    code: codes::SYNTAX_ERROR,
+                    message: err.to_string(),
+                };
+            }
         };
         let script_tools = self.registry.script_tools();
-        record.script_tools = script_tools.iter().map(|(ident, _)| ident.clone()).collect();
+        record.script_tools = script_tools
+            .iter()
+            .map(|(ident, _)| ident.clone())
+            .collect();
         let request = RunRequest {
             source: prepared.source,
             original_source: code.to_owned(),
@@ -170,7 +191,13 @@ impl CodeMode {
         }
         let allowed: std::collections::HashSet<String> =
             script_tools.into_iter().map(|(_, name)| name).collect();
-        self.converse(child, reader, limits, ctx, &deadline, &allowed, record).await
+        let scope = ScriptScope {
+            limits,
+            ctx,
+            deadline: &deadline,
+            allowed: &allowed,
+        };
+        self.converse(child, reader, &scope, record).await
     }
 
     /// Serves one child until its script ends, the deadline passes or the child dies.
@@ -178,17 +205,18 @@ impl CodeMode {
         &self,
         mut child: Checkout,
         reader: tokio::net::unix::OwnedReadHalf,
-        limits: &Limits,
-        ctx: &CallContext,
-        deadline: &Deadline,
-        allowed: &std::collections::HashSet<String>,
+        scope: &ScriptScope<'_>,
         record: &mut RunRecord,
     ) -> Ending {
+        let ScriptScope {
+            limits,
+            ctx,
+            deadline,
+            allowed,
+        } = *scope;
         let mut frames = FrameReader::new(reader);
         // Nested calls are polled in this task: no thread hop between a reply and its frame.
-        let mut in_flight: FuturesUnordered<
-            std::pin::Pin<Box<dyn std::future::Future<Output = (u64, String, ToolReply)> + Send>>,
-        > = FuturesUnordered::new();
+        let mut in_flight: FuturesUnordered<NestedCall> = FuturesUnordered::new();
         let expired = deadline.expired();
         tokio::pin!(expired);
 
@@ -278,25 +306,35 @@ impl CodeMode {
     }
 }
 
-
 fn classify_exit(info: Option<ExitInfo>, detail: &str) -> Ending {
     const SIGABRT: i32 = 6;
     const SIGSEGV: i32 = 11;
     const SIGSYS: i32 = 31;
     match info {
-        Some(ExitInfo { signal: Some(SIGABRT), .. }) => Ending::Failed {
+        Some(ExitInfo {
+            signal: Some(SIGABRT),
+            ..
+        }) => Ending::Failed {
             code: codes::MEMORY_LIMIT,
             message: "the script exceeded its memory ceiling and the sandbox was stopped".into(),
         },
-        Some(ExitInfo { signal: Some(SIGSYS), .. }) => Ending::Failed {
+        Some(ExitInfo {
+            signal: Some(SIGSYS),
+            ..
+        }) => Ending::Failed {
             code: codes::SANDBOX_FAILED,
             message: "the sandbox was killed by its seccomp filter (forbidden system call)".into(),
         },
-        Some(ExitInfo { signal: Some(SIGSEGV), .. }) => Ending::Failed {
+        Some(ExitInfo {
+            signal: Some(SIGSEGV),
+            ..
+        }) => Ending::Failed {
             code: codes::SANDBOX_FAILED,
             message: "the sandbox crashed (segmentation fault)".into(),
         },
-        Some(ExitInfo { signal: Some(sig), .. }) => Ending::Failed {
+        Some(ExitInfo {
+            signal: Some(sig), ..
+        }) => Ending::Failed {
             code: codes::SANDBOX_FAILED,
             message: format!("the sandbox was killed by signal {sig}"),
         },
@@ -352,10 +390,16 @@ fn render(ending: Ending, record: RunRecord, limits: &Limits) -> Value {
         Ending::Finished(ScriptOutcome::Ok { result_json }) => {
             out.insert("ok".into(), json!(true));
             out.insert("output".into(), json!(record.output.render()));
-            out.insert("result".into(), capped_result(&result_json, limits.max_output_chars));
+            out.insert(
+                "result".into(),
+                capped_result(&result_json, limits.max_output_chars),
+            );
         }
         Ending::Finished(ScriptOutcome::Err(failure)) => {
-            let code = failure.error_code.clone().unwrap_or_else(|| codes::SCRIPT_ERROR.into());
+            let code = failure
+                .error_code
+                .clone()
+                .unwrap_or_else(|| codes::SCRIPT_ERROR.into());
             out.insert("ok".into(), json!(false));
             out.insert("error_code".into(), json!(code));
             out.insert("error".into(), json!(describe_failure(&failure)));
@@ -364,7 +408,10 @@ fn render(ending: Ending, record: RunRecord, limits: &Limits) -> Value {
                 out.insert("traceback".into(), json!(failure.traceback));
             }
             if let Some(tool) = &failure.unknown_tool {
-                out.insert("hint".into(), json!(unknown_tool_hint(tool, &record.script_tools)));
+                out.insert(
+                    "hint".into(),
+                    json!(unknown_tool_hint(tool, &record.script_tools)),
+                );
             }
         }
         Ending::Failed { code, message } => {
@@ -416,12 +463,20 @@ pub fn unknown_tool_hint(tool: &str, available: &[String]) -> String {
         .filter(|(score, _)| *score >= 0.7)
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
-    let closest: Vec<String> = scored.iter().take(3).map(|(_, n)| format!("tools.{n}")).collect();
+    let closest: Vec<String> = scored
+        .iter()
+        .take(3)
+        .map(|(_, n)| format!("tools.{n}"))
+        .collect();
     let mut hint = format!("tools.{tool} does not exist");
     if closest.is_empty() {
         let mut names: Vec<&String> = available.iter().collect();
         names.sort();
-        let shown: Vec<String> = names.iter().take(20).map(|n| format!("tools.{n}")).collect();
+        let shown: Vec<String> = names
+            .iter()
+            .take(20)
+            .map(|n| format!("tools.{n}"))
+            .collect();
         if shown.is_empty() {
             hint.push_str("; no tools are available to scripts");
         } else {
@@ -440,19 +495,26 @@ pub fn unknown_tool_hint(tool: &str, available: &[String]) -> String {
 fn capped_result(result_json: &str, cap: usize) -> Value {
     if result_json.chars().count() <= cap {
         // The runtime emits plain JSON (ints beyond 64 bits as strings), so this parses exactly.
-        return serde_json::from_str(result_json).unwrap_or_else(|_| Value::String(result_json.into()));
+        return serde_json::from_str(result_json)
+            .unwrap_or_else(|_| Value::String(result_json.into()));
     }
     Value::String(cap_text(result_json, cap))
 }
 
 /// Emits the script's own started/finished events.
-pub fn script_event(ctx: &CallContext, phase: Phase, started: Instant, error_code: Option<String>) -> ToolCallEvent {
+pub fn script_event(
+    ctx: &CallContext,
+    phase: Phase,
+    started: Instant,
+    error_code: Option<String>,
+) -> ToolCallEvent {
     ToolCallEvent {
         call_id: ctx.call_id.clone(),
         parent_call_id: ctx.parent_call_id.clone(),
         tool: RUN_TOOLS_SCRIPT.into(),
         phase,
-        duration_ms: matches!(phase, Phase::Finished).then(|| started.elapsed().as_secs_f64() * 1000.0),
+        duration_ms: matches!(phase, Phase::Finished)
+            .then(|| started.elapsed().as_secs_f64() * 1000.0),
         error_code,
         timestamp_ms: now_ms(),
     }
@@ -464,11 +526,18 @@ mod tests {
 
     #[test]
     fn hint_names_the_closest_tools() {
-        let tools = vec!["search_docs".to_string(), "wait".to_string(), "current_datetime".to_string()];
+        let tools = vec![
+            "search_docs".to_string(),
+            "wait".to_string(),
+            "current_datetime".to_string(),
+        ];
         let hint = unknown_tool_hint("serch_docs", &tools);
         assert!(hint.contains("did you mean tools.search_docs"), "{hint}");
         let hint = unknown_tool_hint("zzz", &tools);
-        assert!(hint.contains("available: tools.current_datetime, tools.search_docs, tools.wait"), "{hint}");
+        assert!(
+            hint.contains("available: tools.current_datetime, tools.search_docs, tools.wait"),
+            "{hint}"
+        );
     }
 
     #[test]

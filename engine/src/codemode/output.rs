@@ -13,7 +13,14 @@ pub struct CappedText {
 
 impl CappedText {
     pub fn new(cap: usize) -> Self {
-        Self { cap, head: String::new(), head_chars: 0, tail: String::new(), tail_chars: 0, total_chars: 0 }
+        Self {
+            cap,
+            head: String::new(),
+            head_chars: 0,
+            tail: String::new(),
+            tail_chars: 0,
+            total_chars: 0,
+        }
     }
 
     pub fn total_chars(&self) -> usize {
@@ -42,7 +49,11 @@ impl CappedText {
         // Keep at most `cap` characters of tail, trimming in batches.
         if self.tail_chars > self.cap.saturating_mul(2).max(1024) {
             let drop = self.tail_chars - self.cap;
-            let cut = self.tail.char_indices().nth(drop).map_or(self.tail.len(), |(i, _)| i);
+            let cut = self
+                .tail
+                .char_indices()
+                .nth(drop)
+                .map_or(self.tail.len(), |(i, _)| i);
             self.tail.drain(..cut);
             self.tail_chars -= drop;
         }
@@ -59,7 +70,9 @@ impl CappedText {
         // The end is the last `keep_end` characters of everything after the start.
         let after_start = self.head.chars().skip(keep_start).chain(self.tail.chars());
         let after_len = (self.head_chars - keep_start.min(self.head_chars)) + self.tail_chars;
-        let end: String = after_start.skip(after_len.saturating_sub(keep_end)).collect();
+        let end: String = after_start
+            .skip(after_len.saturating_sub(keep_end))
+            .collect();
         let omitted = self.total_chars - keep_start - end.chars().count();
         format!("{start}\n…[{omitted} characters omitted]…\n{end}")
     }
@@ -87,7 +100,9 @@ mod tests {
 
     #[test]
     fn long_text_keeps_start_and_end_with_count() {
-        let text: String = (0..1000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        let text: String = (0..1000)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
         let mut t = CappedText::new(100);
         for chunk in text.as_bytes().chunks(7) {
             t.push(std::str::from_utf8(chunk).unwrap());

@@ -53,7 +53,11 @@ pub struct PoolConfig {
 
 impl PoolConfig {
     pub fn for_current_exe(prefork: usize, max_concurrency: usize) -> std::io::Result<Self> {
-        Ok(Self { exe: std::env::current_exe()?, prefork, max_concurrency: max_concurrency.max(1) })
+        Ok(Self {
+            exe: std::env::current_exe()?,
+            prefork,
+            max_concurrency: max_concurrency.max(1),
+        })
     }
 }
 
@@ -63,10 +67,13 @@ enum ExitSlot {
     Ignore,
 }
 
+/// Where the zygote's answer to one fork request goes.
+type ForkReply = oneshot::Sender<Result<(i32, OwnedFd), String>>;
+
 /// The engine's live connection to one zygote.
 struct ZygoteLink {
     process: Mutex<ZygoteProcess>,
-    pending_forks: Mutex<VecDeque<oneshot::Sender<Result<(i32, OwnedFd), String>>>>,
+    pending_forks: Mutex<VecDeque<ForkReply>>,
     exits: Mutex<HashMap<i32, ExitSlot>>,
     alive: AtomicBool,
 }
@@ -81,7 +88,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl ZygoteLink {
     fn start(exe: &std::path::Path) -> Result<Arc<Self>, PoolError> {
         let process = ZygoteProcess::spawn(exe)?;
-        tracing::debug!(pid = process.pid(), init_ms = process.init_ms, "sandbox zygote ready");
+        tracing::debug!(
+            pid = process.pid(),
+            init_ms = process.init_ms,
+            "sandbox zygote ready"
+        );
         let reader = process.reader()?;
         let link = Arc::new(Self {
             process: Mutex::new(process),
@@ -114,7 +125,9 @@ impl ZygoteLink {
                             if let Err(err) = event {
                                 tracing::error!(%err, "sandbox zygote connection failed");
                             } else {
-                                tracing::warn!("sandbox zygote exited; the next script starts a new one");
+                                tracing::warn!(
+                                    "sandbox zygote exited; the next script starts a new one"
+                                );
                             }
                             link.alive.store(false, Ordering::SeqCst);
                             for tx in lock(&link.pending_forks).drain(..) {
@@ -155,7 +168,10 @@ impl ZygoteLink {
                 }
             }
         };
-        let info = tokio::time::timeout(wait, rx).await.ok().and_then(Result::ok);
+        let info = tokio::time::timeout(wait, rx)
+            .await
+            .ok()
+            .and_then(Result::ok);
         if info.is_none() {
             lock(&self.exits).insert(pid, ExitSlot::Ignore);
         }
@@ -214,7 +230,10 @@ impl Checkout {
     /// Sends one message to the child.
     pub async fn send(&mut self, message: &Message) -> Result<(), PoolError> {
         let frame = message.to_frame()?;
-        self.writer.write_all(&frame).await.map_err(WireError::from)?;
+        self.writer
+            .write_all(&frame)
+            .await
+            .map_err(WireError::from)?;
         Ok(())
     }
 
@@ -246,7 +265,11 @@ pub struct FrameReader {
 
 impl FrameReader {
     pub fn new(half: OwnedReadHalf) -> Self {
-        Self { half, buf: Vec::with_capacity(64 * 1024), start: 0 }
+        Self {
+            half,
+            buf: Vec::with_capacity(64 * 1024),
+            start: 0,
+        }
     }
 
     fn take_frame(&mut self) -> Result<Option<Message>, WireError> {
@@ -374,7 +397,12 @@ impl SandboxPool {
         match read_frame(&mut reader).await {
             Ok(Message::ChildReady { confinement }) => {
                 tracing::trace!(pid, %confinement, "sandbox child ready");
-                Ok(ReadyChild { pid, reader, writer, link })
+                Ok(ReadyChild {
+                    pid,
+                    reader,
+                    writer,
+                    link,
+                })
             }
             Ok(Message::ConfinementFailed { reason }) => {
                 link.forget(pid);
@@ -382,13 +410,17 @@ impl SandboxPool {
             }
             Ok(other) => {
                 link.forget(pid);
-                Err(PoolError::Sandbox(paddock_sandbox_worker::SandboxError::Protocol(format!(
-                    "child sent {other:?} before it was ready"
-                ))))
+                Err(PoolError::Sandbox(
+                    paddock_sandbox_worker::SandboxError::Protocol(format!(
+                        "child sent {other:?} before it was ready"
+                    )),
+                ))
             }
             Err(err) => {
                 let info = link.exit_of(pid, Duration::from_millis(500)).await;
-                Err(PoolError::ForkFailed(format!("child {pid} died while starting ({err}; exit {info:?})")))
+                Err(PoolError::ForkFailed(format!(
+                    "child {pid} died while starting ({err}; exit {info:?})"
+                )))
             }
         }
     }
@@ -414,8 +446,12 @@ impl SandboxPool {
             }
         };
         self.spawn_refill();
-        let checkout =
-            Checkout { pid: child.pid, writer: child.writer, link: child.link, _permit: permit };
+        let checkout = Checkout {
+            pid: child.pid,
+            writer: child.writer,
+            link: child.link,
+            _permit: permit,
+        };
         Ok((checkout, child.reader))
     }
 
@@ -446,6 +482,8 @@ impl SandboxPool {
     /// Pid of the current zygote, if one runs.
     pub async fn zygote_pid(&self) -> Option<u32> {
         let slot = self.inner.zygote.lock().await;
-        slot.as_ref().filter(|l| l.alive.load(Ordering::SeqCst)).map(|l| lock(&l.process).pid())
+        slot.as_ref()
+            .filter(|l| l.alive.load(Ordering::SeqCst))
+            .map(|l| lock(&l.process).pid())
     }
 }

@@ -15,15 +15,22 @@ pub fn check(schema: &Value, args: &Value) -> Result<(), String> {
 }
 
 fn field(path: &str) -> String {
-    if path.is_empty() { "arguments".to_owned() } else { format!("field `{path}`") }
+    if path.is_empty() {
+        "arguments".to_owned()
+    } else {
+        format!("field `{path}`")
+    }
 }
 
 fn type_matches(ty: &str, value: &Value) -> bool {
     match ty {
         "string" => value.is_string(),
         "number" => value.is_number(),
-        "integer" => value.as_i64().is_some() || value.as_u64().is_some()
-            || value.as_f64().is_some_and(|f| f.fract() == 0.0),
+        "integer" => {
+            value.as_i64().is_some()
+                || value.as_u64().is_some()
+                || value.as_f64().is_some_and(|f| f.fract() == 0.0)
+        }
         "boolean" => value.is_boolean(),
         "array" => value.is_array(),
         "object" => value.is_object(),
@@ -35,14 +42,20 @@ fn type_matches(ty: &str, value: &Value) -> bool {
 fn shown(value: &Value) -> String {
     let text = value.to_string();
     if text.chars().count() > 40 {
-        format!("{} ({}...)", json_kind(value), text.chars().take(37).collect::<String>())
+        format!(
+            "{} ({}...)",
+            json_kind(value),
+            text.chars().take(37).collect::<String>()
+        )
     } else {
         format!("{} ({text})", json_kind(value))
     }
 }
 
 fn check_at(schema: &Value, value: &Value, path: &str) -> Result<(), String> {
-    let Some(schema) = schema.as_object() else { return Ok(()) };
+    let Some(schema) = schema.as_object() else {
+        return Ok(());
+    };
     if let Some(ty) = schema.get("type") {
         let types: Vec<&str> = match ty {
             Value::String(t) => vec![t.as_str()],
@@ -50,19 +63,33 @@ fn check_at(schema: &Value, value: &Value, path: &str) -> Result<(), String> {
             _ => Vec::new(),
         };
         if !types.is_empty() && !types.iter().any(|t| type_matches(t, value)) {
-            return Err(format!("{}: expected {}, got {}", field(path), types.join(" or "), shown(value)));
+            return Err(format!(
+                "{}: expected {}, got {}",
+                field(path),
+                types.join(" or "),
+                shown(value)
+            ));
         }
     }
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
         && !allowed.contains(value)
     {
         let options: Vec<String> = allowed.iter().map(Value::to_string).collect();
-        return Err(format!("{}: expected one of {}, got {}", field(path), options.join(", "), shown(value)));
+        return Err(format!(
+            "{}: expected one of {}, got {}",
+            field(path),
+            options.join(", "),
+            shown(value)
+        ));
     }
     if let Some(constant) = schema.get("const")
         && constant != value
     {
-        return Err(format!("{}: expected {constant}, got {}", field(path), shown(value)));
+        return Err(format!(
+            "{}: expected {constant}, got {}",
+            field(path),
+            shown(value)
+        ));
     }
     if let Some(n) = value.as_f64() {
         if let Some(min) = schema.get("minimum").and_then(Value::as_f64)
@@ -81,12 +108,18 @@ fn check_at(schema: &Value, value: &Value, path: &str) -> Result<(), String> {
         if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
             && len < min
         {
-            return Err(format!("{}: must be at least {min} characters long", field(path)));
+            return Err(format!(
+                "{}: must be at least {min} characters long",
+                field(path)
+            ));
         }
         if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
             && len > max
         {
-            return Err(format!("{}: must be at most {max} characters long, got {len}", field(path)));
+            return Err(format!(
+                "{}: must be at most {max} characters long, got {len}",
+                field(path)
+            ));
         }
     }
     if let Some(items) = value.as_array() {
@@ -94,12 +127,18 @@ fn check_at(schema: &Value, value: &Value, path: &str) -> Result<(), String> {
         if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
             && len < min
         {
-            return Err(format!("{}: needs at least {min} items, got {len}", field(path)));
+            return Err(format!(
+                "{}: needs at least {min} items, got {len}",
+                field(path)
+            ));
         }
         if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
             && len > max
         {
-            return Err(format!("{}: takes at most {max} items, got {len}", field(path)));
+            return Err(format!(
+                "{}: takes at most {max} items, got {len}",
+                field(path)
+            ));
         }
         if let Some(item_schema) = schema.get("items") {
             for (i, item) in items.iter().enumerate() {
@@ -120,13 +159,24 @@ fn check_at(schema: &Value, value: &Value, path: &str) -> Result<(), String> {
             match properties.and_then(|p| p.get(name)) {
                 Some(prop_schema) => check_at(prop_schema, item, &join(path, name))?,
                 None if schema.get("additionalProperties") == Some(&Value::Bool(false)) => {
-                    let known: Vec<&String> = properties.map(|p| p.keys().collect()).unwrap_or_default();
+                    let known: Vec<&String> =
+                        properties.map(|p| p.keys().collect()).unwrap_or_default();
                     let known = if known.is_empty() {
                         "it takes no arguments".to_owned()
                     } else {
-                        format!("known: {}", known.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "))
+                        format!(
+                            "known: {}",
+                            known
+                                .iter()
+                                .map(|k| k.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
                     };
-                    return Err(format!("{}: unknown argument ({known})", field(&join(path, name))));
+                    return Err(format!(
+                        "{}: unknown argument ({known})",
+                        field(&join(path, name))
+                    ));
                 }
                 None => {}
             }
@@ -136,7 +186,11 @@ fn check_at(schema: &Value, value: &Value, path: &str) -> Result<(), String> {
 }
 
 fn join(path: &str, name: &str) -> String {
-    if path.is_empty() { name.to_owned() } else { format!("{path}.{name}") }
+    if path.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
 }
 
 #[cfg(test)]
@@ -162,20 +216,39 @@ mod tests {
     #[test]
     fn violations_name_the_field_and_the_expectation() {
         let cases = [
-            (json!({"n": 1, "format": 5}), "field `format`: expected string, got a number (5)"),
+            (
+                json!({"n": 1, "format": 5}),
+                "field `format`: expected string, got a number (5)",
+            ),
             (json!({}), "field `n`: is required"),
             (json!({"n": 0}), "field `n`: must be at least 1"),
             (json!({"n": 1.5}), "field `n`: expected integer"),
-            (json!({"n": 1, "mode": "c"}), "field `mode`: expected one of \"a\", \"b\""),
-            (json!({"n": 1, "tags": ["x", 2]}), "field `tags[1]`: expected string"),
+            (
+                json!({"n": 1, "mode": "c"}),
+                "field `mode`: expected one of \"a\", \"b\"",
+            ),
+            (
+                json!({"n": 1, "tags": ["x", 2]}),
+                "field `tags[1]`: expected string",
+            ),
             (json!({"n": 1, "inner": {}}), "field `inner.x`: is required"),
-            (json!({"n": 1, "colour": 1}), "field `colour`: unknown argument (known: format"),
-            (json!({"n": 1, "format": "toolong"}), "field `format`: must be at most 5 characters"),
+            (
+                json!({"n": 1, "colour": 1}),
+                "field `colour`: unknown argument (known: format",
+            ),
+            (
+                json!({"n": 1, "format": "toolong"}),
+                "field `format`: must be at most 5 characters",
+            ),
         ];
         for (args, expected) in cases {
             let err = check(&schema(), &args).unwrap_err();
             assert!(err.starts_with(expected), "{args}: {err}");
         }
-        check(&schema(), &json!({"n": 2, "format": "%Y", "mode": "a", "tags": [], "inner": {"x": true}})).unwrap();
+        check(
+            &schema(),
+            &json!({"n": 2, "format": "%Y", "mode": "a", "tags": [], "inner": {"x": true}}),
+        )
+        .unwrap();
     }
 }

@@ -112,15 +112,27 @@ impl ToolError {
     }
 
     pub fn failed(message: impl Into<String>) -> Self {
-        Self { kind: ToolErrorKind::Failed, code: "tool:failed".into(), message: message.into() }
+        Self {
+            kind: ToolErrorKind::Failed,
+            code: "tool:failed".into(),
+            message: message.into(),
+        }
     }
 
     pub fn denied(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { kind: ToolErrorKind::Denied, code: code.into(), message: message.into() }
+        Self {
+            kind: ToolErrorKind::Denied,
+            code: code.into(),
+            message: message.into(),
+        }
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self { kind: ToolErrorKind::NotFound, code: "tool:not_found".into(), message: message.into() }
+        Self {
+            kind: ToolErrorKind::NotFound,
+            code: "tool:not_found".into(),
+            message: message.into(),
+        }
     }
 
     /// The JSON a caller of `paddock call` (or an MCP client) gets.
@@ -132,7 +144,9 @@ impl ToolError {
 /// Errors of registry configuration (not of calls).
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    #[error("tool '{name}' is already registered by toolset '{owner}'; pass override to replace it")]
+    #[error(
+        "tool '{name}' is already registered by toolset '{owner}'; pass override to replace it"
+    )]
     Duplicate { name: String, owner: String },
     #[error("tool name '{0}' is invalid: use 1-64 characters from [A-Za-z0-9_.-]")]
     InvalidName(String),
@@ -149,13 +163,21 @@ static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
 
 /// A fresh call id, unique within this process.
 pub fn new_call_id() -> String {
-    format!("call_{}_{}", std::process::id(), NEXT_CALL.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "call_{}_{}",
+        std::process::id(),
+        NEXT_CALL.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 impl Registry {
     /// An empty registry that allows everything.
     pub fn new() -> Self {
-        Self { tools: BTreeMap::new(), filter: ToolFilter::allow_all(), events: Arc::default() }
+        Self {
+            tools: BTreeMap::new(),
+            filter: ToolFilter::allow_all(),
+            events: Arc::default(),
+        }
     }
 
     /// A registry with the built-in tools.
@@ -197,12 +219,17 @@ impl Registry {
         let name = tool.spec().name;
         let valid = !name.is_empty()
             && name.len() <= 64
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
         if !valid {
             return Err(RegistryError::InvalidName(name));
         }
         if !replace && let Some(existing) = self.tools.get(&name) {
-            return Err(RegistryError::Duplicate { name, owner: existing.spec().toolset });
+            return Err(RegistryError::Duplicate {
+                name,
+                owner: existing.spec().toolset,
+            });
         }
         self.insert(tool);
         Ok(())
@@ -233,7 +260,12 @@ impl Registry {
     }
 
     /// Calls a tool through every check. Failures come back as [`ToolError`]s, never panics.
-    pub async fn dispatch(&self, name: &str, args: Value, ctx: CallContext) -> Result<Value, ToolError> {
+    pub async fn dispatch(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: CallContext,
+    ) -> Result<Value, ToolError> {
         let started = Instant::now();
         self.events.emit(&ToolCallEvent {
             call_id: ctx.call_id.clone(),
@@ -259,9 +291,16 @@ impl Registry {
         result
     }
 
-    async fn dispatch_checked(&self, name: &str, args: Value, ctx: CallContext) -> Result<Value, ToolError> {
+    async fn dispatch_checked(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: CallContext,
+    ) -> Result<Value, ToolError> {
         let Some(tool) = self.tools.get(name).cloned() else {
-            return Err(ToolError::not_found(format!("there is no tool named '{name}'")));
+            return Err(ToolError::not_found(format!(
+                "there is no tool named '{name}'"
+            )));
         };
         if !self.filter.is_visible(name) {
             return Err(ToolError::denied(
@@ -292,7 +331,10 @@ impl Registry {
         }
         // A panicking tool must not take the engine down: the panic becomes a failed call.
         use futures_util::FutureExt;
-        match std::panic::AssertUnwindSafe(tool.call(args, ctx)).catch_unwind().await {
+        match std::panic::AssertUnwindSafe(tool.call(args, ctx))
+            .catch_unwind()
+            .await
+        {
             Ok(result) => result,
             Err(_) => Err(ToolError::failed(format!("tool '{name}' panicked"))),
         }
@@ -308,8 +350,16 @@ impl Default for Registry {
 /// Turns a tool name into the identifier a script uses: every character that is not valid in
 /// an identifier becomes `_` (`my-tool.v2` -> `my_tool_v2`); a leading digit gets a `_` prefix.
 pub fn python_identifier(name: &str) -> String {
-    let mut ident: String =
-        name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    let mut ident: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
     if ident.chars().next().is_none_or(|c| c.is_ascii_digit()) {
         ident.insert(0, '_');
     }
@@ -345,7 +395,11 @@ mod tests {
         let mut registry = Registry::with_builtins();
         let dup = crate::tools::builtins().remove(0);
         let err = registry.register(dup.clone()).unwrap_err();
-        assert!(err.to_string().contains("already registered by toolset 'builtin'"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("already registered by toolset 'builtin'"),
+            "{err}"
+        );
         registry.register_override(dup).unwrap();
     }
 
@@ -361,7 +415,10 @@ mod tests {
     #[tokio::test]
     async fn non_object_arguments_are_rejected_with_the_kind_given() {
         let registry = Registry::with_builtins();
-        let err = registry.dispatch("wait", json!([1]), CallContext::default()).await.unwrap_err();
+        let err = registry
+            .dispatch("wait", json!([1]), CallContext::default())
+            .await
+            .unwrap_err();
         assert_eq!(err.kind, ToolErrorKind::InvalidArguments);
         assert!(err.message.contains("got an array"), "{}", err.message);
     }
@@ -369,7 +426,10 @@ mod tests {
     #[tokio::test]
     async fn unknown_tools_are_not_found() {
         let registry = Registry::with_builtins();
-        let err = registry.dispatch("nope", json!({}), CallContext::default()).await.unwrap_err();
+        let err = registry
+            .dispatch("nope", json!({}), CallContext::default())
+            .await
+            .unwrap_err();
         assert_eq!(err.kind, ToolErrorKind::NotFound);
     }
 }

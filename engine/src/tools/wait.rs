@@ -47,7 +47,11 @@ impl Tool for Wait {
     fn call(&self, args: Value, _ctx: CallContext) -> ToolFuture {
         Box::pin(async move {
             let args: Args = super::parse_args("wait", args)?;
-            let requested = if args.milliseconds.is_finite() { args.milliseconds } else { 0.0 };
+            let requested = if args.milliseconds.is_finite() {
+                args.milliseconds
+            } else {
+                0.0
+            };
             let clamped = requested.clamp(0.0, MAX_WAIT_MS as f64);
             let started = Instant::now();
             if clamped > 0.0 {

@@ -24,9 +24,9 @@ pub fn restrict_everything() -> Result<&'static str, ConfineError> {
         .map_err(not_enforced)?;
     match status.ruleset {
         RulesetStatus::FullyEnforced => Ok("fully-enforced"),
-        RulesetStatus::PartiallyEnforced => {
-            Err(ConfineError::LandlockNotEnforced("partially enforced".into()))
-        }
+        RulesetStatus::PartiallyEnforced => Err(ConfineError::LandlockNotEnforced(
+            "partially enforced".into(),
+        )),
         RulesetStatus::NotEnforced => Err(ConfineError::LandlockNotEnforced("not enforced".into())),
     }
 }

@@ -26,8 +26,8 @@ use std::io;
 
 pub use heap::{CountingAllocator, live_bytes, set_hard_ceiling};
 pub use process::{
-    Forked, INHERITED_FD, die_with_parent, exit_immediately, fill_random, fork, keep_only_inherited_fd,
-    recv_with_fds, send_with_fd, spawn_with_fd, take_inherited_fd,
+    Forked, INHERITED_FD, die_with_parent, exit_immediately, fill_random, fork,
+    keep_only_inherited_fd, recv_with_fds, send_with_fd, spawn_with_fd, take_inherited_fd,
 };
 
 /// The uid/gid a child drops to when started as root.
@@ -37,7 +37,10 @@ pub const NOBODY: u32 = 65534;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfineError {
     #[error("confinement step '{step}' failed: {source}")]
-    Step { step: &'static str, source: io::Error },
+    Step {
+        step: &'static str,
+        source: io::Error,
+    },
     #[error("landlock is not fully enforced ({0}); refusing to run scripts without it")]
     LandlockNotEnforced(String),
     #[error("seccomp filter could not be built: {0}")]

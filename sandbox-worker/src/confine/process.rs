@@ -26,7 +26,9 @@ pub fn fork() -> io::Result<Forked> {
     // SAFETY: the zygote is single-threaded when it forks (it starts no threads; the VM starts
     // none in this build), so the child cannot inherit a lock held by another thread.
     match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
-        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent { pid: child.as_raw() }),
+        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent {
+            pid: child.as_raw(),
+        }),
         nix::unistd::ForkResult::Child => Ok(Forked::Child),
     }
 }
@@ -46,7 +48,14 @@ pub fn keep_only_inherited_fd(fd: OwnedFd) -> io::Result<OwnedFd> {
     }
     // SAFETY: close_range only closes descriptors; nothing in this process uses descriptors
     // above INHERITED_FD any more (the caller handed over ownership of everything it needs).
-    let rc = unsafe { libc::syscall(libc::SYS_close_range, INHERITED_FD as u32 + 1, u32::MAX, 0u32) };
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            INHERITED_FD as u32 + 1,
+            u32::MAX,
+            0u32,
+        )
+    };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -62,7 +71,12 @@ pub fn take_inherited_fd() -> io::Result<OwnedFd> {
         unsafe { std::os::fd::BorrowedFd::borrow_raw(INHERITED_FD) },
         nix::fcntl::FcntlArg::F_GETFD,
     )
-    .map_err(|e| io::Error::new(io::ErrorKind::NotFound, format!("no control descriptor: {e}")))?;
+    .map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no control descriptor: {e}"),
+        )
+    })?;
     // SAFETY: the engine started this process with INHERITED_FD open for it (see
     // `spawn_with_fd`), the probe above proved it is open, and nothing else claims it.
     Ok(unsafe { OwnedFd::from_raw_fd(INHERITED_FD) })
@@ -84,7 +98,14 @@ pub fn spawn_with_fd(command: &mut Command, fd: &OwnedFd) -> io::Result<std::pro
                 return Err(io::Error::last_os_error());
             }
             // The zygote dies with the engine.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
                 return Err(io::Error::last_os_error());
             }
             Ok(())
@@ -104,8 +125,14 @@ pub fn send_with_fd(socket: &OwnedFd, bytes: &[u8], fd: Option<&OwnedFd>) -> io:
         }
         None => &[],
     };
-    sendmsg::<()>(socket.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)
-        .map_err(io::Error::from)?;
+    sendmsg::<()>(
+        socket.as_raw_fd(),
+        &iov,
+        cmsgs,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map_err(io::Error::from)?;
     Ok(())
 }
 
@@ -137,7 +164,10 @@ pub fn recv_with_fds(socket: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, Vec
         }
     }
     if msg.flags.contains(MsgFlags::MSG_TRUNC) {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "control message truncated"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "control message truncated",
+        ));
     }
     Ok((msg.bytes, fds))
 }
@@ -146,11 +176,22 @@ pub fn recv_with_fds(socket: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, Vec
 /// still the expected one (it may have died before the request).
 pub fn die_with_parent(expected_parent: i32) -> io::Result<()> {
     // SAFETY: PR_SET_PDEATHSIG takes a signal number and no pointers.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) } != 0 {
+    if unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    } != 0
+    {
         return Err(io::Error::last_os_error());
     }
     if nix::unistd::getppid().as_raw() != expected_parent {
-        return Err(io::Error::other("parent exited before the child was set up"));
+        return Err(io::Error::other(
+            "parent exited before the child was set up",
+        ));
     }
     Ok(())
 }
@@ -161,9 +202,8 @@ pub fn fill_random(buf: &mut [u8]) -> io::Result<()> {
     while filled < buf.len() {
         // SAFETY: the pointer and length describe the unfilled tail of `buf`, which is valid
         // for writes.
-        let n = unsafe {
-            libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0)
-        };
+        let n =
+            unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
         if n < 0 {
             let err = io::Error::last_os_error();
             if err.kind() == io::ErrorKind::Interrupted {

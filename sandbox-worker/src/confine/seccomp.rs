@@ -91,7 +91,9 @@ fn program(
         syscalls.iter().map(|&nr| (nr, Vec::new())).collect();
     let filter = SeccompFilter::new(rules, mismatch, matched, arch)
         .map_err(|e| ConfineError::Seccomp(e.to_string()))?;
-    filter.try_into().map_err(|e: seccompiler::BackendError| ConfineError::Seccomp(e.to_string()))
+    filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| ConfineError::Seccomp(e.to_string()))
 }
 
 type Programs = (BpfProgram, BpfProgram);
@@ -108,9 +110,12 @@ fn programs() -> Result<&'static Programs, ConfineError> {
         .get_or_init(|| {
             let kill = program(KILLED, SeccompAction::Allow, SeccompAction::KillProcess)
                 .map_err(|e| e.to_string())?;
-            let allow =
-                program(ALLOWED, SeccompAction::Errno(libc::ENOSYS as u32), SeccompAction::Allow)
-                    .map_err(|e| e.to_string())?;
+            let allow = program(
+                ALLOWED,
+                SeccompAction::Errno(libc::ENOSYS as u32),
+                SeccompAction::Allow,
+            )
+            .map_err(|e| e.to_string())?;
             Ok((kill, allow))
         })
         .as_ref()

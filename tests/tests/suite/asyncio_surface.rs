@@ -82,7 +82,11 @@ fn gather_return_exceptions_and_failures() {
 
 #[test]
 fn waiting_on_nothing_is_an_error_not_a_hang() {
-    let v = run_script("import asyncio\nawait asyncio.Event().wait()", &["--timeout", "20"]).json();
+    let v = run_script(
+        "import asyncio\nawait asyncio.Event().wait()",
+        &["--timeout", "20"],
+    )
+    .json();
     assert_eq!(v["error_code"], json!("codemode:script_error"), "{v}");
     assert!(v["error"].as_str().unwrap().contains("deadlock"), "{v}");
 }

@@ -5,13 +5,24 @@ use std::time::Duration;
 
 fn assert_usage_error(run: &paddock_tests::Run, needle: &str) {
     assert_eq!(run.code, 2, "stdout={} stderr={}", run.stdout, run.stderr);
-    assert!(run.stdout.is_empty(), "stdout must stay empty: {}", run.stdout);
-    assert!(run.stderr.contains(needle), "stderr lacks {needle:?}: {}", run.stderr);
+    assert!(
+        run.stdout.is_empty(),
+        "stdout must stay empty: {}",
+        run.stdout
+    );
+    assert!(
+        run.stderr.contains(needle),
+        "stderr lacks {needle:?}: {}",
+        run.stderr
+    );
 }
 
 #[test]
 fn missing_file() {
-    assert_usage_error(&paddock(&["run", "/nonexistent/script.py"]), "/nonexistent/script.py");
+    assert_usage_error(
+        &paddock(&["run", "/nonexistent/script.py"]),
+        "/nonexistent/script.py",
+    );
 }
 
 #[test]
@@ -48,22 +59,36 @@ fn unknown_flags_and_bad_values() {
     let f = write_file(&dir, "s.py", "1");
     assert_usage_error(&paddock(&["run", "--frobnicate", &f]), "--frobnicate");
     assert_usage_error(&paddock(&["run", "--timeout=-3", &f]), "--timeout");
-    assert_usage_error(&paddock(&["run", "--max-memory-mb", "lots", &f]), "--max-memory-mb");
+    assert_usage_error(
+        &paddock(&["run", "--max-memory-mb", "lots", &f]),
+        "--max-memory-mb",
+    );
     assert_usage_error(&paddock(&["run"]), "SCRIPT");
 }
 
 #[test]
 fn bad_policy_names_file_line_and_key() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = write_file(&dir, "bad.toml", "[codemode]\ntimeout_seconds = 5\nmax_tool_cals = 3\n");
+    let policy = write_file(
+        &dir,
+        "bad.toml",
+        "[codemode]\ntimeout_seconds = 5\nmax_tool_cals = 3\n",
+    );
     let f = write_file(&dir, "s.py", "1");
     let run = paddock(&["run", "--policy", &policy, &f]);
-    assert_usage_error(&run, &format!("{policy}:3: codemode.max_tool_cals: unknown field"));
+    assert_usage_error(
+        &run,
+        &format!("{policy}:3: codemode.max_tool_cals: unknown field"),
+    );
 }
 
 #[test]
 fn stdin_script_runs() {
-    let run = paddock_with(&["run", "-"], Some(b"print('from stdin')\n7"), Duration::from_secs(30));
+    let run = paddock_with(
+        &["run", "-"],
+        Some(b"print('from stdin')\n7"),
+        Duration::from_secs(30),
+    );
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.json()["output"], serde_json::json!("from stdin\n"));
 }

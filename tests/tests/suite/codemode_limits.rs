@@ -15,7 +15,10 @@ fn gather_of_ten_300ms_waits_runs_concurrently() {
     assert_eq!(v["ok"], json!(true), "{v}");
     assert_eq!(v["result"]["n"], json!(10));
     let elapsed = v["result"]["elapsed"].as_f64().unwrap();
-    assert!(elapsed < 1.0, "10 x 300 ms took {elapsed} s: the calls did not overlap");
+    assert!(
+        elapsed < 1.0,
+        "10 x 300 ms took {elapsed} s: the calls did not overlap"
+    );
     assert!(elapsed >= 0.29, "{elapsed}");
     assert_eq!(run.code, 0);
 }
@@ -52,7 +55,10 @@ fn memory_error_can_be_caught_and_the_script_goes_on() {
 
 #[test]
 fn busy_loop_times_out_and_keeps_what_it_printed() {
-    let run = run_script("print('started')\nwhile True:\n    pass\n", &["--timeout", "1.5"]);
+    let run = run_script(
+        "print('started')\nwhile True:\n    pass\n",
+        &["--timeout", "1.5"],
+    );
     let v = run.json();
     assert_eq!(v["error_code"], json!("codemode:timeout"), "{v}");
     assert_eq!(v["output"], json!("started\n"));
@@ -88,15 +94,34 @@ fn tool_call_limit_raises_a_catchable_value_error() {
     .json();
     assert_eq!(v["ok"], json!(true), "{v}");
     assert_eq!(v["result"]["n"], json!(3));
-    assert!(v["result"]["error"].as_str().unwrap().starts_with("codemode:tool_call_limit"), "{v}");
-    assert_eq!(v["tool_errors"], json!([{"tool": "wait", "error_code": "codemode:tool_call_limit"}]));
+    assert!(
+        v["result"]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("codemode:tool_call_limit"),
+        "{v}"
+    );
+    assert_eq!(
+        v["tool_errors"],
+        json!([{"tool": "wait", "error_code": "codemode:tool_call_limit"}])
+    );
 }
 
 #[test]
 fn uncaught_tool_call_limit_is_a_script_error() {
-    let v = run_script("for i in range(5):\n    await tools.wait()\n", &["--max-tool-calls", "2"]).json();
+    let v = run_script(
+        "for i in range(5):\n    await tools.wait()\n",
+        &["--max-tool-calls", "2"],
+    )
+    .json();
     assert_eq!(v["error_code"], json!("codemode:script_error"), "{v}");
-    assert!(v["error"].as_str().unwrap().contains("codemode:tool_call_limit"), "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("codemode:tool_call_limit"),
+        "{v}"
+    );
 }
 
 #[test]
@@ -108,7 +133,11 @@ fn syntax_errors_name_the_line() {
 
 #[test]
 fn uncaught_exceptions_are_script_errors_with_line_and_partial_output() {
-    let v = run_script("print('one')\ndef f():\n    raise KeyError('boom')\nf()\n", &[]).json();
+    let v = run_script(
+        "print('one')\ndef f():\n    raise KeyError('boom')\nf()\n",
+        &[],
+    )
+    .json();
     assert_eq!(v["error_code"], json!("codemode:script_error"), "{v}");
     assert_eq!(v["error"], json!("KeyError: 'boom' (line 3)"));
     assert_eq!(v["output"], json!("one\n"));
@@ -125,21 +154,39 @@ fn tool_errors_reach_the_script_as_value_error_and_are_listed() {
     .json();
     assert_eq!(v["ok"], json!(true), "{v}");
     assert!(v["result"].as_str().unwrap().contains("format"), "{v}");
-    assert_eq!(v["tool_errors"], json!([{"tool": "current_datetime", "error_code": "tool:invalid_arguments"}]));
+    assert_eq!(
+        v["tool_errors"],
+        json!([{"tool": "current_datetime", "error_code": "tool:invalid_arguments"}])
+    );
 }
 
 #[test]
 fn unknown_tool_is_an_attribute_error_with_a_hint() {
     let v = run_script("await tools.current_datetim()", &[]).json();
     assert_eq!(v["error_code"], json!("codemode:script_error"), "{v}");
-    assert!(v["error"].as_str().unwrap().starts_with("AttributeError"), "{v}");
-    assert!(v["hint"].as_str().unwrap().contains("did you mean tools.current_datetime"), "{v}");
+    assert!(
+        v["error"].as_str().unwrap().starts_with("AttributeError"),
+        "{v}"
+    );
+    assert!(
+        v["hint"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean tools.current_datetime"),
+        "{v}"
+    );
 }
 
 #[test]
 fn positional_arguments_are_refused() {
     let v = run_script("await tools.wait(5)", &[]).json();
-    assert!(v["error"].as_str().unwrap().contains("keyword arguments only"), "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("keyword arguments only"),
+        "{v}"
+    );
 }
 
 #[test]
@@ -148,7 +195,10 @@ fn denied_approval_is_a_permission_error_and_its_own_code() {
     let policy = write_file(&dir, "p.toml", "[tools]\nrequire_approval = [\"wait\"]\n");
     let v = run_script("await tools.wait(milliseconds=1)", &["--policy", &policy]).json();
     assert_eq!(v["error_code"], json!("tool_approval:denied"), "{v}");
-    assert!(v["error"].as_str().unwrap().starts_with("PermissionError"), "{v}");
+    assert!(
+        v["error"].as_str().unwrap().starts_with("PermissionError"),
+        "{v}"
+    );
     // Caught, it is an ordinary PermissionError.
     let v = run_script(
         "try:\n    await tools.wait()\nexcept PermissionError:\n    r = 'denied'\nr",
@@ -156,7 +206,10 @@ fn denied_approval_is_a_permission_error_and_its_own_code() {
     )
     .json();
     assert_eq!(v["result"], json!("denied"), "{v}");
-    assert_eq!(v["tool_errors"], json!([{"tool": "wait", "error_code": "tool_approval:denied"}]));
+    assert_eq!(
+        v["tool_errors"],
+        json!([{"tool": "wait", "error_code": "tool_approval:denied"}])
+    );
 }
 
 #[test]
@@ -199,8 +252,16 @@ fn a_killed_sandbox_is_reported_and_the_engine_goes_on() {
     // The script prints its own pid... it cannot (no os.getpid to the host); instead the test
     // kills every sandbox child of the run while a script waits, through the process tree.
     let dir = tempfile::tempdir().unwrap();
-    let script = write_file(&dir, "s.py", "print('about to wait')\nawait tools.wait(milliseconds=20000)\n");
-    let follow = write_file(&dir, "t.py", "await tools.wait(milliseconds=2500)\n'second script fine'");
+    let script = write_file(
+        &dir,
+        "s.py",
+        "print('about to wait')\nawait tools.wait(milliseconds=20000)\n",
+    );
+    let follow = write_file(
+        &dir,
+        "t.py",
+        "await tools.wait(milliseconds=2500)\n'second script fine'",
+    );
     let bin = paddock_tests::paddock_bin();
     let child = std::process::Command::new(bin)
         .args(["run", "--timeout", "30", &script, &follow])
@@ -215,20 +276,35 @@ fn a_killed_sandbox_is_reported_and_the_engine_goes_on() {
     let mut sandboxes: Vec<u32> = zygotes.iter().flat_map(|z| children_of(*z)).collect();
     sandboxes.sort();
     assert!(!sandboxes.is_empty(), "no sandbox children");
-    std::process::Command::new("kill").args(["-9", &sandboxes[0].to_string()]).status().unwrap();
+    std::process::Command::new("kill")
+        .args(["-9", &sandboxes[0].to_string()])
+        .status()
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 2, "{stdout}");
-    assert_eq!(lines[0]["error_code"], json!("codemode:sandbox_failed"), "{stdout}");
+    assert_eq!(
+        lines[0]["error_code"],
+        json!("codemode:sandbox_failed"),
+        "{stdout}"
+    );
     assert_eq!(lines[0]["output"], json!("about to wait\n"));
-    assert!(lines[0]["error"].as_str().unwrap().contains("signal 9"), "{stdout}");
+    assert!(
+        lines[0]["error"].as_str().unwrap().contains("signal 9"),
+        "{stdout}"
+    );
     assert_eq!(lines[1]["result"], json!("second script fine"), "{stdout}");
 }
 
 /// Children of every thread of `pid` (a child belongs to the thread that spawned it).
 fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
     tasks
         .filter_map(Result::ok)
         .flat_map(|t| {
@@ -244,9 +320,30 @@ fn children_of(pid: u32) -> Vec<u32> {
 #[test]
 fn policy_limits_apply_without_flags() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = write_file(&dir, "p.toml", "[codemode]\nmax_tool_calls = 1\ntimeout_seconds = 5\n");
-    let v = run_script("await tools.wait()\nawait tools.wait()", &["--policy", &policy]).json();
-    assert!(v["error"].as_str().unwrap().contains("codemode:tool_call_limit"), "{v}");
-    let run = paddock(&["run", "--policy", &policy, "--max-tool-calls", "5", &write_file(&dir, "s.py", "await tools.wait()\nawait tools.wait()\n'ok'")]);
+    let policy = write_file(
+        &dir,
+        "p.toml",
+        "[codemode]\nmax_tool_calls = 1\ntimeout_seconds = 5\n",
+    );
+    let v = run_script(
+        "await tools.wait()\nawait tools.wait()",
+        &["--policy", &policy],
+    )
+    .json();
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("codemode:tool_call_limit"),
+        "{v}"
+    );
+    let run = paddock(&[
+        "run",
+        "--policy",
+        &policy,
+        "--max-tool-calls",
+        "5",
+        &write_file(&dir, "s.py", "await tools.wait()\nawait tools.wait()\n'ok'"),
+    ]);
     assert_eq!(run.json()["result"], json!("ok"));
 }

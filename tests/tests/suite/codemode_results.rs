@@ -81,13 +81,27 @@ fn mutated_builtins_and_modules_do_not_leak_into_the_next_script() {
 #[test]
 fn several_scripts_run_concurrently_and_print_in_argument_order() {
     let dir = tempfile::tempdir().unwrap();
-    let slow = write_file(&dir, "slow.py", "await tools.wait(milliseconds=800)\n'slow'");
+    let slow = write_file(
+        &dir,
+        "slow.py",
+        "await tools.wait(milliseconds=800)\n'slow'",
+    );
     let fast = write_file(&dir, "fast.py", "'fast'");
     let bad = write_file(&dir, "bad.py", "1/0");
     let run = paddock(&["run", &slow, &fast, &bad, &slow]);
-    let results: Vec<_> = run.json_lines().iter().map(|v| v["result"].clone()).collect();
-    assert_eq!(results, vec![json!("slow"), json!("fast"), json!(null), json!("slow")]);
-    assert_eq!(run.json_lines()[2]["error_code"], json!("codemode:script_error"));
+    let results: Vec<_> = run
+        .json_lines()
+        .iter()
+        .map(|v| v["result"].clone())
+        .collect();
+    assert_eq!(
+        results,
+        vec![json!("slow"), json!("fast"), json!(null), json!("slow")]
+    );
+    assert_eq!(
+        run.json_lines()[2]["error_code"],
+        json!("codemode:script_error")
+    );
     assert_eq!(run.code, 1, "one failed script makes the exit status 1");
 }
 
@@ -105,7 +119,11 @@ fn standard_modules_import_and_work() {
         &[],
     )
     .json();
-    assert_eq!(v["result"], json!([2, "2d711642", 1, 1, 1, "2.5", "1/3", "bb", "aGk=", 120]), "{v}");
+    assert_eq!(
+        v["result"],
+        json!([2, "2d711642", 1, 1, 1, "2.5", "1/3", "bb", "aGk=", 120]),
+        "{v}"
+    );
 }
 
 #[test]
@@ -114,14 +132,21 @@ fn random_differs_between_scripts() {
     let s = write_file(&dir, "r.py", "import random\nrandom.random()");
     let run = paddock(&["run", &s, &s]);
     let lines = run.json_lines();
-    assert_ne!(lines[0]["result"], lines[1]["result"], "forked children share a random state");
+    assert_ne!(
+        lines[0]["result"], lines[1]["result"],
+        "forked children share a random state"
+    );
 }
 
 #[test]
 fn events_carry_the_scripts_call_id_as_parent() {
     let dir = tempfile::tempdir().unwrap();
     let events = dir.path().join("events.jsonl");
-    let s = write_file(&dir, "s.py", "import asyncio\nawait asyncio.gather(tools.wait(), tools.current_datetime(format=7))\n");
+    let s = write_file(
+        &dir,
+        "s.py",
+        "import asyncio\nawait asyncio.gather(tools.wait(), tools.current_datetime(format=7))\n",
+    );
     let run = paddock(&["run", "--events", events.to_str().unwrap(), &s]);
     assert_eq!(run.code, 1);
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(&events)
@@ -129,9 +154,15 @@ fn events_carry_the_scripts_call_id_as_parent() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let script = lines.iter().find(|e| e["tool"] == json!("run_tools_script")).unwrap();
+    let script = lines
+        .iter()
+        .find(|e| e["tool"] == json!("run_tools_script"))
+        .unwrap();
     let script_id = script["call_id"].clone();
-    let nested: Vec<_> = lines.iter().filter(|e| e["parent_call_id"] == script_id).collect();
+    let nested: Vec<_> = lines
+        .iter()
+        .filter(|e| e["parent_call_id"] == script_id)
+        .collect();
     assert_eq!(nested.len(), 4, "started+finished for 2 calls: {lines:?}");
     let failed = nested
         .iter()
@@ -146,7 +177,12 @@ fn paddock_call_runs_a_tool_and_code_mode() {
     let run = paddock(&["call", "current_datetime", "--args", "{\"format\": \"%Y\"}"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.json()["formatted"].as_str().unwrap().len(), 4);
-    let run = paddock(&["call", "run_tools_script", "--args", "{\"code\": \"6 * 7\"}"]);
+    let run = paddock(&[
+        "call",
+        "run_tools_script",
+        "--args",
+        "{\"code\": \"6 * 7\"}",
+    ]);
     assert_eq!(run.json()["result"], json!(42));
     let run = paddock(&["call", "wait", "--args", "[1]"]);
     assert_eq!(run.code, 1);

@@ -8,12 +8,18 @@ fn outcome(code: &str) -> serde_json::Value {
 }
 
 fn error_of(code: &str) -> String {
-    let v = outcome(&format!("try:\n{}\n    r = 'NOT BLOCKED'\nexcept BaseException as e:\n    r = type(e).__name__ + ': ' + str(e)\nr", indent(code)));
+    let v = outcome(&format!(
+        "try:\n{}\n    r = 'NOT BLOCKED'\nexcept BaseException as e:\n    r = type(e).__name__ + ': ' + str(e)\nr",
+        indent(code)
+    ));
     v["result"].as_str().unwrap_or_default().to_owned()
 }
 
 fn indent(code: &str) -> String {
-    code.lines().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n")
+    code.lines()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[test]
@@ -36,9 +42,21 @@ fn environment_is_not_readable() {
 
 #[test]
 fn network_processes_and_ffi_do_not_exist() {
-    for module in ["socket", "subprocess", "ctypes", "threading", "multiprocessing", "pathlib", "shutil"] {
+    for module in [
+        "socket",
+        "subprocess",
+        "ctypes",
+        "threading",
+        "multiprocessing",
+        "pathlib",
+        "shutil",
+    ] {
         let e = error_of(&format!("import {module}"));
-        assert!(e.starts_with("ModuleNotFoundError") && e.contains("not available in the Paddock sandbox"), "{module}: {e}");
+        assert!(
+            e.starts_with("ModuleNotFoundError")
+                && e.contains("not available in the Paddock sandbox"),
+            "{module}: {e}"
+        );
     }
     let e = error_of("import os\nos.system('id')");
     assert!(e.starts_with("PermissionError"), "{e}");
@@ -60,5 +78,8 @@ fn removing_the_import_blocker_still_finds_nothing_on_disk() {
 fn recursion_is_a_clean_error() {
     let v = outcome("def f(n):\n    return f(n + 1)\nf(0)");
     assert_eq!(v["error_code"], json!("codemode:script_error"));
-    assert!(v["error"].as_str().unwrap().starts_with("RecursionError"), "{v}");
+    assert!(
+        v["error"].as_str().unwrap().starts_with("RecursionError"),
+        "{v}"
+    );
 }

@@ -26,7 +26,12 @@ fn every_shipped_policy_checks() {
         let dir = tempfile::tempdir().unwrap();
         let s = write_file(&dir, "s.py", "'ok'");
         let run = paddock(&["run", "--policy", file, &s]);
-        assert_eq!(run.json()["result"], serde_json::json!("ok"), "{file}: {}", run.stderr);
+        assert_eq!(
+            run.json()["result"],
+            serde_json::json!("ok"),
+            "{file}: {}",
+            run.stderr
+        );
     }
 }
 
@@ -34,16 +39,36 @@ fn every_shipped_policy_checks() {
 fn broken_policies_fail_with_file_line_and_key() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
-        ("unknown_key.toml", "[codemode]\nenabled = true\nmax_memroy_mb = 5\n", ":3: codemode.max_memroy_mb: unknown field"),
-        ("wrong_type.toml", "[codemode]\ntimeout_seconds = \"soon\"\n", ":2: codemode.timeout_seconds:"),
-        ("bad_glob.toml", "[tools]\n\ndeny = [\"a[\"]\n", ":3: tools.deny: bad glob"),
+        (
+            "unknown_key.toml",
+            "[codemode]\nenabled = true\nmax_memroy_mb = 5\n",
+            ":3: codemode.max_memroy_mb: unknown field",
+        ),
+        (
+            "wrong_type.toml",
+            "[codemode]\ntimeout_seconds = \"soon\"\n",
+            ":2: codemode.timeout_seconds:",
+        ),
+        (
+            "bad_glob.toml",
+            "[tools]\n\ndeny = [\"a[\"]\n",
+            ":3: tools.deny: bad glob",
+        ),
         ("malformed.toml", "[codemode\nenabled = true\n", ":1:"),
-        ("zero_memory.toml", "[codemode]\nmax_memory_mb = 0\n", ":2: codemode.max_memory_mb: must be"),
+        (
+            "zero_memory.toml",
+            "[codemode]\nmax_memory_mb = 0\n",
+            ":2: codemode.max_memory_mb: must be",
+        ),
     ];
     for (name, text, expected) in cases {
         let path = write_file(&dir, name, text);
         let run = paddock(&["policy", "check", &path]);
         assert_eq!(run.code, 2, "{name}");
-        assert!(run.stderr.contains(&format!("{path}{expected}")), "{name}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!("{path}{expected}")),
+            "{name}: {}",
+            run.stderr
+        );
     }
 }
