@@ -19,12 +19,7 @@ pub struct Noop;
 
 impl Tool for Noop {
     fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "noop".into(),
-            toolset: "bench".into(),
-            description: "Does nothing; returns an empty object.".into(),
-            input_schema: json!({"type": "object", "properties": {}}),
-        }
+        ToolSpec::new("noop", "bench", "Does nothing; returns an empty object.", json!({"type": "object", "properties": {}}))
     }
 
     fn call(&self, _args: Value, _ctx: CallContext) -> ToolFuture {

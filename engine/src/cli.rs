@@ -16,7 +16,7 @@ use crate::codemode::{Limits, MAX_SCRIPT_BYTES};
 use crate::engine::Engine;
 use crate::events::EventSink;
 use crate::policy::Policy;
-use crate::registry::Registry;
+use crate::registry::{Registry, definitions};
 
 #[derive(Parser)]
 #[command(
@@ -418,63 +418,16 @@ fn tools(policy: Option<PathBuf>, format: Format) -> ExitCode {
     };
     let specs = engine.tool_specs();
     match format {
-        Format::Openai => print_line(&Value::Array(
-            specs
-                .iter()
-                .map(|s| json!({"type": "function", "function": {"name": s.name, "description": s.description, "parameters": s.input_schema}}))
-                .collect(),
-        )),
-        Format::Mcp => print_line(&json!({
-            "tools": specs.iter().map(|s| json!({"name": s.name, "description": s.description, "inputSchema": s.input_schema})).collect::<Vec<_>>()
-        })),
+        Format::Openai => print_line(&definitions::openai(&specs)),
+        Format::Mcp => print_line(&definitions::mcp(&specs)),
         Format::Signatures => {
             let mut out = std::io::stdout().lock();
             for s in &specs {
-                let _ = writeln!(out, "{}", signature(s));
+                let _ = writeln!(out, "{}", definitions::signature(s));
             }
         }
     }
     ExitCode::SUCCESS
-}
-
-fn signature(spec: &crate::registry::ToolSpec) -> String {
-    let props = spec
-        .input_schema
-        .get("properties")
-        .and_then(Value::as_object);
-    let required: Vec<&str> = spec
-        .input_schema
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|r| r.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let params: Vec<String> = props
-        .map(|p| {
-            p.iter()
-                .map(|(name, schema)| {
-                    let ty = match schema.get("type").and_then(Value::as_str) {
-                        Some("string") => "str",
-                        Some("number") => "float",
-                        Some("integer") => "int",
-                        Some("boolean") => "bool",
-                        Some("array") => "list",
-                        Some("object") => "dict",
-                        _ => "Any",
-                    };
-                    if required.contains(&name.as_str()) {
-                        format!("{name}: {ty}")
-                    } else {
-                        format!("{name}: {ty} | None = None")
-                    }
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    format!(
-        "async def {}({}) -> dict",
-        crate::registry::python_identifier(&spec.name),
-        params.join(", ")
-    )
 }
 
 fn policy_check(files: &[PathBuf]) -> ExitCode {

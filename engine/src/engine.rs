@@ -10,7 +10,7 @@ use crate::codemode::pool::{PoolConfig, SandboxPool};
 use crate::codemode::{CodeMode, Limits, RUN_TOOLS_SCRIPT, script_event};
 use crate::events::{EventSink, Phase};
 use crate::policy::{Policy, PolicyError};
-use crate::registry::{CallContext, Registry, ToolError, ToolSpec, new_call_id};
+use crate::registry::{CallContext, Registry, ToolError, ToolSpec, definitions, new_call_id};
 
 /// Errors building or running the engine.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +42,8 @@ impl Engine {
             *policy.codemode.max_concurrency.get_ref(),
         )?;
         registry.set_filter(policy.tool_filter());
+        let (enabled, disabled) = policy.toolset_selection();
+        registry.select_toolsets(&enabled, &disabled);
         registry.set_events(events);
         Ok(Self::with_pool(policy, registry, pool))
     }
@@ -130,7 +132,10 @@ impl Engine {
     /// Every tool a caller may see, `run_tools_script` first when code mode is on.
     pub fn tool_specs(&self) -> Vec<ToolSpec> {
         let mut specs = Vec::new();
-        if self.policy.codemode.enabled && self.registry().filter().is_visible(RUN_TOOLS_SCRIPT) {
+        let codemode_on = self.policy.codemode.enabled
+            && self.registry().filter().is_visible(RUN_TOOLS_SCRIPT)
+            && self.registry().toolset_enabled("codemode", RUN_TOOLS_SCRIPT);
+        if codemode_on {
             specs.push(self.run_tools_script_spec());
         }
         specs.extend(self.registry().visible_specs());
@@ -138,27 +143,27 @@ impl Engine {
     }
 
     fn run_tools_script_spec(&self) -> ToolSpec {
-        let tools = self.registry().script_tools();
+        let scripts = self.registry().script_specs();
         let mut description = String::from(
             "Run a short Python script that calls tools and returns only what matters. \
              `await tools.<name>(key=value)` calls a tool (keyword arguments only); run \
              independent calls concurrently with `asyncio.gather`. End on an expression (or \
              `return`) to return a value; `print` output is returned too. No files, network or \
-             environment. Tools available to scripts:\n",
+             environment: use tools. Tool failures raise ValueError (bad arguments), \
+             PermissionError (denied) or RuntimeError. Tools available to scripts:\n",
         );
-        for (ident, _) in &tools {
-            description.push_str(&format!("- tools.{ident}(...)\n"));
-        }
-        ToolSpec {
-            name: RUN_TOOLS_SCRIPT.into(),
-            toolset: "codemode".into(),
+        description.push_str(&definitions::signature_list(&scripts, definitions::SIGNATURES_CAP_CHARS));
+        ToolSpec::new(
+            RUN_TOOLS_SCRIPT,
+            "codemode",
             description,
-            input_schema: json!({
+            json!({
                 "type": "object",
                 "properties": {"code": {"type": "string", "description": "The Python script"}},
                 "required": ["code"],
                 "additionalProperties": false
             }),
-        }
+        )
+        .with_label("🐍", "Running a script")
     }
 }

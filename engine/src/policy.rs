@@ -77,12 +77,129 @@ impl Default for ToolsConfig {
     }
 }
 
+/// `[approval]`: what a dangerous command gets.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApprovalConfig {
+    /// `ask` (a human decides; nobody to ask means deny), `deny` or `allow`.
+    pub mode: Spanned<String>,
+    pub timeout_seconds: Spanned<f64>,
+    /// Permanent approvals: command patterns that never ask.
+    pub allowlist: Vec<Spanned<String>>,
+}
+
+impl Default for ApprovalConfig {
+    fn default() -> Self {
+        Self { mode: Spanned::new(0..0, "ask".into()), timeout_seconds: Spanned::new(0..0, 300.0), allowlist: Vec::new() }
+    }
+}
+
+/// `[backends.NAME]`: where environment tools run. Which keys apply depends on `kind`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    /// `local`, `docker`, `ssh`, `apptainer` (`singularity` is an alias).
+    pub kind: Spanned<String>,
+    /// local: `none`, `read-only` or `workspace-write`.
+    pub sandbox: Option<Spanned<String>>,
+    /// local, docker: the directory commands may change.
+    pub workspace: Option<Spanned<String>>,
+    /// docker, apptainer: the image.
+    pub image: Option<Spanned<String>>,
+    /// docker: `none` (default) or a network name; apptainer: `none` or `host`.
+    pub network: Option<Spanned<String>>,
+    pub memory_mb: Option<Spanned<u64>>,
+    pub cpus: Option<Spanned<f64>>,
+    /// ssh: the host, user, port and key.
+    pub host: Option<Spanned<String>>,
+    pub user: Option<Spanned<String>>,
+    pub port: Option<Spanned<u16>>,
+    pub identity_file: Option<Spanned<String>>,
+    /// apptainer: bind mounts `src:dst[:ro]`.
+    #[serde(default)]
+    pub binds: Vec<Spanned<String>>,
+    /// Working directory commands start in.
+    pub workdir: Option<Spanned<String>>,
+    /// Environment variables set for every command.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+/// `[routes]`: which backend each environment tool runs on.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoutesConfig {
+    pub terminal: Option<Spanned<String>>,
+    pub process: Option<Spanned<String>>,
+    pub python_execute: Option<Spanned<String>>,
+}
+
+/// `[mcp.servers.NAME]`: another MCP server whose tools scripts may call.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// stdio: the program and its arguments ...
+    pub command: Option<Spanned<String>>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// ... or a Streamable HTTP endpoint.
+    pub url: Option<Spanned<String>>,
+    /// `bridge` (default): `mcp_<server>__<tool>`; `lazy`: list_tools / call_tool.
+    pub mode: Option<Spanned<String>>,
+    pub timeout_seconds: Option<Spanned<f64>>,
+}
+
+/// `[mcp]`
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    pub servers: std::collections::BTreeMap<String, McpServerConfig>,
+}
+
+/// `[toolsets]`: which bundles of tools are on.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolsetsConfig {
+    /// A preset (`default`, `minimal`, `no-shell`, `all`); used when `enabled` is not given.
+    pub preset: Option<Spanned<String>>,
+    pub enabled: Option<Vec<Spanned<String>>>,
+    pub disabled: Vec<Spanned<String>>,
+}
+
+impl Default for ToolsetsConfig {
+    fn default() -> Self {
+        Self { preset: None, enabled: None, disabled: Vec::new() }
+    }
+}
+
+/// `[processes]`: retention of background process receipts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProcessesConfig {
+    pub retention_days: Spanned<f64>,
+    pub max_receipts: Spanned<usize>,
+}
+
+impl Default for ProcessesConfig {
+    fn default() -> Self {
+        Self { retention_days: Spanned::new(0..0, 7.0), max_receipts: Spanned::new(0..0, 200) }
+    }
+}
+
 /// A whole policy file.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Policy {
     pub codemode: CodemodeConfig,
     pub tools: ToolsConfig,
+    pub toolsets: ToolsetsConfig,
+    pub approval: ApprovalConfig,
+    pub backends: std::collections::BTreeMap<String, BackendConfig>,
+    pub routes: RoutesConfig,
+    pub mcp: McpConfig,
+    pub processes: ProcessesConfig,
     /// Where it came from (`<built-in>` for the default).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -115,7 +232,7 @@ impl Policy {
                 path: name.to_owned(),
                 line,
                 key,
-                message: err.message().trim().to_owned(),
+                message: with_suggestion(err.message().trim()),
             }
         })?;
         policy.validate(text, name)?;
@@ -162,6 +279,7 @@ impl Policy {
                 "must be at least 1".into(),
             ));
         }
+        self.validate_sections(text, name)?;
         for (key, globs) in [
             ("codemode.exclude", &c.exclude),
             ("tools.allow", &self.tools.allow),
@@ -176,9 +294,164 @@ impl Policy {
                         format!("bad glob {:?}: {}", glob.get_ref(), e.kind()),
                     )
                 })?;
+                if let Some((_, why)) = crate::registry::toolsets::RETIRED_TOOLS
+                    .iter()
+                    .find(|(n, _)| n == glob.get_ref())
+                {
+                    return Err(invalid(
+                        glob.span(),
+                        key,
+                        format!("tool '{}' no longer exists: it was {why}", glob.get_ref()),
+                    ));
+                }
             }
         }
         Ok(())
+    }
+
+    fn validate_sections(&self, text: &str, name: &str) -> Result<(), PolicyError> {
+        let invalid = |span: std::ops::Range<usize>, key: &str, message: String| {
+            let (line, _) = locate(text, span.start);
+            PolicyError::Invalid { path: name.to_owned(), line, key: key.to_owned(), message }
+        };
+        let one_of = |value: &Spanned<String>, key: &str, allowed: &[&str]| {
+            if allowed.contains(&value.get_ref().as_str()) {
+                return Ok(());
+            }
+            let hint = closest(value.get_ref(), allowed.iter().copied())
+                .map(|b| format!("; did you mean \"{b}\"?"))
+                .unwrap_or_default();
+            Err(invalid(value.span(), key, format!(
+                "\"{}\" is not one of {}{hint}", value.get_ref(), allowed.join(", "))))
+        };
+        one_of(&self.approval.mode, "approval.mode", &["ask", "deny", "allow"])?;
+        let t = *self.approval.timeout_seconds.get_ref();
+        if !(t.is_finite() && t > 0.0) {
+            return Err(invalid(self.approval.timeout_seconds.span(), "approval.timeout_seconds",
+                "must be a positive number of seconds".into()));
+        }
+        for (backend, config) in &self.backends {
+            let key = |k: &str| format!("backends.{backend}.{k}");
+            one_of(&config.kind, &key("kind"), &["local", "docker", "ssh", "apptainer", "singularity"])?;
+            let kind = match config.kind.get_ref().as_str() {
+                "singularity" => "apptainer",
+                other => other,
+            };
+            // Keys that do not apply to this kind of backend are mistakes, not no-ops.
+            let present: [(&str, Option<std::ops::Range<usize>>); 12] = [
+                ("sandbox", config.sandbox.as_ref().map(Spanned::span)),
+                ("workspace", config.workspace.as_ref().map(Spanned::span)),
+                ("image", config.image.as_ref().map(Spanned::span)),
+                ("network", config.network.as_ref().map(Spanned::span)),
+                ("memory_mb", config.memory_mb.as_ref().map(Spanned::span)),
+                ("cpus", config.cpus.as_ref().map(Spanned::span)),
+                ("host", config.host.as_ref().map(Spanned::span)),
+                ("user", config.user.as_ref().map(Spanned::span)),
+                ("port", config.port.as_ref().map(Spanned::span)),
+                ("identity_file", config.identity_file.as_ref().map(Spanned::span)),
+                ("binds", config.binds.first().map(Spanned::span)),
+                ("workdir", config.workdir.as_ref().map(Spanned::span)),
+            ];
+            let applies: &[&str] = match kind {
+                "local" => &["sandbox", "workspace", "workdir"],
+                "docker" => &["image", "network", "memory_mb", "cpus", "workspace", "workdir"],
+                "ssh" => &["host", "user", "port", "identity_file", "workdir"],
+                _ => &["image", "network", "binds", "workdir", "memory_mb"],
+            };
+            for (k, span) in &present {
+                if let Some(span) = span
+                    && !applies.contains(k)
+                {
+                    return Err(invalid(span.clone(), &key(k), format!(
+                        "does not apply to a {kind} backend (its keys: {})", applies.join(", "))));
+                }
+            }
+            let required: &[(&str, bool)] = match kind {
+                "docker" | "apptainer" => &[("image", config.image.is_some())],
+                "ssh" => &[("host", config.host.is_some())],
+                _ => &[],
+            };
+            for (k, ok) in required {
+                if !ok {
+                    return Err(invalid(config.kind.span(), &format!("backends.{backend}"), format!(
+                        "a {kind} backend needs `{k}`")));
+                }
+            }
+            if let Some(sandbox) = &config.sandbox {
+                one_of(sandbox, &key("sandbox"), &["none", "read-only", "workspace-write"])?;
+            }
+        }
+        for (tool, route) in [
+            ("terminal", &self.routes.terminal),
+            ("process", &self.routes.process),
+            ("python_execute", &self.routes.python_execute),
+        ] {
+            let Some(route) = route else { continue };
+            let target = route.get_ref();
+            if target != "local" && !self.backends.contains_key(target) {
+                let defined: Vec<&str> = self.backends.keys().map(String::as_str).chain(["local"]).collect();
+                let hint = closest(target, defined.iter().copied())
+                    .map(|b| format!("; did you mean \"{b}\"?"))
+                    .unwrap_or_default();
+                return Err(invalid(route.span(), &format!("routes.{tool}"), format!(
+                    "no backend named \"{target}\" (defined: {}){hint}", defined.join(", "))));
+            }
+        }
+        for (server, config) in &self.mcp.servers {
+            let key = |k: &str| format!("mcp.servers.{server}.{k}");
+            match (&config.command, &config.url) {
+                (Some(_), Some(url)) => {
+                    return Err(invalid(url.span(), &key("url"), "give either `command` (stdio) or `url` (HTTP), not both".into()));
+                }
+                (None, None) => {
+                    return Err(invalid(0..0, &format!("mcp.servers.{server}"), "needs `command` (stdio) or `url` (HTTP)".into()));
+                }
+                _ => {}
+            }
+            if let Some(url) = &config.url
+                && !(url.get_ref().starts_with("http://") || url.get_ref().starts_with("https://"))
+            {
+                return Err(invalid(url.span(), &key("url"), "must start with http:// or https://".into()));
+            }
+            if let Some(mode) = &config.mode {
+                one_of(mode, &key("mode"), &["bridge", "lazy"])?;
+            }
+            if !server.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                return Err(invalid(0..0, &format!("mcp.servers.{server}"), "server names use letters, digits, _ and -".into()));
+            }
+        }
+        let toolsets = crate::registry::toolsets::Toolsets::default();
+        if let Some(preset) = &self.toolsets.preset {
+            let names: Vec<&str> = toolsets.preset_names().collect();
+            one_of(preset, "toolsets.preset", &names)?;
+        }
+        for (key, list) in [("toolsets.enabled", self.toolsets.enabled.as_deref().unwrap_or(&[])), ("toolsets.disabled", &self.toolsets.disabled)] {
+            for item in list {
+                let n = item.get_ref();
+                if n != "*" && n != "all" && toolsets.resolve(n).is_none() {
+                    let known: Vec<&str> = toolsets.names().collect();
+                    let hint = closest(n, known.iter().copied()).map(|b| format!("; did you mean \"{b}\"?")).unwrap_or_default();
+                    return Err(invalid(item.span(), key, format!("no toolset named \"{n}\" (known: {}){hint}", known.join(", "))));
+                }
+            }
+        }
+        let days = *self.processes.retention_days.get_ref();
+        if !(days.is_finite() && days > 0.0) {
+            return Err(invalid(self.processes.retention_days.span(), "processes.retention_days", "must be a positive number of days".into()));
+        }
+        Ok(())
+    }
+
+    /// The toolsets switched on: `enabled` (or the preset's), and `disabled`.
+    pub fn toolset_selection(&self) -> (Vec<String>, Vec<String>) {
+        let toolsets = crate::registry::toolsets::Toolsets::default();
+        let enabled = match (&self.toolsets.enabled, &self.toolsets.preset) {
+            (Some(list), _) => list.iter().map(|s| s.get_ref().clone()).collect(),
+            (None, Some(preset)) => toolsets.preset(preset.get_ref()).map(<[String]>::to_vec).unwrap_or_default(),
+            (None, None) => vec!["*".to_owned()],
+        };
+        let disabled = self.toolsets.disabled.iter().map(|s| s.get_ref().clone()).collect();
+        (enabled, disabled)
     }
 
     /// The tool filter this policy describes.
@@ -201,6 +474,31 @@ fn glob_set(globs: &[Spanned<String>]) -> GlobSet {
         }
     }
     builder.build().unwrap_or_else(|_| GlobSet::empty())
+}
+
+/// Adds "did you mean `x`?" to serde's "unknown field `y`, expected one of `a`, `b`".
+fn with_suggestion(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else { return message.to_owned() };
+    let Some((unknown, expected)) = rest.split_once('`') else { return message.to_owned() };
+    let candidates: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    match closest(unknown, candidates.iter().copied()) {
+        Some(best) => format!("{message}; did you mean `{best}`?"),
+        None => message.to_owned(),
+    }
+}
+
+/// The candidate closest to `word`, when it is close enough to be a typo.
+pub fn closest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .map(|c| {
+            let edits = strsim::levenshtein(word, c);
+            let close_edit = edits <= (c.chars().count() / 4).max(1);
+            let score = strsim::jaro_winkler(word, c) + if close_edit { 0.2 } else { 0.0 };
+            (score, c)
+        })
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
 }
 
 /// Line number (1-based) of a byte offset, and the key written on that line.
@@ -311,6 +609,57 @@ mod tests {
     fn unknown_tables_are_refused() {
         let e = err("[codemod]\nenabled = true\n");
         assert!(e.contains("unknown field `codemod`"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_get_a_suggestion() {
+        let e = err("[codemode]\nmax_tool_cals = 3\n");
+        assert!(e.ends_with("did you mean `max_tool_calls`?"), "{e}");
+    }
+
+    #[test]
+    fn dangling_routes_name_the_line_and_the_defined_backends() {
+        let e = err("[backends.box]\nkind = \"docker\"\nimage = \"debian:12\"\n[routes]\nterminal = \"bx\"\n");
+        assert!(e.starts_with("p.toml:5: routes.terminal: no backend named \"bx\" (defined: box, local); did you mean \"box\"?"), "{e}");
+    }
+
+    #[test]
+    fn backend_keys_must_fit_the_kind() {
+        let e = err("[backends.remote]\nkind = \"ssh\"\nhost = \"h\"\nimage = \"x\"\n");
+        assert!(e.starts_with("p.toml:4: backends.remote.image: does not apply to a ssh backend"), "{e}");
+        let e = err("[backends.c]\nkind = \"docker\"\n");
+        assert!(e.contains("a docker backend needs `image`"), "{e}");
+        let e = err("[backends.c]\nkind = \"dokcer\"\n");
+        assert!(e.contains("did you mean \"docker\""), "{e}");
+    }
+
+    #[test]
+    fn mcp_servers_need_exactly_one_transport() {
+        let e = err("[mcp.servers.files]\ncommand = \"x\"\nurl = \"http://a\"\n");
+        assert!(e.contains("not both"), "{e}");
+        let e = err("[mcp.servers.files]\nargs = []\n");
+        assert!(e.contains("needs `command`"), "{e}");
+    }
+
+    #[test]
+    fn retired_tool_names_are_refused_with_the_reason() {
+        let e = err("[tools]\ndeny = [\"execute_code\"]\n");
+        assert!(e.starts_with("p.toml:2: tools.deny: tool 'execute_code' no longer exists: it was renamed to 'run_tools_script'"), "{e}");
+    }
+
+    #[test]
+    fn toolsets_accept_old_names_and_refuse_unknown_ones() {
+        Policy::parse("[toolsets]\nenabled = [\"basic\", \"codemode\"]\n", "p").unwrap();
+        let e = err("[toolsets]\ndisabled = [\"enviroment\"]\n");
+        assert!(e.contains("did you mean \"environment\""), "{e}");
+        let e = err("[toolsets]\npreset = \"tiny\"\n");
+        assert!(e.starts_with("p.toml:2: toolsets.preset:"), "{e}");
+    }
+
+    #[test]
+    fn approval_mode_is_checked() {
+        let e = err("[approval]\nmode = \"maybe\"\n");
+        assert!(e.starts_with("p.toml:2: approval.mode: \"maybe\" is not one of ask, deny, allow"), "{e}");
     }
 
     #[test]

@@ -2,6 +2,13 @@
 //! all go through (policy filter, approval, argument shape, events, error wrapping).
 
 pub mod arguments;
+pub mod availability;
+pub mod definitions;
+pub mod schema_check;
+pub mod toolsets;
+pub mod typed;
+
+pub use availability::Availability;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -16,15 +23,51 @@ use crate::codemode::deadline::Deadline;
 use crate::events::{EventSink, Phase, ToolCallEvent, now_ms};
 use crate::policy::ToolFilter;
 
-/// What the model (and `paddock tools`) sees of a tool.
-#[derive(Debug, Clone, PartialEq)]
+/// What the model (and `paddock tools`) sees of a tool, plus what the registry needs to know.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ToolSpec {
     pub name: String,
     /// The bundle the tool belongs to (`builtin`, `environment`, an MCP server, ...).
     pub toolset: String,
+    /// What the model reads.
     pub description: String,
     /// JSON Schema of the arguments object.
     pub input_schema: Value,
+    /// Environment variables the tool needs (shown to operators, never their values).
+    pub requires_env: Vec<String>,
+    /// Short label and emoji for progress display.
+    pub label: Option<String>,
+    pub emoji: Option<String>,
+    /// Hands work to another agent: never callable from a script.
+    pub delegation: bool,
+}
+
+impl ToolSpec {
+    pub fn new(
+        name: impl Into<String>,
+        toolset: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            toolset: toolset.into(),
+            description: description.into(),
+            input_schema,
+            ..Self::default()
+        }
+    }
+
+    pub fn with_label(mut self, emoji: &str, label: &str) -> Self {
+        self.emoji = Some(emoji.to_owned());
+        self.label = Some(label.to_owned());
+        self
+    }
+
+    pub fn with_env(mut self, names: &[&str]) -> Self {
+        self.requires_env = names.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
 }
 
 /// The boxed future a tool call returns.
@@ -40,12 +83,7 @@ pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Se
 /// struct Echo;
 /// impl Tool for Echo {
 ///     fn spec(&self) -> ToolSpec {
-///         ToolSpec {
-///             name: "echo".into(),
-///             toolset: "demo".into(),
-///             description: "Returns its arguments".into(),
-///             input_schema: json!({"type": "object"}),
-///         }
+///         ToolSpec::new("echo", "demo", "Returns its arguments", json!({"type": "object"}))
 ///     }
 ///     fn call(&self, args: Value, _ctx: CallContext) -> ToolFuture {
 ///         Box::pin(async move { Ok(args) })
@@ -57,6 +95,11 @@ pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Se
 pub trait Tool: Send + Sync + 'static {
     fn spec(&self) -> ToolSpec;
     fn call(&self, args: Value, ctx: CallContext) -> ToolFuture;
+
+    /// A check run when definitions are built; `None`: always available.
+    fn availability(&self) -> Option<Availability> {
+        None
+    }
 }
 
 /// Who is calling, for events, approvals and the script's pausable clock.
@@ -144,18 +187,39 @@ impl ToolError {
 /// Errors of registry configuration (not of calls).
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    #[error(
-        "tool '{name}' is already registered by toolset '{owner}'; pass override to replace it"
-    )]
+    #[error("tool '{name}' is already registered by toolset '{owner}'; register with override to replace it")]
     Duplicate { name: String, owner: String },
     #[error("tool name '{0}' is invalid: use 1-64 characters from [A-Za-z0-9_.-]")]
     InvalidName(String),
+    #[error("tool '{name}' has no toolset")]
+    NoToolset { name: String },
+    #[error("tool '{name}' has an invalid input schema: {problems}")]
+    InvalidSchema { name: String, problems: String },
 }
 
-/// All registered tools plus the policy filter that decides what callers may use.
+/// Runs before every call; an error refuses the call.
+pub type PreCallHook = Arc<dyn Fn(&str, &Value, &CallContext) -> Result<(), ToolError> + Send + Sync>;
+/// Runs after every call with its outcome and duration.
+pub type PostCallHook = Arc<dyn Fn(&str, &Result<Value, ToolError>, std::time::Duration) + Send + Sync>;
+
+/// Largest arguments object accepted, serialised.
+pub const MAX_ARGUMENT_BYTES: usize = 4 * 1024 * 1024;
+
+struct Entry {
+    tool: Arc<dyn Tool>,
+    spec: ToolSpec,
+}
+
+/// All registered tools, the toolsets they form and the policy filter that decides what
+/// callers may use.
 pub struct Registry {
-    tools: BTreeMap<String, Arc<dyn Tool>>,
+    tools: BTreeMap<String, Entry>,
     filter: ToolFilter,
+    toolsets: toolsets::Toolsets,
+    selection: toolsets::ToolsetSelection,
+    availability: availability::AvailabilityCache,
+    pre_hooks: Vec<PreCallHook>,
+    post_hooks: Vec<PostCallHook>,
     events: Arc<EventSink>,
 }
 
@@ -163,19 +227,22 @@ static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
 
 /// A fresh call id, unique within this process.
 pub fn new_call_id() -> String {
-    format!(
-        "call_{}_{}",
-        std::process::id(),
-        NEXT_CALL.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("call_{}_{}", std::process::id(), NEXT_CALL.fetch_add(1, Ordering::Relaxed))
 }
 
 impl Registry {
     /// An empty registry that allows everything.
     pub fn new() -> Self {
+        let toolsets = toolsets::Toolsets::default();
+        let selection = toolsets::ToolsetSelection::all(&toolsets);
         Self {
             tools: BTreeMap::new(),
             filter: ToolFilter::allow_all(),
+            toolsets,
+            selection,
+            availability: availability::AvailabilityCache::default(),
+            pre_hooks: Vec::new(),
+            post_hooks: Vec::new(),
             events: Arc::default(),
         }
     }
@@ -184,13 +251,32 @@ impl Registry {
     pub fn with_builtins() -> Self {
         let mut registry = Self::new();
         for tool in crate::tools::builtins() {
-            registry.insert(tool);
+            let spec = tool.spec();
+            registry.tools.insert(spec.name.clone(), Entry { tool, spec });
         }
         registry
     }
 
     pub fn set_filter(&mut self, filter: ToolFilter) {
         self.filter = filter;
+    }
+
+    /// Which toolsets are on (`[toolsets]` of the policy).
+    pub fn select_toolsets(&mut self, enabled: &[String], disabled: &[String]) {
+        self.selection = toolsets::ToolsetSelection::new(&self.toolsets, enabled, disabled);
+    }
+
+    /// Is `tool` of `toolset` switched on by the `[toolsets]` selection?
+    pub fn toolset_enabled(&self, toolset: &str, tool: &str) -> bool {
+        self.selection.includes(&self.toolsets, toolset, tool)
+    }
+
+    pub fn toolsets(&self) -> &toolsets::Toolsets {
+        &self.toolsets
+    }
+
+    pub fn toolsets_mut(&mut self) -> &mut toolsets::Toolsets {
+        &mut self.toolsets
     }
 
     pub fn set_events(&mut self, events: Arc<EventSink>) {
@@ -205,6 +291,19 @@ impl Registry {
         &self.filter
     }
 
+    pub fn add_pre_call_hook(&mut self, hook: PreCallHook) {
+        self.pre_hooks.push(hook);
+    }
+
+    pub fn add_post_call_hook(&mut self, hook: PostCallHook) {
+        self.post_hooks.push(hook);
+    }
+
+    /// Forgets cached availability answers.
+    pub fn invalidate_availability(&self) {
+        self.availability.invalidate();
+    }
+
     /// Registers a tool; a name that is already taken is refused.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
         self.register_inner(tool, false)
@@ -216,56 +315,81 @@ impl Registry {
     }
 
     fn register_inner(&mut self, tool: Arc<dyn Tool>, replace: bool) -> Result<(), RegistryError> {
-        let name = tool.spec().name;
+        let spec = tool.spec();
+        let name = spec.name.clone();
         let valid = !name.is_empty()
             && name.len() <= 64
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
         if !valid {
             return Err(RegistryError::InvalidName(name));
         }
-        if !replace && let Some(existing) = self.tools.get(&name) {
-            return Err(RegistryError::Duplicate {
-                name,
-                owner: existing.spec().toolset,
-            });
+        if spec.toolset.trim().is_empty() {
+            return Err(RegistryError::NoToolset { name });
         }
-        self.insert(tool);
+        let problems = schema_check::problems(&spec.input_schema);
+        if !problems.is_empty() {
+            return Err(RegistryError::InvalidSchema { name, problems: problems.join("; ") });
+        }
+        if !replace && let Some(existing) = self.tools.get(&name) {
+            return Err(RegistryError::Duplicate { name, owner: existing.spec.toolset.clone() });
+        }
+        self.tools.insert(name, Entry { tool, spec });
         Ok(())
     }
 
-    fn insert(&mut self, tool: Arc<dyn Tool>) {
-        self.tools.insert(tool.spec().name, tool);
+    /// Every registered spec, available or not, by name.
+    pub fn all_specs(&self) -> Vec<ToolSpec> {
+        self.tools.values().map(|e| e.spec.clone()).collect()
     }
 
-    /// Specs of every tool the policy lets a caller see, by name.
+    /// Why a tool cannot be used right now, or `None` when it can.
+    pub fn unavailable_reason(&self, name: &str) -> Option<String> {
+        let Some(entry) = self.tools.get(name) else {
+            return Some(format!("there is no tool named '{name}'"));
+        };
+        if !self.filter.is_visible(name) {
+            return Some(format!("tool '{name}' is not allowed by the policy ([tools] allow/deny)"));
+        }
+        if !self.selection.includes(&self.toolsets, &entry.spec.toolset, name) {
+            return Some(format!(
+                "tool '{name}' belongs to toolset '{}', which is not enabled ([toolsets])",
+                entry.spec.toolset
+            ));
+        }
+        let check = entry.tool.availability()?;
+        self.availability
+            .check(&check)
+            .err()
+            .map(|why| format!("tool '{name}' is unavailable: {why}"))
+    }
+
+    /// Specs of every tool a caller may use right now: allowed, in an enabled toolset and
+    /// available. By name.
     pub fn visible_specs(&self) -> Vec<ToolSpec> {
         self.tools
             .values()
-            .map(|t| t.spec())
-            .filter(|s| self.filter.is_visible(&s.name))
+            .filter(|e| self.unavailable_reason(&e.spec.name).is_none())
+            .map(|e| e.spec.clone())
             .collect()
     }
 
-    /// The tools a script may call: visible, not excluded from code mode, not code mode itself.
-    /// Returns `(python identifier, tool name)` pairs in a stable order.
-    pub fn script_tools(&self) -> Vec<(String, String)> {
+    /// Specs of the tools a script may call: visible, not excluded from code mode, not code mode
+    /// itself, not delegation.
+    pub fn script_specs(&self) -> Vec<ToolSpec> {
         self.visible_specs()
             .into_iter()
-            .filter(|s| s.name != crate::codemode::RUN_TOOLS_SCRIPT)
+            .filter(|s| s.name != crate::codemode::RUN_TOOLS_SCRIPT && !s.delegation)
             .filter(|s| !self.filter.is_excluded_from_scripts(&s.name))
-            .map(|s| (python_identifier(&s.name), s.name))
             .collect()
+    }
+
+    /// `(python identifier, tool name)` pairs of [`Registry::script_specs`], in a stable order.
+    pub fn script_tools(&self) -> Vec<(String, String)> {
+        self.script_specs().into_iter().map(|s| (python_identifier(&s.name), s.name)).collect()
     }
 
     /// Calls a tool through every check. Failures come back as [`ToolError`]s, never panics.
-    pub async fn dispatch(
-        &self,
-        name: &str,
-        args: Value,
-        ctx: CallContext,
-    ) -> Result<Value, ToolError> {
+    pub async fn dispatch(&self, name: &str, args: Value, ctx: CallContext) -> Result<Value, ToolError> {
         let started = Instant::now();
         self.events.emit(&ToolCallEvent {
             call_id: ctx.call_id.clone(),
@@ -279,34 +403,32 @@ impl Registry {
         let call_id = ctx.call_id.clone();
         let parent = ctx.parent_call_id.clone();
         let result = self.dispatch_checked(name, args, ctx).await;
+        let elapsed = started.elapsed();
+        for hook in &self.post_hooks {
+            hook(name, &result, elapsed);
+        }
         self.events.emit(&ToolCallEvent {
             call_id,
             parent_call_id: parent,
             tool: name.to_owned(),
             phase: Phase::Finished,
-            duration_ms: Some(started.elapsed().as_secs_f64() * 1000.0),
+            duration_ms: Some(elapsed.as_secs_f64() * 1000.0),
             error_code: result.as_ref().err().map(|e| e.code.clone()),
             timestamp_ms: now_ms(),
         });
         result
     }
 
-    async fn dispatch_checked(
-        &self,
-        name: &str,
-        args: Value,
-        ctx: CallContext,
-    ) -> Result<Value, ToolError> {
-        let Some(tool) = self.tools.get(name).cloned() else {
-            return Err(ToolError::not_found(format!(
-                "there is no tool named '{name}'"
-            )));
+    async fn dispatch_checked(&self, name: &str, args: Value, ctx: CallContext) -> Result<Value, ToolError> {
+        let Some(entry) = self.tools.get(name) else {
+            return Err(ToolError::not_found(format!("there is no tool named '{name}'")));
         };
-        if !self.filter.is_visible(name) {
-            return Err(ToolError::denied(
-                "tool:not_allowed",
-                format!("tool '{name}' is not allowed by the policy ([tools] allow/deny)"),
-            ));
+        if let Some(why) = self.unavailable_reason(name) {
+            return Err(if self.filter.is_visible(name) {
+                ToolError::not_found(why)
+            } else {
+                ToolError::denied("tool:not_allowed", why)
+            });
         }
         if !args.is_object() {
             return Err(ToolError::invalid_arguments(format!(
@@ -314,10 +436,19 @@ impl Registry {
                 json_kind(&args)
             )));
         }
-        if let Err(problem) = arguments::check(&tool.spec().input_schema, &args) {
+        let size = arguments::serialized_len(&args);
+        if size > MAX_ARGUMENT_BYTES {
+            return Err(ToolError::invalid_arguments(format!(
+                "arguments of '{name}' are {size} bytes; the limit is {MAX_ARGUMENT_BYTES} bytes"
+            )));
+        }
+        if let Err(problem) = arguments::check(&entry.spec.input_schema, &args) {
             return Err(ToolError::invalid_arguments(format!(
                 "invalid arguments for '{name}': {problem}"
             )));
+        }
+        for hook in &self.pre_hooks {
+            hook(name, &args, &ctx)?;
         }
         if self.filter.requires_approval(name) {
             // No approver is wired up in this build: with nobody to ask, the answer is no.
@@ -329,14 +460,11 @@ impl Registry {
                 ),
             ));
         }
-        // A panicking tool must not take the engine down: the panic becomes a failed call.
+        // Second level of wrapping: a panicking tool becomes a failed call, not a dead engine.
         use futures_util::FutureExt;
-        match std::panic::AssertUnwindSafe(tool.call(args, ctx))
-            .catch_unwind()
-            .await
-        {
+        match std::panic::AssertUnwindSafe(entry.tool.call(args, ctx)).catch_unwind().await {
             Ok(result) => result,
-            Err(_) => Err(ToolError::failed(format!("tool '{name}' panicked"))),
+            Err(_) => Err(ToolError::failed(format!("tool '{name}' failed unexpectedly (it panicked)"))),
         }
     }
 }

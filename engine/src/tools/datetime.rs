@@ -16,13 +16,8 @@ struct Args {
 
 impl Tool for CurrentDatetime {
     fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "current_datetime".into(),
-            toolset: "builtin".into(),
-            description: "The current date and time in UTC: ISO 8601 and Unix time, plus the \
-                          time formatted with `format` (strftime) when given."
-                .into(),
-            input_schema: json!({
+        ToolSpec::new("current_datetime", "builtin", "The current date and time in UTC: ISO 8601 and Unix time, plus the \
+                          time formatted with `format` (strftime) when given.", json!({
                 "type": "object",
                 "properties": {
                     "format": {
@@ -31,8 +26,8 @@ impl Tool for CurrentDatetime {
                     }
                 },
                 "additionalProperties": false
-            }),
-        }
+            }))
+        .with_label("🕒", "Reading the clock")
     }
 
     fn call(&self, args: Value, _ctx: CallContext) -> ToolFuture {

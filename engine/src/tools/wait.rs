@@ -21,14 +21,10 @@ struct Args {
 
 impl Tool for Wait {
     fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "wait".into(),
-            toolset: "builtin".into(),
-            description: format!(
+        ToolSpec::new("wait", "builtin", format!(
                 "Wait for the given number of milliseconds (clamped to 0..{MAX_WAIT_MS}) and \
                  return how long was waited."
-            ),
-            input_schema: json!({
+            ), json!({
                 "type": "object",
                 "properties": {
                     "milliseconds": {
@@ -40,8 +36,8 @@ impl Tool for Wait {
                     }
                 },
                 "additionalProperties": false
-            }),
-        }
+            }))
+        .with_label("⏳", "Waiting")
     }
 
     fn call(&self, args: Value, _ctx: CallContext) -> ToolFuture {
