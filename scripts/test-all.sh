@@ -1,16 +1,33 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh Debian 12 machine as root or on a developer's machine.
 # Builds once (release profile, used by both the binary and the tests), then runs every test
-# against the real binary, then the lint gate. Services the suites need are installed and
-# started here when missing (none yet: code mode needs only this binary and python3 for the
-# benchmark's CPython comparison).
+# against the real binary, then the lint gate. What the suites need is installed here when
+# missing: python3 with the jsonschema package (an independent validator of `paddock tools`
+# output). No services yet: the Docker/SSH/Apptainer backends arrive with issue 5/8.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+need_root_apt() {
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "missing $*: install it (as root: apt-get install -y $*)" >&2
+        exit 1
+    fi
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+}
+
+step "test prerequisites"
+command -v python3 >/dev/null || need_root_apt python3 python3-pip
+if ! python3 -c 'import jsonschema' 2>/dev/null; then
+    python3 -m pip install --quiet jsonschema 2>/dev/null \
+        || python3 -m pip install --quiet --break-system-packages jsonschema 2>/dev/null \
+        || need_root_apt python3-jsonschema
+fi
+python3 -c 'import jsonschema' || { echo "jsonschema is still missing" >&2; exit 1; }
+
 # rustpython-ruff_* 0.16.5 declares rust 1.96 but builds on 1.95: see README "Building".
 CARGO_FLAGS=(--release --ignore-rust-version --locked)
-
-step() { printf '\n==> %s\n' "$*" >&2; }
 
 step "build (release; the first build compiles RustPython: 10-15 minutes)"
 cargo build "${CARGO_FLAGS[@]}" --workspace --all-targets

@@ -280,6 +280,12 @@ impl Policy {
             ));
         }
         self.validate_sections(text, name)?;
+        let allows_nothing = self.tools.allow.is_empty() || self.tools.deny.iter().any(|d| d.get_ref() == "*");
+        if allows_nothing {
+            let span = self.tools.deny.iter().find(|d| d.get_ref() == "*").map_or(0..0, Spanned::span);
+            return Err(invalid(span, "tools", "this policy allows no tool at all (allow is empty or deny has \"*\"); \
+                 to turn code mode off use [codemode] enabled = false".into()));
+        }
         for (key, globs) in [
             ("codemode.exclude", &c.exclude),
             ("tools.allow", &self.tools.allow),

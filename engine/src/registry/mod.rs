@@ -551,6 +551,208 @@ mod tests {
         assert!(err.message.contains("got an array"), "{}", err.message);
     }
 
+    use crate::registry::typed::{TypedTool, typed};
+    use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+
+    /// A tool for tests: echoes its arguments, optionally unavailable or panicking.
+    struct Probe {
+        name: &'static str,
+        toolset: &'static str,
+        available: Result<(), String>,
+        panics: bool,
+        checks: Arc<AtomicUsize>,
+    }
+
+    impl Probe {
+        fn new(name: &'static str) -> Self {
+            Self { name, toolset: "demo", available: Ok(()), panics: false, checks: Arc::default() }
+        }
+    }
+
+    impl Tool for Probe {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec::new(self.name, self.toolset, format!("Probe tool {}", self.name), json!({
+                "type": "object",
+                "properties": {"text": {"type": "string"}, "n": {"type": "integer", "minimum": 0}},
+                "additionalProperties": false
+            }))
+        }
+        fn call(&self, args: Value, _ctx: CallContext) -> ToolFuture {
+            let panics = self.panics;
+            Box::pin(async move {
+                if panics {
+                    panic!("probe panicked on purpose");
+                }
+                Ok(args)
+            })
+        }
+        fn availability(&self) -> Option<Availability> {
+            let answer = self.available.clone();
+            let checks = self.checks.clone();
+            Some(Availability::new(format!("probe-{}", self.toolset), move || {
+                checks.fetch_add(1, AtomicOrdering::SeqCst);
+                answer.clone()
+            }))
+        }
+    }
+
+    #[tokio::test]
+    async fn dispatch_validates_against_the_schema_and_names_the_field() {
+        let mut registry = Registry::with_builtins();
+        registry.register(Arc::new(Probe::new("probe"))).unwrap();
+        let ok = registry.dispatch("probe", json!({"text": "hi", "n": 2}), CallContext::default()).await;
+        assert_eq!(ok.unwrap(), json!({"text": "hi", "n": 2}));
+        let err = registry.dispatch("probe", json!({"n": -1}), CallContext::default()).await.unwrap_err();
+        assert_eq!(err.kind, ToolErrorKind::InvalidArguments);
+        assert!(err.message.contains("field `n`: must be at least 0"), "{}", err.message);
+        let err = registry.dispatch("probe", json!({"colour": 1}), CallContext::default()).await.unwrap_err();
+        assert!(err.message.contains("field `colour`: unknown argument"), "{}", err.message);
+    }
+
+    #[tokio::test]
+    async fn a_ten_megabyte_argument_is_refused_and_the_next_call_works() {
+        let mut registry = Registry::with_builtins();
+        registry.register(Arc::new(Probe::new("probe"))).unwrap();
+        let big = "x".repeat(10 * 1024 * 1024);
+        let err = registry.dispatch("probe", json!({"text": big}), CallContext::default()).await.unwrap_err();
+        assert!(err.message.contains("the limit is 4194304 bytes"), "{}", err.message);
+        assert!(registry.dispatch("probe", json!({"text": "small"}), CallContext::default()).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_panicking_tool_is_a_failed_call_as_json() {
+        let mut registry = Registry::with_builtins();
+        let mut probe = Probe::new("boom");
+        probe.panics = true;
+        registry.register(Arc::new(probe)).unwrap();
+        let err = registry.dispatch("boom", json!({}), CallContext::default()).await.unwrap_err();
+        assert_eq!(err.code, "tool:failed");
+        assert_eq!(err.to_json()["error_code"], json!("tool:failed"));
+        assert!(err.to_json()["error"].as_str().unwrap().contains("panicked"));
+    }
+
+    #[tokio::test]
+    async fn unavailable_tools_are_hidden_everywhere_and_refused() {
+        let mut registry = Registry::with_builtins();
+        let mut down = Probe::new("docker_ps");
+        down.toolset = "docker";
+        down.available = Err("dockerd is not running".into());
+        registry.register(Arc::new(down)).unwrap();
+        registry.register(Arc::new(Probe::new("fine"))).unwrap();
+        let visible: Vec<String> = registry.visible_specs().into_iter().map(|s| s.name).collect();
+        assert!(!visible.contains(&"docker_ps".to_owned()));
+        assert!(visible.contains(&"fine".to_owned()));
+        let all_text: String = registry
+            .visible_specs()
+            .iter()
+            .map(|s| format!("{} {}", s.description, definitions::signature(s)))
+            .collect();
+        assert!(!all_text.contains("docker_ps"), "a description names an unavailable tool");
+        let err = registry.dispatch("docker_ps", json!({}), CallContext::default()).await.unwrap_err();
+        assert!(err.message.contains("dockerd is not running"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_check_shared_by_several_tools_runs_once() {
+        let mut registry = Registry::with_builtins();
+        let checks = Arc::new(AtomicUsize::new(0));
+        for name in ["a", "b", "c"] {
+            let mut p = Probe::new(name);
+            p.checks = checks.clone();
+            registry.register(Arc::new(p)).unwrap();
+        }
+        let _ = registry.visible_specs();
+        let _ = registry.script_specs();
+        assert_eq!(checks.load(AtomicOrdering::SeqCst), 1);
+    }
+
+    #[test]
+    fn invalid_schemas_and_missing_toolsets_are_refused_at_registration() {
+        struct Bad(Value, &'static str);
+        impl Tool for Bad {
+            fn spec(&self) -> ToolSpec {
+                ToolSpec::new("bad", self.1, "bad", self.0.clone())
+            }
+            fn call(&self, _: Value, _: CallContext) -> ToolFuture {
+                Box::pin(async { Ok(Value::Null) })
+            }
+        }
+        let mut registry = Registry::new();
+        let err = registry.register(Arc::new(Bad(json!({"type": "object", "properties": {"x": {"type": "text"}}}), "t"))).unwrap_err();
+        assert!(err.to_string().contains("invalid input schema"), "{err}");
+        let err = registry.register(Arc::new(Bad(json!({"type": "object"}), " "))).unwrap_err();
+        assert!(matches!(err, RegistryError::NoToolset { .. }));
+    }
+
+    #[tokio::test]
+    async fn toolset_selection_hides_disabled_toolsets_and_accepts_old_names() {
+        let mut registry = Registry::with_builtins();
+        registry.select_toolsets(&["*".into()], &["basic".into()]);
+        assert!(registry.visible_specs().iter().all(|s| s.toolset != "builtin"));
+        let err = registry.dispatch("wait", json!({}), CallContext::default()).await.unwrap_err();
+        assert!(err.message.contains("toolset 'builtin', which is not enabled"), "{}", err.message);
+    }
+
+    #[tokio::test]
+    async fn hooks_run_around_calls_and_a_pre_hook_can_refuse() {
+        let mut registry = Registry::with_builtins();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let counter = seen.clone();
+        registry.add_post_call_hook(Arc::new(move |_, _, _| {
+            counter.fetch_add(1, AtomicOrdering::SeqCst);
+        }));
+        registry.add_pre_call_hook(Arc::new(|name, _, _| {
+            if name == "current_datetime" {
+                Err(ToolError::denied("hook:refused", "not today"))
+            } else {
+                Ok(())
+            }
+        }));
+        assert!(registry.dispatch("wait", json!({}), CallContext::default()).await.is_ok());
+        let err = registry.dispatch("current_datetime", json!({}), CallContext::default()).await.unwrap_err();
+        assert_eq!(err.code, "hook:refused");
+        assert_eq!(seen.load(AtomicOrdering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn typed_tools_get_typed_arguments() {
+        #[derive(serde::Deserialize)]
+        struct Args {
+            n: u32,
+        }
+        struct Double;
+        impl TypedTool for Double {
+            type Args = Args;
+            fn spec(&self) -> ToolSpec {
+                ToolSpec::new("double", "demo", "Doubles n", json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}))
+            }
+            async fn run(&self, args: Args, _ctx: CallContext) -> Result<Value, ToolError> {
+                Ok(json!(args.n * 2))
+            }
+        }
+        let mut registry = Registry::new();
+        registry.register(typed(Double)).unwrap();
+        assert_eq!(registry.dispatch("double", json!({"n": 21}), CallContext::default()).await.unwrap(), json!(42));
+        let err = registry.dispatch("double", json!({}), CallContext::default()).await.unwrap_err();
+        assert!(err.message.contains("field `n`: is required"), "{}", err.message);
+    }
+
+    #[tokio::test]
+    async fn concurrent_calls_overlap() {
+        let registry = Arc::new(Registry::with_builtins());
+        let started = std::time::Instant::now();
+        let calls: Vec<_> = (0..20)
+            .map(|_| {
+                let r = registry.clone();
+                tokio::spawn(async move { r.dispatch("wait", json!({"milliseconds": 200}), CallContext::default()).await })
+            })
+            .collect();
+        for c in calls {
+            c.await.unwrap().unwrap();
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+    }
+
     #[tokio::test]
     async fn unknown_tools_are_not_found() {
         let registry = Registry::with_builtins();
