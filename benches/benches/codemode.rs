@@ -19,10 +19,15 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let Some(exe) = paddock_exe() else {
-        eprintln!("build the binary first: cargo build --release --bin paddock (or set PADDOCK_BIN)");
+        eprintln!(
+            "build the binary first: cargo build --release --bin paddock (or set PADDOCK_BIN)"
+        );
         return ExitCode::from(2);
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("tokio: {err}");
@@ -31,7 +36,10 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(paddock_engine::bench::run(exe, 300, 2.0)) {
         Ok(figures) => {
-            println!("{}", serde_json::to_string_pretty(&figures).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&figures).unwrap_or_default()
+            );
             ExitCode::SUCCESS
         }
         Err(err) => {

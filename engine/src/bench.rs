@@ -19,7 +19,12 @@ pub struct Noop;
 
 impl Tool for Noop {
     fn spec(&self) -> ToolSpec {
-        ToolSpec::new("noop", "bench", "Does nothing; returns an empty object.", json!({"type": "object", "properties": {}}))
+        ToolSpec::new(
+            "noop",
+            "bench",
+            "Does nothing; returns an empty object.",
+            json!({"type": "object", "properties": {}}),
+        )
     }
 
     fn call(&self, _args: Value, _ctx: CallContext) -> ToolFuture {
@@ -67,12 +72,20 @@ pub fn private_kb(pid: i32) -> Option<u64> {
 
 /// Runs every measurement and returns the figures. `exe` is the `paddock` binary the sandbox
 /// zygote is started from.
-pub async fn run(exe: std::path::PathBuf, iterations: usize, seconds: f64) -> Result<Value, String> {
+pub async fn run(
+    exe: std::path::PathBuf,
+    iterations: usize,
+    seconds: f64,
+) -> Result<Value, String> {
     let mut registry = Registry::with_builtins();
     registry
         .register(Arc::new(Noop))
         .map_err(|e| e.to_string())?;
-    let pool = PoolConfig { exe, prefork: 4, max_concurrency: 8 };
+    let pool = PoolConfig {
+        exe,
+        prefork: 4,
+        max_concurrency: 8,
+    };
     let engine = Arc::new(Engine::with_pool(Policy::builtin(), registry, pool));
     let limits = Limits {
         max_tool_calls: 1000,
@@ -187,7 +200,10 @@ pub async fn run_cli(iterations: usize, seconds: f64, json_only: bool) -> ExitCo
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(err) => {
-            let _ = writeln!(std::io::stderr(), "paddock bench: cannot find this binary: {err}");
+            let _ = writeln!(
+                std::io::stderr(),
+                "paddock bench: cannot find this binary: {err}"
+            );
             return ExitCode::from(2);
         }
     };

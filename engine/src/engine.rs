@@ -134,7 +134,9 @@ impl Engine {
         let mut specs = Vec::new();
         let codemode_on = self.policy.codemode.enabled
             && self.registry().filter().is_visible(RUN_TOOLS_SCRIPT)
-            && self.registry().toolset_enabled("codemode", RUN_TOOLS_SCRIPT);
+            && self
+                .registry()
+                .toolset_enabled("codemode", RUN_TOOLS_SCRIPT);
         if codemode_on {
             specs.push(self.run_tools_script_spec());
         }
@@ -152,7 +154,10 @@ impl Engine {
              environment: use tools. Tool failures raise ValueError (bad arguments), \
              PermissionError (denied) or RuntimeError. Tools available to scripts:\n",
         );
-        description.push_str(&definitions::signature_list(&scripts, definitions::SIGNATURES_CAP_CHARS));
+        description.push_str(&definitions::signature_list(
+            &scripts,
+            definitions::SIGNATURES_CAP_CHARS,
+        ));
         ToolSpec::new(
             RUN_TOOLS_SCRIPT,
             "codemode",

@@ -90,7 +90,11 @@ pub struct ApprovalConfig {
 
 impl Default for ApprovalConfig {
     fn default() -> Self {
-        Self { mode: Spanned::new(0..0, "ask".into()), timeout_seconds: Spanned::new(0..0, 300.0), allowlist: Vec::new() }
+        Self {
+            mode: Spanned::new(0..0, "ask".into()),
+            timeout_seconds: Spanned::new(0..0, 300.0),
+            allowlist: Vec::new(),
+        }
     }
 }
 
@@ -159,19 +163,13 @@ pub struct McpConfig {
 }
 
 /// `[toolsets]`: which bundles of tools are on.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ToolsetsConfig {
     /// A preset (`default`, `minimal`, `no-shell`, `all`); used when `enabled` is not given.
     pub preset: Option<Spanned<String>>,
     pub enabled: Option<Vec<Spanned<String>>>,
     pub disabled: Vec<Spanned<String>>,
-}
-
-impl Default for ToolsetsConfig {
-    fn default() -> Self {
-        Self { preset: None, enabled: None, disabled: Vec::new() }
-    }
 }
 
 /// `[processes]`: retention of background process receipts.
@@ -184,7 +182,10 @@ pub struct ProcessesConfig {
 
 impl Default for ProcessesConfig {
     fn default() -> Self {
-        Self { retention_days: Spanned::new(0..0, 7.0), max_receipts: Spanned::new(0..0, 200) }
+        Self {
+            retention_days: Spanned::new(0..0, 7.0),
+            max_receipts: Spanned::new(0..0, 200),
+        }
     }
 }
 
@@ -280,11 +281,22 @@ impl Policy {
             ));
         }
         self.validate_sections(text, name)?;
-        let allows_nothing = self.tools.allow.is_empty() || self.tools.deny.iter().any(|d| d.get_ref() == "*");
+        let allows_nothing =
+            self.tools.allow.is_empty() || self.tools.deny.iter().any(|d| d.get_ref() == "*");
         if allows_nothing {
-            let span = self.tools.deny.iter().find(|d| d.get_ref() == "*").map_or(0..0, Spanned::span);
-            return Err(invalid(span, "tools", "this policy allows no tool at all (allow is empty or deny has \"*\"); \
-                 to turn code mode off use [codemode] enabled = false".into()));
+            let span = self
+                .tools
+                .deny
+                .iter()
+                .find(|d| d.get_ref() == "*")
+                .map_or(0..0, Spanned::span);
+            return Err(invalid(
+                span,
+                "tools",
+                "this policy allows no tool at all (allow is empty or deny has \"*\"); \
+                 to turn code mode off use [codemode] enabled = false"
+                    .into(),
+            ));
         }
         for (key, globs) in [
             ("codemode.exclude", &c.exclude),
@@ -318,7 +330,12 @@ impl Policy {
     fn validate_sections(&self, text: &str, name: &str) -> Result<(), PolicyError> {
         let invalid = |span: std::ops::Range<usize>, key: &str, message: String| {
             let (line, _) = locate(text, span.start);
-            PolicyError::Invalid { path: name.to_owned(), line, key: key.to_owned(), message }
+            PolicyError::Invalid {
+                path: name.to_owned(),
+                line,
+                key: key.to_owned(),
+                message,
+            }
         };
         let one_of = |value: &Spanned<String>, key: &str, allowed: &[&str]| {
             if allowed.contains(&value.get_ref().as_str()) {
@@ -327,18 +344,36 @@ impl Policy {
             let hint = closest(value.get_ref(), allowed.iter().copied())
                 .map(|b| format!("; did you mean \"{b}\"?"))
                 .unwrap_or_default();
-            Err(invalid(value.span(), key, format!(
-                "\"{}\" is not one of {}{hint}", value.get_ref(), allowed.join(", "))))
+            Err(invalid(
+                value.span(),
+                key,
+                format!(
+                    "\"{}\" is not one of {}{hint}",
+                    value.get_ref(),
+                    allowed.join(", ")
+                ),
+            ))
         };
-        one_of(&self.approval.mode, "approval.mode", &["ask", "deny", "allow"])?;
+        one_of(
+            &self.approval.mode,
+            "approval.mode",
+            &["ask", "deny", "allow"],
+        )?;
         let t = *self.approval.timeout_seconds.get_ref();
         if !(t.is_finite() && t > 0.0) {
-            return Err(invalid(self.approval.timeout_seconds.span(), "approval.timeout_seconds",
-                "must be a positive number of seconds".into()));
+            return Err(invalid(
+                self.approval.timeout_seconds.span(),
+                "approval.timeout_seconds",
+                "must be a positive number of seconds".into(),
+            ));
         }
         for (backend, config) in &self.backends {
             let key = |k: &str| format!("backends.{backend}.{k}");
-            one_of(&config.kind, &key("kind"), &["local", "docker", "ssh", "apptainer", "singularity"])?;
+            one_of(
+                &config.kind,
+                &key("kind"),
+                &["local", "docker", "ssh", "apptainer", "singularity"],
+            )?;
             let kind = match config.kind.get_ref().as_str() {
                 "singularity" => "apptainer",
                 other => other,
@@ -354,13 +389,23 @@ impl Policy {
                 ("host", config.host.as_ref().map(Spanned::span)),
                 ("user", config.user.as_ref().map(Spanned::span)),
                 ("port", config.port.as_ref().map(Spanned::span)),
-                ("identity_file", config.identity_file.as_ref().map(Spanned::span)),
+                (
+                    "identity_file",
+                    config.identity_file.as_ref().map(Spanned::span),
+                ),
                 ("binds", config.binds.first().map(Spanned::span)),
                 ("workdir", config.workdir.as_ref().map(Spanned::span)),
             ];
             let applies: &[&str] = match kind {
                 "local" => &["sandbox", "workspace", "workdir"],
-                "docker" => &["image", "network", "memory_mb", "cpus", "workspace", "workdir"],
+                "docker" => &[
+                    "image",
+                    "network",
+                    "memory_mb",
+                    "cpus",
+                    "workspace",
+                    "workdir",
+                ],
                 "ssh" => &["host", "user", "port", "identity_file", "workdir"],
                 _ => &["image", "network", "binds", "workdir", "memory_mb"],
             };
@@ -368,8 +413,14 @@ impl Policy {
                 if let Some(span) = span
                     && !applies.contains(k)
                 {
-                    return Err(invalid(span.clone(), &key(k), format!(
-                        "does not apply to a {kind} backend (its keys: {})", applies.join(", "))));
+                    return Err(invalid(
+                        span.clone(),
+                        &key(k),
+                        format!(
+                            "does not apply to a {kind} backend (its keys: {})",
+                            applies.join(", ")
+                        ),
+                    ));
                 }
             }
             let required: &[(&str, bool)] = match kind {
@@ -379,12 +430,19 @@ impl Policy {
             };
             for (k, ok) in required {
                 if !ok {
-                    return Err(invalid(config.kind.span(), &format!("backends.{backend}"), format!(
-                        "a {kind} backend needs `{k}`")));
+                    return Err(invalid(
+                        config.kind.span(),
+                        &format!("backends.{backend}"),
+                        format!("a {kind} backend needs `{k}`"),
+                    ));
                 }
             }
             if let Some(sandbox) = &config.sandbox {
-                one_of(sandbox, &key("sandbox"), &["none", "read-only", "workspace-write"])?;
+                one_of(
+                    sandbox,
+                    &key("sandbox"),
+                    &["none", "read-only", "workspace-write"],
+                )?;
             }
         }
         for (tool, route) in [
@@ -395,35 +453,65 @@ impl Policy {
             let Some(route) = route else { continue };
             let target = route.get_ref();
             if target != "local" && !self.backends.contains_key(target) {
-                let defined: Vec<&str> = self.backends.keys().map(String::as_str).chain(["local"]).collect();
+                let defined: Vec<&str> = self
+                    .backends
+                    .keys()
+                    .map(String::as_str)
+                    .chain(["local"])
+                    .collect();
                 let hint = closest(target, defined.iter().copied())
                     .map(|b| format!("; did you mean \"{b}\"?"))
                     .unwrap_or_default();
-                return Err(invalid(route.span(), &format!("routes.{tool}"), format!(
-                    "no backend named \"{target}\" (defined: {}){hint}", defined.join(", "))));
+                return Err(invalid(
+                    route.span(),
+                    &format!("routes.{tool}"),
+                    format!(
+                        "no backend named \"{target}\" (defined: {}){hint}",
+                        defined.join(", ")
+                    ),
+                ));
             }
         }
         for (server, config) in &self.mcp.servers {
             let key = |k: &str| format!("mcp.servers.{server}.{k}");
             match (&config.command, &config.url) {
                 (Some(_), Some(url)) => {
-                    return Err(invalid(url.span(), &key("url"), "give either `command` (stdio) or `url` (HTTP), not both".into()));
+                    return Err(invalid(
+                        url.span(),
+                        &key("url"),
+                        "give either `command` (stdio) or `url` (HTTP), not both".into(),
+                    ));
                 }
                 (None, None) => {
-                    return Err(invalid(0..0, &format!("mcp.servers.{server}"), "needs `command` (stdio) or `url` (HTTP)".into()));
+                    return Err(invalid(
+                        0..0,
+                        &format!("mcp.servers.{server}"),
+                        "needs `command` (stdio) or `url` (HTTP)".into(),
+                    ));
                 }
                 _ => {}
             }
             if let Some(url) = &config.url
                 && !(url.get_ref().starts_with("http://") || url.get_ref().starts_with("https://"))
             {
-                return Err(invalid(url.span(), &key("url"), "must start with http:// or https://".into()));
+                return Err(invalid(
+                    url.span(),
+                    &key("url"),
+                    "must start with http:// or https://".into(),
+                ));
             }
             if let Some(mode) = &config.mode {
                 one_of(mode, &key("mode"), &["bridge", "lazy"])?;
             }
-            if !server.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-                return Err(invalid(0..0, &format!("mcp.servers.{server}"), "server names use letters, digits, _ and -".into()));
+            if !server
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                return Err(invalid(
+                    0..0,
+                    &format!("mcp.servers.{server}"),
+                    "server names use letters, digits, _ and -".into(),
+                ));
             }
         }
         let toolsets = crate::registry::toolsets::Toolsets::default();
@@ -431,19 +519,38 @@ impl Policy {
             let names: Vec<&str> = toolsets.preset_names().collect();
             one_of(preset, "toolsets.preset", &names)?;
         }
-        for (key, list) in [("toolsets.enabled", self.toolsets.enabled.as_deref().unwrap_or(&[])), ("toolsets.disabled", &self.toolsets.disabled)] {
+        for (key, list) in [
+            (
+                "toolsets.enabled",
+                self.toolsets.enabled.as_deref().unwrap_or(&[]),
+            ),
+            ("toolsets.disabled", &self.toolsets.disabled),
+        ] {
             for item in list {
                 let n = item.get_ref();
                 if n != "*" && n != "all" && toolsets.resolve(n).is_none() {
                     let known: Vec<&str> = toolsets.names().collect();
-                    let hint = closest(n, known.iter().copied()).map(|b| format!("; did you mean \"{b}\"?")).unwrap_or_default();
-                    return Err(invalid(item.span(), key, format!("no toolset named \"{n}\" (known: {}){hint}", known.join(", "))));
+                    let hint = closest(n, known.iter().copied())
+                        .map(|b| format!("; did you mean \"{b}\"?"))
+                        .unwrap_or_default();
+                    return Err(invalid(
+                        item.span(),
+                        key,
+                        format!(
+                            "no toolset named \"{n}\" (known: {}){hint}",
+                            known.join(", ")
+                        ),
+                    ));
                 }
             }
         }
         let days = *self.processes.retention_days.get_ref();
         if !(days.is_finite() && days > 0.0) {
-            return Err(invalid(self.processes.retention_days.span(), "processes.retention_days", "must be a positive number of days".into()));
+            return Err(invalid(
+                self.processes.retention_days.span(),
+                "processes.retention_days",
+                "must be a positive number of days".into(),
+            ));
         }
         Ok(())
     }
@@ -453,10 +560,18 @@ impl Policy {
         let toolsets = crate::registry::toolsets::Toolsets::default();
         let enabled = match (&self.toolsets.enabled, &self.toolsets.preset) {
             (Some(list), _) => list.iter().map(|s| s.get_ref().clone()).collect(),
-            (None, Some(preset)) => toolsets.preset(preset.get_ref()).map(<[String]>::to_vec).unwrap_or_default(),
+            (None, Some(preset)) => toolsets
+                .preset(preset.get_ref())
+                .map(<[String]>::to_vec)
+                .unwrap_or_default(),
             (None, None) => vec!["*".to_owned()],
         };
-        let disabled = self.toolsets.disabled.iter().map(|s| s.get_ref().clone()).collect();
+        let disabled = self
+            .toolsets
+            .disabled
+            .iter()
+            .map(|s| s.get_ref().clone())
+            .collect();
         (enabled, disabled)
     }
 
@@ -484,8 +599,12 @@ fn glob_set(globs: &[Spanned<String>]) -> GlobSet {
 
 /// Adds "did you mean `x`?" to serde's "unknown field `y`, expected one of `a`, `b`".
 fn with_suggestion(message: &str) -> String {
-    let Some(rest) = message.strip_prefix("unknown field `") else { return message.to_owned() };
-    let Some((unknown, expected)) = rest.split_once('`') else { return message.to_owned() };
+    let Some(rest) = message.strip_prefix("unknown field `") else {
+        return message.to_owned();
+    };
+    let Some((unknown, expected)) = rest.split_once('`') else {
+        return message.to_owned();
+    };
     let candidates: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
     match closest(unknown, candidates.iter().copied()) {
         Some(best) => format!("{message}; did you mean `{best}`?"),
@@ -625,14 +744,19 @@ mod tests {
 
     #[test]
     fn dangling_routes_name_the_line_and_the_defined_backends() {
-        let e = err("[backends.box]\nkind = \"docker\"\nimage = \"debian:12\"\n[routes]\nterminal = \"bx\"\n");
+        let e = err(
+            "[backends.box]\nkind = \"docker\"\nimage = \"debian:12\"\n[routes]\nterminal = \"bx\"\n",
+        );
         assert!(e.starts_with("p.toml:5: routes.terminal: no backend named \"bx\" (defined: box, local); did you mean \"box\"?"), "{e}");
     }
 
     #[test]
     fn backend_keys_must_fit_the_kind() {
         let e = err("[backends.remote]\nkind = \"ssh\"\nhost = \"h\"\nimage = \"x\"\n");
-        assert!(e.starts_with("p.toml:4: backends.remote.image: does not apply to a ssh backend"), "{e}");
+        assert!(
+            e.starts_with("p.toml:4: backends.remote.image: does not apply to a ssh backend"),
+            "{e}"
+        );
         let e = err("[backends.c]\nkind = \"docker\"\n");
         assert!(e.contains("a docker backend needs `image`"), "{e}");
         let e = err("[backends.c]\nkind = \"dokcer\"\n");
@@ -665,7 +789,10 @@ mod tests {
     #[test]
     fn approval_mode_is_checked() {
         let e = err("[approval]\nmode = \"maybe\"\n");
-        assert!(e.starts_with("p.toml:2: approval.mode: \"maybe\" is not one of ask, deny, allow"), "{e}");
+        assert!(
+            e.starts_with("p.toml:2: approval.mode: \"maybe\" is not one of ask, deny, allow"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -17,21 +17,32 @@ pub struct Availability {
 }
 
 impl Availability {
-    pub fn new(id: impl Into<String>, check: impl Fn() -> Result<(), String> + Send + Sync + 'static) -> Self {
-        Self { id: id.into(), check: Arc::new(check) }
+    pub fn new(
+        id: impl Into<String>,
+        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            check: Arc::new(check),
+        }
     }
 }
 
 impl std::fmt::Debug for Availability {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Availability").field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("Availability")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
     }
 }
+
+/// When a check ran and what it said.
+type Answer = (Instant, Result<(), String>);
 
 /// Cached answers, keyed by check id.
 #[derive(Default)]
 pub struct AvailabilityCache {
-    answers: Mutex<HashMap<String, (Instant, Result<(), String>)>>,
+    answers: Mutex<HashMap<String, Answer>>,
 }
 
 impl AvailabilityCache {

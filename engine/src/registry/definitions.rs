@@ -53,23 +53,40 @@ pub fn signature(spec: &ToolSpec) -> String {
         let ordered = props
             .iter()
             .filter(|(n, _)| required.contains(&n.as_str()))
-            .chain(props.iter().filter(|(n, _)| !required.contains(&n.as_str())));
+            .chain(
+                props
+                    .iter()
+                    .filter(|(n, _)| !required.contains(&n.as_str())),
+            );
         for (name, prop) in ordered {
             let ty = python_type(prop, 0);
             if required.contains(&name.as_str()) {
                 params.push(format!("{name}: {ty}"));
             } else {
-                let default = prop.get("default").map_or("None".to_owned(), python_literal);
+                let default = prop
+                    .get("default")
+                    .map_or("None".to_owned(), python_literal);
                 let nullable = ty == "None" || ty.ends_with("| None") || ty.starts_with("None |");
-                let ty = if default == "None" && !nullable { format!("{ty} | None") } else { ty };
+                let ty = if default == "None" && !nullable {
+                    format!("{ty} | None")
+                } else {
+                    ty
+                };
                 params.push(format!("{name}: {ty} = {default}"));
             }
         }
     }
-    let args = if params.is_empty() { String::new() } else { format!("*, {}", params.join(", ")) };
+    let args = if params.is_empty() {
+        String::new()
+    } else {
+        format!("*, {}", params.join(", "))
+    };
     let summary = spec.description.lines().next().unwrap_or("").trim();
     let summary: String = summary.chars().take(160).collect();
-    format!("async def {}({args}) -> Any  # {summary}", python_identifier(&spec.name))
+    format!(
+        "async def {}({args}) -> Any  # {summary}",
+        python_identifier(&spec.name)
+    )
 }
 
 fn python_type(schema: &Value, depth: usize) -> String {
@@ -125,7 +142,11 @@ fn object_type(schema: &Value, depth: usize) -> String {
     let fields: Vec<String> = props
         .iter()
         .map(|(name, prop)| {
-            let optional = if required.contains(&name.as_str()) { "" } else { "?" };
+            let optional = if required.contains(&name.as_str()) {
+                ""
+            } else {
+                "?"
+            };
             format!("\"{name}\"{optional}: {}", python_type(prop, depth + 1))
         })
         .collect();
@@ -194,18 +215,39 @@ mod tests {
 
     #[test]
     fn no_arguments() {
-        assert_eq!(signature(&spec(json!({"type": "object"}))), "async def my_tool_v2() -> Any  # Does a thing.");
+        assert_eq!(
+            signature(&spec(json!({"type": "object"}))),
+            "async def my_tool_v2() -> Any  # Does a thing."
+        );
     }
 
     #[test]
     fn the_list_is_capped_and_says_how_many_were_left_out() {
         let specs: Vec<ToolSpec> = (0..500)
-            .map(|i| ToolSpec::new(format!("tool_{i:03}"), "t", "A tool with a fairly long description line", json!({"type": "object", "properties": {"x": {"type": "string"}}})))
+            .map(|i| {
+                ToolSpec::new(
+                    format!("tool_{i:03}"),
+                    "t",
+                    "A tool with a fairly long description line",
+                    json!({"type": "object", "properties": {"x": {"type": "string"}}}),
+                )
+            })
             .collect();
         let list = signature_list(&specs, SIGNATURES_CAP_CHARS);
         assert!(list.len() <= SIGNATURES_CAP_CHARS, "{}", list.len());
         let shown = list.lines().filter(|l| l.starts_with("async def")).count();
-        assert!(list.ends_with(&format!("# ... and {} more tools not listed (the list is capped)\n", 500 - shown)), "{list}");
-        assert!(list.lines().next().unwrap().starts_with("async def tool_000"));
+        assert!(
+            list.ends_with(&format!(
+                "# ... and {} more tools not listed (the list is capped)\n",
+                500 - shown
+            )),
+            "{list}"
+        );
+        assert!(
+            list.lines()
+                .next()
+                .unwrap()
+                .starts_with("async def tool_000")
+        );
     }
 }

@@ -187,7 +187,9 @@ impl ToolError {
 /// Errors of registry configuration (not of calls).
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    #[error("tool '{name}' is already registered by toolset '{owner}'; register with override to replace it")]
+    #[error(
+        "tool '{name}' is already registered by toolset '{owner}'; register with override to replace it"
+    )]
     Duplicate { name: String, owner: String },
     #[error("tool name '{0}' is invalid: use 1-64 characters from [A-Za-z0-9_.-]")]
     InvalidName(String),
@@ -198,9 +200,11 @@ pub enum RegistryError {
 }
 
 /// Runs before every call; an error refuses the call.
-pub type PreCallHook = Arc<dyn Fn(&str, &Value, &CallContext) -> Result<(), ToolError> + Send + Sync>;
+pub type PreCallHook =
+    Arc<dyn Fn(&str, &Value, &CallContext) -> Result<(), ToolError> + Send + Sync>;
 /// Runs after every call with its outcome and duration.
-pub type PostCallHook = Arc<dyn Fn(&str, &Result<Value, ToolError>, std::time::Duration) + Send + Sync>;
+pub type PostCallHook =
+    Arc<dyn Fn(&str, &Result<Value, ToolError>, std::time::Duration) + Send + Sync>;
 
 /// Largest arguments object accepted, serialised.
 pub const MAX_ARGUMENT_BYTES: usize = 4 * 1024 * 1024;
@@ -227,7 +231,11 @@ static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
 
 /// A fresh call id, unique within this process.
 pub fn new_call_id() -> String {
-    format!("call_{}_{}", std::process::id(), NEXT_CALL.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "call_{}_{}",
+        std::process::id(),
+        NEXT_CALL.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 impl Registry {
@@ -252,7 +260,9 @@ impl Registry {
         let mut registry = Self::new();
         for tool in crate::tools::builtins() {
             let spec = tool.spec();
-            registry.tools.insert(spec.name.clone(), Entry { tool, spec });
+            registry
+                .tools
+                .insert(spec.name.clone(), Entry { tool, spec });
         }
         registry
     }
@@ -319,7 +329,9 @@ impl Registry {
         let name = spec.name.clone();
         let valid = !name.is_empty()
             && name.len() <= 64
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
         if !valid {
             return Err(RegistryError::InvalidName(name));
         }
@@ -328,10 +340,16 @@ impl Registry {
         }
         let problems = schema_check::problems(&spec.input_schema);
         if !problems.is_empty() {
-            return Err(RegistryError::InvalidSchema { name, problems: problems.join("; ") });
+            return Err(RegistryError::InvalidSchema {
+                name,
+                problems: problems.join("; "),
+            });
         }
         if !replace && let Some(existing) = self.tools.get(&name) {
-            return Err(RegistryError::Duplicate { name, owner: existing.spec.toolset.clone() });
+            return Err(RegistryError::Duplicate {
+                name,
+                owner: existing.spec.toolset.clone(),
+            });
         }
         self.tools.insert(name, Entry { tool, spec });
         Ok(())
@@ -348,9 +366,14 @@ impl Registry {
             return Some(format!("there is no tool named '{name}'"));
         };
         if !self.filter.is_visible(name) {
-            return Some(format!("tool '{name}' is not allowed by the policy ([tools] allow/deny)"));
+            return Some(format!(
+                "tool '{name}' is not allowed by the policy ([tools] allow/deny)"
+            ));
         }
-        if !self.selection.includes(&self.toolsets, &entry.spec.toolset, name) {
+        if !self
+            .selection
+            .includes(&self.toolsets, &entry.spec.toolset, name)
+        {
             return Some(format!(
                 "tool '{name}' belongs to toolset '{}', which is not enabled ([toolsets])",
                 entry.spec.toolset
@@ -385,11 +408,19 @@ impl Registry {
 
     /// `(python identifier, tool name)` pairs of [`Registry::script_specs`], in a stable order.
     pub fn script_tools(&self) -> Vec<(String, String)> {
-        self.script_specs().into_iter().map(|s| (python_identifier(&s.name), s.name)).collect()
+        self.script_specs()
+            .into_iter()
+            .map(|s| (python_identifier(&s.name), s.name))
+            .collect()
     }
 
     /// Calls a tool through every check. Failures come back as [`ToolError`]s, never panics.
-    pub async fn dispatch(&self, name: &str, args: Value, ctx: CallContext) -> Result<Value, ToolError> {
+    pub async fn dispatch(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: CallContext,
+    ) -> Result<Value, ToolError> {
         let started = Instant::now();
         self.events.emit(&ToolCallEvent {
             call_id: ctx.call_id.clone(),
@@ -419,9 +450,16 @@ impl Registry {
         result
     }
 
-    async fn dispatch_checked(&self, name: &str, args: Value, ctx: CallContext) -> Result<Value, ToolError> {
+    async fn dispatch_checked(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: CallContext,
+    ) -> Result<Value, ToolError> {
         let Some(entry) = self.tools.get(name) else {
-            return Err(ToolError::not_found(format!("there is no tool named '{name}'")));
+            return Err(ToolError::not_found(format!(
+                "there is no tool named '{name}'"
+            )));
         };
         if let Some(why) = self.unavailable_reason(name) {
             return Err(if self.filter.is_visible(name) {
@@ -462,9 +500,14 @@ impl Registry {
         }
         // Second level of wrapping: a panicking tool becomes a failed call, not a dead engine.
         use futures_util::FutureExt;
-        match std::panic::AssertUnwindSafe(entry.tool.call(args, ctx)).catch_unwind().await {
+        match std::panic::AssertUnwindSafe(entry.tool.call(args, ctx))
+            .catch_unwind()
+            .await
+        {
             Ok(result) => result,
-            Err(_) => Err(ToolError::failed(format!("tool '{name}' failed unexpectedly (it panicked)"))),
+            Err(_) => Err(ToolError::failed(format!(
+                "tool '{name}' failed unexpectedly (it panicked)"
+            ))),
         }
     }
 }
@@ -565,17 +608,28 @@ mod tests {
 
     impl Probe {
         fn new(name: &'static str) -> Self {
-            Self { name, toolset: "demo", available: Ok(()), panics: false, checks: Arc::default() }
+            Self {
+                name,
+                toolset: "demo",
+                available: Ok(()),
+                panics: false,
+                checks: Arc::default(),
+            }
         }
     }
 
     impl Tool for Probe {
         fn spec(&self) -> ToolSpec {
-            ToolSpec::new(self.name, self.toolset, format!("Probe tool {}", self.name), json!({
-                "type": "object",
-                "properties": {"text": {"type": "string"}, "n": {"type": "integer", "minimum": 0}},
-                "additionalProperties": false
-            }))
+            ToolSpec::new(
+                self.name,
+                self.toolset,
+                format!("Probe tool {}", self.name),
+                json!({
+                    "type": "object",
+                    "properties": {"text": {"type": "string"}, "n": {"type": "integer", "minimum": 0}},
+                    "additionalProperties": false
+                }),
+            )
         }
         fn call(&self, args: Value, _ctx: CallContext) -> ToolFuture {
             let panics = self.panics;
@@ -589,10 +643,13 @@ mod tests {
         fn availability(&self) -> Option<Availability> {
             let answer = self.available.clone();
             let checks = self.checks.clone();
-            Some(Availability::new(format!("probe-{}", self.toolset), move || {
-                checks.fetch_add(1, AtomicOrdering::SeqCst);
-                answer.clone()
-            }))
+            Some(Availability::new(
+                format!("probe-{}", self.toolset),
+                move || {
+                    checks.fetch_add(1, AtomicOrdering::SeqCst);
+                    answer.clone()
+                },
+            ))
         }
     }
 
@@ -600,13 +657,33 @@ mod tests {
     async fn dispatch_validates_against_the_schema_and_names_the_field() {
         let mut registry = Registry::with_builtins();
         registry.register(Arc::new(Probe::new("probe"))).unwrap();
-        let ok = registry.dispatch("probe", json!({"text": "hi", "n": 2}), CallContext::default()).await;
+        let ok = registry
+            .dispatch(
+                "probe",
+                json!({"text": "hi", "n": 2}),
+                CallContext::default(),
+            )
+            .await;
         assert_eq!(ok.unwrap(), json!({"text": "hi", "n": 2}));
-        let err = registry.dispatch("probe", json!({"n": -1}), CallContext::default()).await.unwrap_err();
+        let err = registry
+            .dispatch("probe", json!({"n": -1}), CallContext::default())
+            .await
+            .unwrap_err();
         assert_eq!(err.kind, ToolErrorKind::InvalidArguments);
-        assert!(err.message.contains("field `n`: must be at least 0"), "{}", err.message);
-        let err = registry.dispatch("probe", json!({"colour": 1}), CallContext::default()).await.unwrap_err();
-        assert!(err.message.contains("field `colour`: unknown argument"), "{}", err.message);
+        assert!(
+            err.message.contains("field `n`: must be at least 0"),
+            "{}",
+            err.message
+        );
+        let err = registry
+            .dispatch("probe", json!({"colour": 1}), CallContext::default())
+            .await
+            .unwrap_err();
+        assert!(
+            err.message.contains("field `colour`: unknown argument"),
+            "{}",
+            err.message
+        );
     }
 
     #[tokio::test]
@@ -614,9 +691,21 @@ mod tests {
         let mut registry = Registry::with_builtins();
         registry.register(Arc::new(Probe::new("probe"))).unwrap();
         let big = "x".repeat(10 * 1024 * 1024);
-        let err = registry.dispatch("probe", json!({"text": big}), CallContext::default()).await.unwrap_err();
-        assert!(err.message.contains("the limit is 4194304 bytes"), "{}", err.message);
-        assert!(registry.dispatch("probe", json!({"text": "small"}), CallContext::default()).await.is_ok());
+        let err = registry
+            .dispatch("probe", json!({"text": big}), CallContext::default())
+            .await
+            .unwrap_err();
+        assert!(
+            err.message.contains("the limit is 4194304 bytes"),
+            "{}",
+            err.message
+        );
+        assert!(
+            registry
+                .dispatch("probe", json!({"text": "small"}), CallContext::default())
+                .await
+                .is_ok()
+        );
     }
 
     #[tokio::test]
@@ -625,10 +714,18 @@ mod tests {
         let mut probe = Probe::new("boom");
         probe.panics = true;
         registry.register(Arc::new(probe)).unwrap();
-        let err = registry.dispatch("boom", json!({}), CallContext::default()).await.unwrap_err();
+        let err = registry
+            .dispatch("boom", json!({}), CallContext::default())
+            .await
+            .unwrap_err();
         assert_eq!(err.code, "tool:failed");
         assert_eq!(err.to_json()["error_code"], json!("tool:failed"));
-        assert!(err.to_json()["error"].as_str().unwrap().contains("panicked"));
+        assert!(
+            err.to_json()["error"]
+                .as_str()
+                .unwrap()
+                .contains("panicked")
+        );
     }
 
     #[tokio::test]
@@ -639,7 +736,11 @@ mod tests {
         down.available = Err("dockerd is not running".into());
         registry.register(Arc::new(down)).unwrap();
         registry.register(Arc::new(Probe::new("fine"))).unwrap();
-        let visible: Vec<String> = registry.visible_specs().into_iter().map(|s| s.name).collect();
+        let visible: Vec<String> = registry
+            .visible_specs()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
         assert!(!visible.contains(&"docker_ps".to_owned()));
         assert!(visible.contains(&"fine".to_owned()));
         let all_text: String = registry
@@ -647,9 +748,19 @@ mod tests {
             .iter()
             .map(|s| format!("{} {}", s.description, definitions::signature(s)))
             .collect();
-        assert!(!all_text.contains("docker_ps"), "a description names an unavailable tool");
-        let err = registry.dispatch("docker_ps", json!({}), CallContext::default()).await.unwrap_err();
-        assert!(err.message.contains("dockerd is not running"), "{}", err.message);
+        assert!(
+            !all_text.contains("docker_ps"),
+            "a description names an unavailable tool"
+        );
+        let err = registry
+            .dispatch("docker_ps", json!({}), CallContext::default())
+            .await
+            .unwrap_err();
+        assert!(
+            err.message.contains("dockerd is not running"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
@@ -678,9 +789,16 @@ mod tests {
             }
         }
         let mut registry = Registry::new();
-        let err = registry.register(Arc::new(Bad(json!({"type": "object", "properties": {"x": {"type": "text"}}}), "t"))).unwrap_err();
+        let err = registry
+            .register(Arc::new(Bad(
+                json!({"type": "object", "properties": {"x": {"type": "text"}}}),
+                "t",
+            )))
+            .unwrap_err();
         assert!(err.to_string().contains("invalid input schema"), "{err}");
-        let err = registry.register(Arc::new(Bad(json!({"type": "object"}), " "))).unwrap_err();
+        let err = registry
+            .register(Arc::new(Bad(json!({"type": "object"}), " ")))
+            .unwrap_err();
         assert!(matches!(err, RegistryError::NoToolset { .. }));
     }
 
@@ -688,9 +806,22 @@ mod tests {
     async fn toolset_selection_hides_disabled_toolsets_and_accepts_old_names() {
         let mut registry = Registry::with_builtins();
         registry.select_toolsets(&["*".into()], &["basic".into()]);
-        assert!(registry.visible_specs().iter().all(|s| s.toolset != "builtin"));
-        let err = registry.dispatch("wait", json!({}), CallContext::default()).await.unwrap_err();
-        assert!(err.message.contains("toolset 'builtin', which is not enabled"), "{}", err.message);
+        assert!(
+            registry
+                .visible_specs()
+                .iter()
+                .all(|s| s.toolset != "builtin")
+        );
+        let err = registry
+            .dispatch("wait", json!({}), CallContext::default())
+            .await
+            .unwrap_err();
+        assert!(
+            err.message
+                .contains("toolset 'builtin', which is not enabled"),
+            "{}",
+            err.message
+        );
     }
 
     #[tokio::test]
@@ -708,8 +839,16 @@ mod tests {
                 Ok(())
             }
         }));
-        assert!(registry.dispatch("wait", json!({}), CallContext::default()).await.is_ok());
-        let err = registry.dispatch("current_datetime", json!({}), CallContext::default()).await.unwrap_err();
+        assert!(
+            registry
+                .dispatch("wait", json!({}), CallContext::default())
+                .await
+                .is_ok()
+        );
+        let err = registry
+            .dispatch("current_datetime", json!({}), CallContext::default())
+            .await
+            .unwrap_err();
         assert_eq!(err.code, "hook:refused");
         assert_eq!(seen.load(AtomicOrdering::SeqCst), 2);
     }
@@ -724,7 +863,12 @@ mod tests {
         impl TypedTool for Double {
             type Args = Args;
             fn spec(&self) -> ToolSpec {
-                ToolSpec::new("double", "demo", "Doubles n", json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}))
+                ToolSpec::new(
+                    "double",
+                    "demo",
+                    "Doubles n",
+                    json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+                )
             }
             async fn run(&self, args: Args, _ctx: CallContext) -> Result<Value, ToolError> {
                 Ok(json!(args.n * 2))
@@ -732,9 +876,22 @@ mod tests {
         }
         let mut registry = Registry::new();
         registry.register(typed(Double)).unwrap();
-        assert_eq!(registry.dispatch("double", json!({"n": 21}), CallContext::default()).await.unwrap(), json!(42));
-        let err = registry.dispatch("double", json!({}), CallContext::default()).await.unwrap_err();
-        assert!(err.message.contains("field `n`: is required"), "{}", err.message);
+        assert_eq!(
+            registry
+                .dispatch("double", json!({"n": 21}), CallContext::default())
+                .await
+                .unwrap(),
+            json!(42)
+        );
+        let err = registry
+            .dispatch("double", json!({}), CallContext::default())
+            .await
+            .unwrap_err();
+        assert!(
+            err.message.contains("field `n`: is required"),
+            "{}",
+            err.message
+        );
     }
 
     #[tokio::test]
@@ -744,13 +901,20 @@ mod tests {
         let calls: Vec<_> = (0..20)
             .map(|_| {
                 let r = registry.clone();
-                tokio::spawn(async move { r.dispatch("wait", json!({"milliseconds": 200}), CallContext::default()).await })
+                tokio::spawn(async move {
+                    r.dispatch("wait", json!({"milliseconds": 200}), CallContext::default())
+                        .await
+                })
             })
             .collect();
         for c in calls {
             c.await.unwrap().unwrap();
         }
-        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[tokio::test]

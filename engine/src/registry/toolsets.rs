@@ -46,11 +46,31 @@ impl Default for Toolsets {
                 },
             );
         };
-        add("builtin", "Small utilities: wait, current_datetime", &[], &[]);
-        add("codemode", "run_tools_script: Python that calls the other tools", &[], &[]);
-        add("environment", "terminal, process and python_execute on the routed backend", &[], &[]);
+        add(
+            "builtin",
+            "Small utilities: wait, current_datetime",
+            &[],
+            &[],
+        );
+        add(
+            "codemode",
+            "run_tools_script: Python that calls the other tools",
+            &[],
+            &[],
+        );
+        add(
+            "environment",
+            "terminal, process and python_execute on the routed backend",
+            &[],
+            &[],
+        );
         add("mcp", "Tools of the bridged MCP servers", &[], &[]);
-        add("core", "Everything Paddock itself provides", &[], &["builtin", "codemode", "environment"]);
+        add(
+            "core",
+            "Everything Paddock itself provides",
+            &[],
+            &["builtin", "codemode", "environment"],
+        );
         let renamed = [
             ("basic", "builtin"),
             ("code_execution", "codemode"),
@@ -68,7 +88,11 @@ impl Default for Toolsets {
         .into_iter()
         .map(|(a, b)| (a.to_owned(), b.into_iter().map(str::to_owned).collect()))
         .collect();
-        Self { sets, renamed, presets }
+        Self {
+            sets,
+            renamed,
+            presets,
+        }
     }
 }
 
@@ -107,7 +131,9 @@ impl Toolsets {
         let mut seen = BTreeSet::new();
         let mut stack = vec![name.to_owned()];
         while let Some(next) = stack.pop() {
-            let Some(resolved) = self.resolve(&next) else { continue };
+            let Some(resolved) = self.resolve(&next) else {
+                continue;
+            };
             if !seen.insert(resolved.to_owned()) {
                 continue;
             }
@@ -171,7 +197,12 @@ impl ToolsetSelection {
             on.remove(name);
         }
         let explicit_tools = on.iter().flat_map(|n| toolsets.explicit_tools(n)).collect();
-        Self { everything, enabled: on, disabled: off, explicit_tools }
+        Self {
+            everything,
+            enabled: on,
+            disabled: off,
+            explicit_tools,
+        }
     }
 
     /// Is a tool of `toolset` named `tool` on?
@@ -192,7 +223,9 @@ mod tests {
     fn composites_expand_and_renames_resolve() {
         let t = Toolsets::default();
         let core = t.expand("core");
-        assert!(core.contains("builtin") && core.contains("codemode") && core.contains("environment"));
+        assert!(
+            core.contains("builtin") && core.contains("codemode") && core.contains("environment")
+        );
         assert_eq!(t.resolve("basic"), Some("builtin"));
         assert_eq!(t.resolve("nope"), None);
     }
@@ -200,8 +233,18 @@ mod tests {
     #[test]
     fn cycles_terminate() {
         let mut t = Toolsets::default();
-        t.define(Toolset { name: "a".into(), description: String::new(), tools: vec![], includes: vec!["b".into()] });
-        t.define(Toolset { name: "b".into(), description: String::new(), tools: vec!["x".into()], includes: vec!["a".into()] });
+        t.define(Toolset {
+            name: "a".into(),
+            description: String::new(),
+            tools: vec![],
+            includes: vec!["b".into()],
+        });
+        t.define(Toolset {
+            name: "b".into(),
+            description: String::new(),
+            tools: vec!["x".into()],
+            includes: vec!["a".into()],
+        });
         assert_eq!(t.expand("a").len(), 2);
         assert!(t.explicit_tools("a").contains("x"));
     }

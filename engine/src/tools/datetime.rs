@@ -16,8 +16,12 @@ struct Args {
 
 impl Tool for CurrentDatetime {
     fn spec(&self) -> ToolSpec {
-        ToolSpec::new("current_datetime", "builtin", "The current date and time in UTC: ISO 8601 and Unix time, plus the \
-                          time formatted with `format` (strftime) when given.", json!({
+        ToolSpec::new(
+            "current_datetime",
+            "builtin",
+            "The current date and time in UTC: ISO 8601 and Unix time, plus the \
+                          time formatted with `format` (strftime) when given.",
+            json!({
                 "type": "object",
                 "properties": {
                     "format": {
@@ -26,7 +30,8 @@ impl Tool for CurrentDatetime {
                     }
                 },
                 "additionalProperties": false
-            }))
+            }),
+        )
         .with_label("🕒", "Reading the clock")
     }
 

@@ -21,10 +21,14 @@ struct Args {
 
 impl Tool for Wait {
     fn spec(&self) -> ToolSpec {
-        ToolSpec::new("wait", "builtin", format!(
+        ToolSpec::new(
+            "wait",
+            "builtin",
+            format!(
                 "Wait for the given number of milliseconds (clamped to 0..{MAX_WAIT_MS}) and \
                  return how long was waited."
-            ), json!({
+            ),
+            json!({
                 "type": "object",
                 "properties": {
                     "milliseconds": {
@@ -36,7 +40,8 @@ impl Tool for Wait {
                     }
                 },
                 "additionalProperties": false
-            }))
+            }),
+        )
         .with_label("⏳", "Waiting")
     }
 

@@ -6,8 +6,13 @@ use serde_json::json;
 fn validate(kind: &str, document: &str) {
     let dir = tempfile::tempdir().unwrap();
     let file = write_file(&dir, "defs.json", document);
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/validate_definitions.py");
-    let out = std::process::Command::new("python3").arg(&script).args([kind, &file]).output().unwrap();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/validate_definitions.py");
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .args([kind, &file])
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{kind}: {}{} (python3 -m pip install jsonschema if it is missing)",
@@ -22,9 +27,17 @@ fn openai_format_is_valid_openai_function_definitions() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     validate("openai", &run.stdout);
     let defs = run.json();
-    let names: Vec<&str> = defs.as_array().unwrap().iter().map(|d| d["function"]["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = defs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["function"]["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names[0], "run_tools_script");
-    assert!(names.contains(&"wait") && names.contains(&"current_datetime"), "{names:?}");
+    assert!(
+        names.contains(&"wait") && names.contains(&"current_datetime"),
+        "{names:?}"
+    );
 }
 
 #[test]
@@ -38,9 +51,18 @@ fn mcp_format_is_a_valid_tools_list_result() {
 fn the_validator_rejects_broken_definitions() {
     // The check above must be able to fail.
     let dir = tempfile::tempdir().unwrap();
-    let file = write_file(&dir, "bad.json", r#"[{"type": "function", "function": {"name": "has space", "parameters": {"type": "object"}}}]"#);
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/validate_definitions.py");
-    let out = std::process::Command::new("python3").arg(&script).args(["openai", &file]).output().unwrap();
+    let file = write_file(
+        &dir,
+        "bad.json",
+        r#"[{"type": "function", "function": {"name": "has space", "parameters": {"type": "object"}}}]"#,
+    );
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/validate_definitions.py");
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .args(["openai", &file])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
 }
 
@@ -50,10 +72,19 @@ fn run_tools_script_describes_exactly_the_tools_scripts_can_call() {
     let policy = write_file(&dir, "p.toml", "[codemode]\nexclude = [\"wait\"]\n");
     let run = paddock(&["tools", "--format", "mcp", "--policy", &policy]);
     let tools = run.json()["tools"].as_array().unwrap().clone();
-    let rts = tools.iter().find(|t| t["name"] == json!("run_tools_script")).unwrap();
+    let rts = tools
+        .iter()
+        .find(|t| t["name"] == json!("run_tools_script"))
+        .unwrap();
     let description = rts["description"].as_str().unwrap();
-    assert!(description.contains("async def current_datetime(*, format: str | None = None)"), "{description}");
-    assert!(!description.contains("def wait("), "an excluded tool is described: {description}");
+    assert!(
+        description.contains("async def current_datetime(*, format: str | None = None)"),
+        "{description}"
+    );
+    assert!(
+        !description.contains("def wait("),
+        "an excluded tool is described: {description}"
+    );
     // The agent still sees wait itself.
     assert!(tools.iter().any(|t| t["name"] == json!("wait")));
 }
@@ -62,8 +93,16 @@ fn run_tools_script_describes_exactly_the_tools_scripts_can_call() {
 fn signatures_format_prints_one_line_per_tool() {
     let run = paddock(&["tools", "--format", "signatures"]);
     let lines: Vec<&str> = run.stdout.lines().collect();
-    assert!(lines.iter().all(|l| l.starts_with("async def ")), "{lines:?}");
-    assert!(lines.iter().any(|l| l.starts_with("async def wait(*, milliseconds: float = 0)")), "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l.starts_with("async def ")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("async def wait(*, milliseconds: float = 0)")),
+        "{lines:?}"
+    );
 }
 
 #[test]
@@ -71,6 +110,11 @@ fn toolsets_and_presets_shape_what_is_listed() {
     let dir = tempfile::tempdir().unwrap();
     let minimal = write_file(&dir, "m.toml", "[toolsets]\ndisabled = [\"basic\"]\n");
     let run = paddock(&["tools", "--format", "mcp", "--policy", &minimal]);
-    let names: Vec<String> = run.json()["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect();
+    let names: Vec<String> = run.json()["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
     assert_eq!(names, vec!["run_tools_script".to_owned()]);
 }

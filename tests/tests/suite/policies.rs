@@ -16,8 +16,17 @@ fn every_shipped_policy_checks() {
         .map(|p| p.to_string_lossy().into_owned())
         .collect();
     files.sort();
-    for required in ["default.toml", "strict.toml", "docker.toml", "ssh.toml", "hpc-apptainer.toml"] {
-        assert!(files.iter().any(|f| f.ends_with(required)), "policies/{required} is missing");
+    for required in [
+        "default.toml",
+        "strict.toml",
+        "docker.toml",
+        "ssh.toml",
+        "hpc-apptainer.toml",
+    ] {
+        assert!(
+            files.iter().any(|f| f.ends_with(required)),
+            "policies/{required} is missing"
+        );
     }
     let mut args = vec!["policy", "check"];
     args.extend(files.iter().map(String::as_str));
