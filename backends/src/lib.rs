@@ -1,1 +1,131 @@
-//! placeholder
+//! Execution environments: where `terminal`, `process` and `python_execute` run.
+//!
+//! One trait, [`Environment`], implemented by [`local::LocalEnvironment`] today (Docker, SSH and
+//! Apptainer arrive with issue 5/8 behind the same trait). Background processes are run by a
+//! detached supervisor and recorded in a durable [`processes::ProcessRegistry`], so they
+//! survive an engine restart.
+//!
+//! - [`output`] — capping text keeping start and end;
+//! - [`local`] — the local backend (process groups, timeouts, PTY, shell state);
+//! - [`shell`] — the wrapper that makes cwd, exports, functions and aliases persist;
+//! - [`processes`] — durable registry of background processes and their receipts;
+//! - [`supervisor`] — the detached process that owns one background command;
+//! - [`procfs`] — process identity (PID + kernel start time) and process trees;
+//! - [`redact`] — secrets out of receipts.
+
+#![forbid(unsafe_code)]
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+pub mod local;
+pub mod output;
+pub mod processes;
+pub mod procfs;
+pub mod redact;
+pub mod shell;
+pub mod supervisor;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Errors of an environment.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("invalid command: {0}")]
+    InvalidCommand(String),
+    #[error("working directory {path}: {reason}")]
+    Workdir { path: String, reason: String },
+    #[error("could not start the command: {0}")]
+    Spawn(std::io::Error),
+    #[error("i/o error while running the command: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the {kind} backend '{name}' is not available: {reason}")]
+    Unavailable {
+        kind: String,
+        name: String,
+        reason: String,
+    },
+    #[error("no process '{0}' in this session")]
+    UnknownProcess(String),
+    #[error("process '{id}' belongs to another session")]
+    OtherSession { id: String },
+    #[error("process '{id}': {reason}")]
+    Process { id: String, reason: String },
+    #[error("state directory {path}: {reason}")]
+    State { path: String, reason: String },
+}
+
+pub type Result<T> = std::result::Result<T, BackendError>;
+
+/// The boxed future every trait method returns (dyn-compatible).
+pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+
+/// A foreground command.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    pub command: String,
+    /// Session whose cwd, exports, functions and aliases the command sees and updates.
+    pub session: String,
+    /// Overrides the session's cwd for this call only.
+    pub workdir: Option<PathBuf>,
+    pub env: BTreeMap<String, String>,
+    pub stdin: Option<Vec<u8>>,
+    pub timeout: Duration,
+    pub pty: bool,
+    /// Output cap (characters), keeping start and end.
+    pub max_output_chars: usize,
+}
+
+/// What a foreground command produced. stdout and stderr are merged, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecOutput {
+    pub output: String,
+    /// The command's status; 124 after a timeout (like coreutils `timeout`).
+    pub exit_code: i32,
+    pub timed_out: bool,
+    /// Characters of output in all (before capping).
+    pub output_chars: usize,
+    pub duration_ms: f64,
+}
+
+/// A background command.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BackgroundRequest {
+    pub command: String,
+    pub session: String,
+    pub workdir: Option<PathBuf>,
+    pub env: BTreeMap<String, String>,
+    pub pty: bool,
+    pub notify_on_complete: bool,
+}
+
+/// One backend capability set. Implementations keep this contract:
+/// - a command runs in its own process group; a timeout ends the whole group (TERM, a short
+///   grace, KILL) and answers exit code 124 saying so; nothing the command started outlives a
+///   foreground call;
+/// - stdout and stderr are merged in order and capped keeping start and end;
+/// - cwd, exported variables, functions and aliases persist between commands of one session;
+/// - a backend that is down is an error, never a quiet fallback to another backend.
+pub trait Environment: Send + Sync {
+    /// The policy name of this backend (`[backends.NAME]`).
+    fn name(&self) -> &str;
+
+    /// `local`, `docker`, `ssh` or `apptainer`.
+    fn kind(&self) -> &'static str;
+
+    /// Runs a foreground command.
+    fn exec(&self, request: ExecRequest) -> BackendFuture<'_, ExecOutput>;
+
+    /// Starts a background command; returns its record.
+    fn spawn_background(
+        &self,
+        request: BackgroundRequest,
+    ) -> BackendFuture<'_, processes::ProcessRecord>;
+
+    /// Checks the backend can run commands.
+    fn health(&self) -> BackendFuture<'_, ()>;
+}

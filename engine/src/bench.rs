@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::codemode::Limits;
-use crate::codemode::pool::PoolConfig;
 use crate::engine::Engine;
+use crate::engine::EngineOptions;
 use crate::policy::Policy;
 use crate::registry::{CallContext, Registry, Tool, ToolFuture, ToolSpec};
 
@@ -81,12 +81,17 @@ pub async fn run(
     registry
         .register(Arc::new(Noop))
         .map_err(|e| e.to_string())?;
-    let pool = PoolConfig {
-        exe,
-        prefork: 4,
-        max_concurrency: 8,
+    let mut policy = Policy::builtin();
+    policy.codemode.prefork = toml::Spanned::new(0..0, 4);
+    let options = EngineOptions {
+        session: Some("bench".into()),
+        backend: None,
+        exe: Some(exe),
     };
-    let engine = Arc::new(Engine::with_pool(Policy::builtin(), registry, pool));
+    let engine = Arc::new(
+        Engine::with_options(policy, registry, Arc::default(), options)
+            .map_err(|e| e.to_string())?,
+    );
     let limits = Limits {
         max_tool_calls: 1000,
         timeout: Duration::from_secs(120),
@@ -168,6 +173,50 @@ pub async fn run(
         None => None,
     };
 
+    // terminal through the registry against a bare `bash -c true`, interleaved.
+    let mut bare = Vec::new();
+    let mut terminal = Vec::new();
+    for _ in 0..60 {
+        let t = Instant::now();
+        let _ = tokio::process::Command::new("bash")
+            .args(["-c", "true"])
+            .status()
+            .await;
+        bare.push(ms(t.elapsed()));
+        let t = Instant::now();
+        let out = engine
+            .call_tool("terminal", json!({"command": "true"}))
+            .await
+            .map_err(|e| e.to_string())?;
+        if out["exit_code"] != json!(0) {
+            return Err(format!("terminal bench command failed: {out}"));
+        }
+        terminal.push(ms(t.elapsed()));
+    }
+    bare.sort_by(f64::total_cmp);
+    terminal.sort_by(f64::total_cmp);
+    let (bare_p50, terminal_p50) = (percentile(&bare, 0.5), percentile(&terminal, 0.5));
+    let burst_started = Instant::now();
+    let burst: Vec<_> = (0..100)
+        .map(|i| {
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                engine
+                    .call_tool("terminal", json!({"command": format!("echo {i}")}))
+                    .await
+            })
+        })
+        .collect();
+    let mut burst_ok = 0;
+    for task in burst {
+        if let Ok(Ok(v)) = task.await
+            && v["exit_code"] == json!(0)
+        {
+            burst_ok += 1;
+        }
+    }
+    let burst_ms = ms(burst_started.elapsed());
+
     // The same loop in the sandbox and in CPython, back to back.
     let timed_loop =
         format!("import time\nt = time.perf_counter()\n{LOOP}(time.perf_counter() - t) * 1000");
@@ -192,6 +241,9 @@ pub async fn run(
         "idle_child_private_kb": idle,
         "zygote_private_kb": zygote_kb,
         "loop_1e6_ms": {"sandbox": sandbox_loop_ms, "cpython": cpython_loop_ms, "ratio": ratio},
+        "terminal_ms": {"bare_bash_p50": bare_p50, "terminal_p50": terminal_p50,
+                        "overhead_ratio": terminal_p50 / bare_p50,
+                        "burst_100_concurrent": {"ok": burst_ok, "wall_ms": burst_ms}},
     }))
 }
 

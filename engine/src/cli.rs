@@ -90,6 +90,9 @@ enum Command {
     /// Internal: become the sandbox zygote.
     #[command(name = "__sandbox-zygote", hide = true)]
     Zygote,
+    /// Internal: supervise one background command.
+    #[command(name = "__supervise", hide = true)]
+    Supervise { dir: PathBuf },
 }
 
 #[derive(clap::Args)]
@@ -131,6 +134,9 @@ pub fn run_main() -> ExitCode {
             };
         }
     };
+    if let Command::Supervise { dir } = &cli.command {
+        return paddock_backends::supervisor::run_main(dir);
+    }
     if let Command::Zygote = cli.command {
         init_logging();
         return match paddock_sandbox_worker::zygote::run_main() {
@@ -219,7 +225,7 @@ async fn dispatch(command: Command) -> ExitCode {
             seconds,
             json,
         } => crate::bench::run_cli(iterations, seconds, json).await,
-        Command::Zygote => ExitCode::from(2),
+        Command::Zygote | Command::Supervise { .. } => ExitCode::from(2),
     }
 }
 
@@ -337,7 +343,12 @@ async fn run_scripts(
         },
         None => Arc::new(EventSink::default()),
     };
-    let engine = match Engine::new(policy, Registry::with_builtins(), events) {
+    let options = crate::engine::EngineOptions {
+        session: common.session.clone(),
+        backend: None,
+        exe: None,
+    };
+    let engine = match Engine::with_options(policy, Registry::with_builtins(), events, options) {
         Ok(e) => Arc::new(e),
         Err(e) => return usage_error(&e.to_string()),
     };
@@ -377,19 +388,20 @@ async fn call(tool: String, args: String, common: Common, backend: Option<String
         Ok(p) => p,
         Err(e) => return usage_error(&e),
     };
-    if let Some(backend) = backend {
-        return usage_error(&format!(
-            "--backend {backend}: no environment backends are configured in this build"
-        ));
-    }
     let args: Value = match serde_json::from_str(&args) {
         Ok(v) => v,
         Err(e) => return usage_error(&format!("--args is not valid JSON: {e}")),
     };
-    let engine = match Engine::new(policy, Registry::with_builtins(), Arc::default()) {
-        Ok(e) => e,
-        Err(e) => return usage_error(&e.to_string()),
+    let options = crate::engine::EngineOptions {
+        session: common.session.clone(),
+        backend,
+        exe: None,
     };
+    let engine =
+        match Engine::with_options(policy, Registry::with_builtins(), Arc::default(), options) {
+            Ok(e) => e,
+            Err(e) => return usage_error(&e.to_string()),
+        };
     match engine.call_tool(&tool, args).await {
         Ok(value) => {
             let failed = value.get("ok").and_then(Value::as_bool) == Some(false);

@@ -21,12 +21,27 @@ pub enum EngineError {
     CodemodeDisabled,
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Backends(String),
+}
+
+/// Who is calling and where environment tools run, for one engine.
+#[derive(Debug, Clone, Default)]
+pub struct EngineOptions {
+    /// The agent session (`--session`); `default` when not given.
+    pub session: Option<String>,
+    /// `--backend NAME`: run environment tools there, whatever the routes say.
+    pub backend: Option<String>,
+    /// The `paddock` binary re-executed as sandbox zygote and process supervisor (default:
+    /// this executable).
+    pub exe: Option<std::path::PathBuf>,
 }
 
 /// Registry + code mode + policy.
 pub struct Engine {
     policy: Policy,
     codemode: CodeMode,
+    session: String,
 }
 
 impl Engine {
@@ -34,24 +49,58 @@ impl Engine {
     /// very binary re-executed (`paddock __sandbox-zygote`).
     pub fn new(
         policy: Policy,
-        mut registry: Registry,
+        registry: Registry,
         events: Arc<EventSink>,
     ) -> Result<Self, EngineError> {
-        let pool = PoolConfig::for_current_exe(
-            *policy.codemode.prefork.get_ref(),
-            *policy.codemode.max_concurrency.get_ref(),
-        )?;
+        Self::with_options(policy, registry, events, EngineOptions::default())
+    }
+
+    /// As [`Engine::new`], for a session and optionally a forced backend. Registers the
+    /// environment tools (terminal, process, python_execute) on the policy's backends.
+    pub fn with_options(
+        policy: Policy,
+        mut registry: Registry,
+        events: Arc<EventSink>,
+        options: EngineOptions,
+    ) -> Result<Self, EngineError> {
+        let exe = match options.exe {
+            Some(exe) => exe,
+            None => std::env::current_exe()?,
+        };
+        let envs = crate::tools::environment::Environments::from_policy(
+            &policy,
+            exe.clone(),
+            options.backend,
+        )
+        .map_err(EngineError::Backends)?;
+        for tool in crate::tools::environment::environment_tools(Arc::new(envs)) {
+            // A library user's own tool of the same name wins.
+            let _ = registry.register(tool);
+        }
+        let pool = PoolConfig {
+            exe,
+            prefork: *policy.codemode.prefork.get_ref(),
+            max_concurrency: (*policy.codemode.max_concurrency.get_ref()).max(1),
+        };
         registry.set_filter(policy.tool_filter());
         let (enabled, disabled) = policy.toolset_selection();
         registry.select_toolsets(&enabled, &disabled);
         registry.set_events(events);
-        Ok(Self::with_pool(policy, registry, pool))
+        let mut engine = Self::with_pool(policy, registry, pool);
+        if let Some(session) = options.session {
+            engine.session = session;
+        }
+        Ok(engine)
     }
 
     /// As [`Engine::new`] with an explicit pool configuration (e.g. another binary as zygote).
     pub fn with_pool(policy: Policy, registry: Registry, pool: PoolConfig) -> Self {
         let codemode = CodeMode::new(SandboxPool::new(pool), Arc::new(registry));
-        Self { policy, codemode }
+        Self {
+            policy,
+            codemode,
+            session: "default".into(),
+        }
     }
 
     pub fn policy(&self) -> &Policy {
@@ -93,6 +142,7 @@ impl Engine {
         }
         let ctx = CallContext {
             call_id: new_call_id(),
+            session: self.session.clone(),
             parent_call_id: parent,
             deadline: None,
         };
@@ -123,6 +173,7 @@ impl Engine {
         }
         let ctx = CallContext {
             call_id: new_call_id(),
+            session: self.session.clone(),
             parent_call_id: None,
             deadline: None,
         };

@@ -22,5 +22,5 @@ pub mod policy;
 pub mod registry;
 pub mod tools;
 
-pub use engine::{Engine, EngineError};
+pub use engine::{Engine, EngineError, EngineOptions};
 pub use registry::{CallContext, Registry, Tool, ToolError, ToolErrorKind, ToolSpec};

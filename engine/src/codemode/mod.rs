@@ -3,7 +3,6 @@
 //! engine enforces the wall-clock, memory, output and tool-call limits.
 
 pub mod deadline;
-pub mod output;
 pub mod pool;
 
 use std::sync::Arc;
@@ -18,7 +17,7 @@ use serde_json::{Map, Value, json};
 use crate::events::{Phase, ToolCallEvent, now_ms};
 use crate::registry::{CallContext, Registry, ToolError, new_call_id};
 use deadline::Deadline;
-use output::{CappedText, cap_text};
+use paddock_backends::output::{CappedText, cap_text};
 use pool::{Checkout, ExitInfo, FrameReader, SandboxPool};
 
 /// The tool name of code mode itself.
@@ -257,6 +256,7 @@ impl CodeMode {
                         let registry = self.registry.clone();
                         let nested = CallContext {
                             call_id: new_call_id(),
+                            session: ctx.session.clone(),
                             parent_call_id: Some(ctx.call_id.clone()),
                             deadline: Some(deadline.clone()),
                         };

@@ -106,6 +106,8 @@ pub trait Tool: Send + Sync + 'static {
 #[derive(Clone, Default)]
 pub struct CallContext {
     pub call_id: String,
+    /// The agent session (`--session`): owns shell state and background processes.
+    pub session: String,
     pub parent_call_id: Option<String>,
     /// The calling script's deadline; approvals pause it while a human decides.
     pub deadline: Option<Deadline>,

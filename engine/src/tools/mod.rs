@@ -1,6 +1,7 @@
 //! Built-in tools.
 
 mod datetime;
+pub mod environment;
 mod wait;
 
 use std::sync::Arc;

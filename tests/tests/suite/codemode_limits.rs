@@ -347,3 +347,22 @@ fn policy_limits_apply_without_flags() {
     ]);
     assert_eq!(run.json()["result"], json!("ok"));
 }
+
+#[test]
+fn a_ten_megabyte_argument_is_refused_and_the_script_goes_on() {
+    let v = run_script(
+        "try:\n    await tools.wait(milliseconds=1, note='x' * 10_000_000)\nexcept ValueError as e:\n    \
+         msg = str(e)\nr = await tools.wait(milliseconds=1)\n[msg, r['requested_ms']]",
+        &["--timeout", "30"],
+    )
+    .json();
+    assert_eq!(v["ok"], json!(true), "{v}");
+    assert!(
+        v["result"][0]
+            .as_str()
+            .unwrap()
+            .contains("the limit is 4194304 bytes"),
+        "{v}"
+    );
+    assert_eq!(v["result"][1], json!(1.0));
+}

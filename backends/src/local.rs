@@ -1,0 +1,395 @@
+//! The local backend: commands on this machine, each in its own process group.
+
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::output::CappedText;
+use crate::processes::{ProcessRecord, ProcessRegistry};
+use crate::shell::{WRAPPER, check_command, session_dir};
+use crate::{
+    BackendError, BackendFuture, BackgroundRequest, Environment, ExecOutput, ExecRequest, Result,
+};
+
+/// Grace between SIGTERM and SIGKILL when a command times out.
+pub const KILL_GRACE: Duration = Duration::from_millis(500);
+/// How long output is still read after the shell exited (a backgrounded grandchild may hold
+/// the pipe open; it is killed right after).
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(150);
+/// Exit code reported for a timeout.
+pub const TIMEOUT_EXIT_CODE: i32 = 124;
+
+/// Commands on this machine.
+pub struct LocalEnvironment {
+    name: String,
+    state_root: PathBuf,
+    /// The `paddock` binary, re-executed as `paddock __supervise DIR` for background commands.
+    supervisor_exe: PathBuf,
+}
+
+impl LocalEnvironment {
+    pub fn new(name: impl Into<String>, state_root: PathBuf, supervisor_exe: PathBuf) -> Self {
+        Self {
+            name: name.into(),
+            state_root,
+            supervisor_exe,
+        }
+    }
+
+    pub fn registry(&self) -> ProcessRegistry {
+        ProcessRegistry::new(self.state_root.join("processes"))
+    }
+
+    async fn run(&self, request: ExecRequest) -> Result<ExecOutput> {
+        check_command(&request.command)?;
+        let state = session_dir(&self.state_root, &request.session)?;
+        let workdir = match &request.workdir {
+            Some(dir) => {
+                if !dir.is_dir() {
+                    return Err(BackendError::Workdir {
+                        path: dir.display().to_string(),
+                        reason: "does not exist or is not a directory".into(),
+                    });
+                }
+                dir.display().to_string()
+            }
+            None => String::new(),
+        };
+        let env = command_env(&request.env, &request.session);
+        if request.pty {
+            return run_pty(&request, &state, &workdir, &env).await;
+        }
+        let started = Instant::now();
+        let (reader, writer) = std::io::pipe()?;
+        let writer_err = writer.try_clone()?;
+        let mut command = tokio::process::Command::new("bash");
+        command
+            .arg("-c")
+            .arg(WRAPPER)
+            .arg("paddock")
+            .arg(&state)
+            .arg(&request.command)
+            .arg(&workdir)
+            .env_clear()
+            .envs(&env)
+            .current_dir(home_dir())
+            .stdin(if request.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::from(writer))
+            .stderr(Stdio::from(writer_err))
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(BackendError::Spawn)?;
+        // Our copies of the write end went into the Command and are closed now.
+        drop(command);
+        let pgid = child.id().map(|p| p as i32);
+        if let (Some(data), Some(mut stdin)) = (request.stdin.clone(), child.stdin.take()) {
+            tokio::spawn(async move {
+                let _ = stdin.write_all(&data).await;
+            });
+        }
+        let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))?;
+        let mut output = Utf8Capped::new(request.max_output_chars);
+        let deadline = tokio::time::sleep(request.timeout);
+        tokio::pin!(deadline);
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut timed_out = false;
+        let status = loop {
+            tokio::select! {
+                read = pipe.read(&mut buf) => match read {
+                    Ok(0) => break child.wait().await?,
+                    Ok(n) => output.push(&buf[..n]),
+                    Err(e) => return Err(e.into()),
+                },
+                status = child.wait() => break status?,
+                () = &mut deadline, if !timed_out => {
+                    timed_out = true;
+                    terminate_group(pgid).await;
+                }
+            }
+        };
+        // The shell is done; read what is left for a moment, then end whatever it left behind.
+        let drain_until = tokio::time::Instant::now() + DRAIN_AFTER_EXIT;
+        loop {
+            match tokio::time::timeout_at(drain_until, pipe.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => output.push(&buf[..n]),
+                _ => break,
+            }
+        }
+        if let Some(pgid) = pgid {
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        }
+        crate::shell::commit_state(&state, pgid.map(|p| p as u32));
+        let mut text = output.finish();
+        let exit_code = if timed_out {
+            text.push_str(&format!(
+                "\n[paddock: command timed out after {} s and was killed]",
+                request.timeout.as_secs_f64()
+            ));
+            TIMEOUT_EXIT_CODE
+        } else {
+            exit_code_of(status)
+        };
+        Ok(ExecOutput {
+            output: text,
+            exit_code,
+            timed_out,
+            output_chars: output.total_chars(),
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        })
+    }
+}
+
+/// SIGTERM to the group, a grace, then SIGKILL; also to descendants that left the group.
+pub async fn terminate_group(pgid: Option<i32>) {
+    let Some(pgid) = pgid else { return };
+    let escaped: Vec<i32> = crate::procfs::descendants(pgid).into_iter().collect();
+    let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
+    for pid in &escaped {
+        let _ = nix::sys::signal::kill(Pid::from_raw(*pid), Signal::SIGTERM);
+    }
+    let until = Instant::now() + KILL_GRACE;
+    while Instant::now() < until && !crate::procfs::group_members(pgid).is_empty() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    for pid in escaped {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}
+
+fn exit_code_of(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+fn home_dir() -> PathBuf {
+    std::env::var_os("HOME").map_or_else(|| PathBuf::from("/"), PathBuf::from)
+}
+
+/// The environment a command sees: ours minus anything that looks like a credential, plus the
+/// request's own variables and the session id.
+pub fn command_env(extra: &BTreeMap<String, String>, session: &str) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = std::env::vars()
+        .filter(|(k, _)| !crate::redact::is_secret_name(k) && !k.starts_with("PADDOCK_"))
+        .collect();
+    env.entry("PATH".into())
+        .or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
+    env.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env.insert("PADDOCK_SESSION".into(), session.to_owned());
+    env
+}
+
+async fn run_pty(
+    request: &ExecRequest,
+    state: &std::path::Path,
+    workdir: &str,
+    env: &BTreeMap<String, String>,
+) -> Result<ExecOutput> {
+    let started = Instant::now();
+    let (mut pty, pts) =
+        pty_process::open().map_err(|e| BackendError::Spawn(std::io::Error::other(e)))?;
+    pty.resize(pty_process::Size::new(40, 120))
+        .map_err(|e| BackendError::Spawn(std::io::Error::other(e)))?;
+    let mut child = pty_process::Command::new("bash")
+        .arg("-c")
+        .arg(WRAPPER)
+        .arg("paddock")
+        .arg(state)
+        .arg(&request.command)
+        .arg(workdir)
+        .env_clear()
+        .envs(env.iter().chain(std::iter::once((
+            &"TERM".to_owned(),
+            &"xterm-256color".to_owned(),
+        ))))
+        .current_dir(home_dir())
+        .kill_on_drop(true)
+        .spawn(pts)
+        .map_err(|e| BackendError::Spawn(std::io::Error::other(e)))?;
+    let pgid = child.id().map(|p| p as i32);
+    if let Some(data) = &request.stdin {
+        pty.write_all(data).await?;
+    }
+    let mut output = Utf8Capped::new(request.max_output_chars);
+    let deadline = tokio::time::sleep(request.timeout);
+    tokio::pin!(deadline);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut timed_out = false;
+    let mut status = None;
+    loop {
+        tokio::select! {
+            read = pty.read(&mut buf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => output.push(&buf[..n]),
+            },
+            s = child.wait(), if status.is_none() => {
+                status = Some(s?);
+                // Read the rest briefly; the terminal reports EIO once every writer is gone.
+                let until = tokio::time::Instant::now() + DRAIN_AFTER_EXIT;
+                while let Ok(Ok(n)) = tokio::time::timeout_at(until, pty.read(&mut buf)).await {
+                    if n == 0 { break; }
+                    output.push(&buf[..n]);
+                }
+                break;
+            }
+            () = &mut deadline, if !timed_out => {
+                timed_out = true;
+                terminate_group(pgid).await;
+            }
+        }
+    }
+    let status = match status {
+        Some(s) => s,
+        None => child.wait().await?,
+    };
+    if let Some(pgid) = pgid {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+    crate::shell::commit_state(state, pgid.map(|p| p as u32));
+    let mut text = output.finish().replace("\r\n", "\n");
+    let exit_code = if timed_out {
+        text.push_str(&format!(
+            "\n[paddock: command timed out after {} s and was killed]",
+            request.timeout.as_secs_f64()
+        ));
+        TIMEOUT_EXIT_CODE
+    } else {
+        exit_code_of(status)
+    };
+    Ok(ExecOutput {
+        output: text,
+        exit_code,
+        timed_out,
+        output_chars: output.total_chars(),
+        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+    })
+}
+
+/// Bytes in, capped text out: UTF-8 decoded incrementally, invalid bytes replaced.
+pub struct Utf8Capped {
+    pending: Vec<u8>,
+    text: CappedText,
+}
+
+impl Utf8Capped {
+    pub fn new(cap: usize) -> Self {
+        Self {
+            pending: Vec::new(),
+            text: CappedText::new(cap),
+        }
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.pending.extend_from_slice(bytes);
+        loop {
+            match std::str::from_utf8(&self.pending) {
+                Ok(s) => {
+                    self.text.push(s);
+                    self.pending.clear();
+                    return;
+                }
+                Err(e) => {
+                    let valid = e.valid_up_to();
+                    // SAFETY-free: the prefix up to `valid` is valid UTF-8 by definition.
+                    self.text
+                        .push(&String::from_utf8_lossy(&self.pending[..valid]));
+                    match e.error_len() {
+                        Some(bad) => {
+                            self.text.push("\u{FFFD}");
+                            self.pending.drain(..valid + bad);
+                        }
+                        None => {
+                            // An incomplete sequence at the end: wait for more bytes.
+                            self.pending.drain(..valid);
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn total_chars(&self) -> usize {
+        self.text.total_chars()
+    }
+
+    pub fn finish(&mut self) -> String {
+        if !self.pending.is_empty() {
+            let rest = String::from_utf8_lossy(&self.pending).into_owned();
+            self.text.push(&rest);
+            self.pending.clear();
+        }
+        self.text.render()
+    }
+}
+
+impl Environment for LocalEnvironment {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> &'static str {
+        "local"
+    }
+
+    fn exec(&self, request: ExecRequest) -> BackendFuture<'_, ExecOutput> {
+        Box::pin(self.run(request))
+    }
+
+    fn spawn_background(&self, request: BackgroundRequest) -> BackendFuture<'_, ProcessRecord> {
+        Box::pin(async move {
+            check_command(&request.command)?;
+            let state = session_dir(&self.state_root, &request.session)?;
+            if let Some(dir) = &request.workdir
+                && !dir.is_dir()
+            {
+                return Err(BackendError::Workdir {
+                    path: dir.display().to_string(),
+                    reason: "does not exist or is not a directory".into(),
+                });
+            }
+            let env = command_env(&request.env, &request.session);
+            self.registry()
+                .start(&self.supervisor_exe, &request, &state, env)
+                .await
+        })
+    }
+
+    fn health(&self) -> BackendFuture<'_, ()> {
+        Box::pin(async move {
+            let out = tokio::process::Command::new("bash")
+                .args(["-c", "true"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .await
+                .map_err(|e| BackendError::Unavailable {
+                    kind: "local".into(),
+                    name: self.name.clone(),
+                    reason: format!("cannot run bash: {e}"),
+                })?;
+            if out.success() {
+                Ok(())
+            } else {
+                Err(BackendError::Unavailable {
+                    kind: "local".into(),
+                    name: self.name.clone(),
+                    reason: "bash -c true failed".into(),
+                })
+            }
+        })
+    }
+}

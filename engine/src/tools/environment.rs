@@ -1,0 +1,578 @@
+//! The environment tools: `terminal`, `process`, `python_execute` and
+//! `python_environment_info`, each running on the backend the policy routes it to.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use paddock_backends::local::LocalEnvironment;
+use paddock_backends::processes::{ProcessRegistry, ProcessState, ProcessStatus};
+use paddock_backends::{BackendError, BackgroundRequest, Environment, ExecRequest};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::policy::Policy;
+use crate::registry::{CallContext, Tool, ToolError, ToolFuture, ToolSpec};
+
+/// Default and largest foreground timeout, seconds.
+const DEFAULT_TIMEOUT_S: f64 = 180.0;
+const MAX_TIMEOUT_S: f64 = 3600.0;
+/// Output cap of a foreground command, characters.
+const MAX_OUTPUT_CHARS: usize = 50_000;
+
+/// The configured backends and which tool runs where.
+pub struct Environments {
+    state_root: PathBuf,
+    backends: BTreeMap<String, Backend>,
+    routes: BTreeMap<&'static str, String>,
+    /// `--backend NAME`: overrides every route for this invocation.
+    forced: Option<String>,
+    registry: ProcessRegistry,
+}
+
+enum Backend {
+    Ready(Arc<dyn Environment>),
+    /// Declared in the policy, but its kind is not built yet: an error at call time, never a
+    /// quiet switch to another backend.
+    NotBuilt {
+        kind: String,
+    },
+}
+
+/// The state directory: `$PADDOCK_HOME`, else `$XDG_STATE_HOME/paddock`, else
+/// `~/.local/state/paddock`.
+pub fn state_root() -> PathBuf {
+    if let Some(home) = std::env::var_os("PADDOCK_HOME") {
+        return PathBuf::from(home);
+    }
+    if let Some(state) = std::env::var_os("XDG_STATE_HOME") {
+        return PathBuf::from(state).join("paddock");
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    home.join(".local/state/paddock")
+}
+
+impl Environments {
+    /// Backends and routes of `policy`. `exe` is the `paddock` binary (background supervisors).
+    pub fn from_policy(
+        policy: &Policy,
+        exe: PathBuf,
+        forced: Option<String>,
+    ) -> Result<Self, String> {
+        let state_root = state_root();
+        let mut backends = BTreeMap::new();
+        backends.insert(
+            "local".to_owned(),
+            Backend::Ready(Arc::new(LocalEnvironment::new(
+                "local",
+                state_root.clone(),
+                exe.clone(),
+            ))),
+        );
+        for (name, config) in &policy.backends {
+            let kind = config.kind.get_ref().as_str();
+            let backend = match kind {
+                "local" => Backend::Ready(Arc::new(LocalEnvironment::new(
+                    name.clone(),
+                    state_root.clone(),
+                    exe.clone(),
+                ))),
+                other => Backend::NotBuilt {
+                    kind: other.to_owned(),
+                },
+            };
+            backends.insert(name.clone(), backend);
+        }
+        if let Some(forced) = &forced
+            && !backends.contains_key(forced)
+        {
+            let names: Vec<&str> = backends.keys().map(String::as_str).collect();
+            return Err(format!(
+                "--backend {forced}: no such backend (defined: {})",
+                names.join(", ")
+            ));
+        }
+        let route = |r: &Option<toml::Spanned<String>>| {
+            r.as_ref()
+                .map_or("local".to_owned(), |s| s.get_ref().clone())
+        };
+        let routes = BTreeMap::from([
+            ("terminal", route(&policy.routes.terminal)),
+            ("process", route(&policy.routes.process).to_owned()),
+            ("python_execute", route(&policy.routes.python_execute)),
+        ]);
+        let registry = ProcessRegistry::new(state_root.join("processes"));
+        let days = *policy.processes.retention_days.get_ref();
+        registry.prune(
+            Duration::from_secs_f64(days * 86_400.0),
+            *policy.processes.max_receipts.get_ref(),
+        );
+        Ok(Self {
+            state_root,
+            backends,
+            routes,
+            forced,
+            registry,
+        })
+    }
+
+    fn backend_for(&self, tool: &str) -> Result<&Arc<dyn Environment>, ToolError> {
+        let name = self.forced.clone().unwrap_or_else(|| {
+            self.routes
+                .get(tool)
+                .cloned()
+                .unwrap_or_else(|| "local".into())
+        });
+        match self.backends.get(&name) {
+            Some(Backend::Ready(env)) => Ok(env),
+            Some(Backend::NotBuilt { kind }) => Err(ToolError::failed(format!(
+                "backend '{name}' is a {kind} backend, which this build cannot run yet (it arrives \
+                 with issue 5/8); {tool} was not run anywhere else"
+            ))),
+            None => Err(ToolError::failed(format!("no backend named '{name}'"))),
+        }
+    }
+}
+
+fn backend_error(err: BackendError) -> ToolError {
+    match err {
+        BackendError::InvalidCommand(_) | BackendError::Workdir { .. } => {
+            ToolError::invalid_arguments(err.to_string())
+        }
+        BackendError::UnknownProcess(_) => ToolError::invalid_arguments(err.to_string()),
+        BackendError::OtherSession { .. } => {
+            ToolError::denied("process:other_session", err.to_string())
+        }
+        BackendError::Spawn(_)
+        | BackendError::Io(_)
+        | BackendError::Unavailable { .. }
+        | BackendError::Process { .. }
+        | BackendError::State { .. } => ToolError::failed(err.to_string()),
+    }
+}
+
+fn timeout_of(seconds: Option<f64>) -> Duration {
+    let s = seconds
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(DEFAULT_TIMEOUT_S)
+        .min(MAX_TIMEOUT_S);
+    Duration::from_secs_f64(s)
+}
+
+/// Every environment tool over `envs`.
+pub fn environment_tools(envs: Arc<Environments>) -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(Terminal(envs.clone())),
+        Arc::new(Process(envs.clone())),
+        Arc::new(PythonExecute(envs.clone())),
+        Arc::new(PythonEnvironmentInfo(envs)),
+    ]
+}
+
+struct Terminal(Arc<Environments>);
+
+#[derive(Deserialize)]
+struct TerminalArgs {
+    command: String,
+    #[serde(default)]
+    background: bool,
+    timeout: Option<f64>,
+    workdir: Option<String>,
+    #[serde(default)]
+    pty: bool,
+    #[serde(default)]
+    notify_on_complete: bool,
+}
+
+impl Tool for Terminal {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("terminal", "environment",
+            "Run a shell command (bash). cwd, exported variables, functions and aliases persist \
+             between commands of a session. stdout and stderr are merged; long output keeps its \
+             start and end. `background: true` starts it detached and returns a session_id for \
+             the `process` tool; `pty: true` gives it a terminal.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "description": "The command line"},
+                    "background": {"type": "boolean", "default": false},
+                    "timeout": {"type": "number", "description": "Seconds (foreground only)", "default": DEFAULT_TIMEOUT_S, "minimum": 0, "maximum": MAX_TIMEOUT_S},
+                    "workdir": {"type": "string", "description": "Directory for this command only"},
+                    "pty": {"type": "boolean", "default": false},
+                    "notify_on_complete": {"type": "boolean", "default": false}
+                },
+                "required": ["command"],
+                "additionalProperties": false
+            }))
+        .with_label("💻", "Running a command")
+    }
+
+    fn call(&self, args: Value, ctx: CallContext) -> ToolFuture {
+        let envs = self.0.clone();
+        Box::pin(async move {
+            let args: TerminalArgs = super::parse_args("terminal", args)?;
+            let env = envs.backend_for("terminal")?;
+            if args.background {
+                let record = env
+                    .spawn_background(BackgroundRequest {
+                        command: args.command,
+                        session: ctx.session.clone(),
+                        workdir: args.workdir.map(PathBuf::from),
+                        env: BTreeMap::new(),
+                        pty: args.pty,
+                        notify_on_complete: args.notify_on_complete,
+                    })
+                    .await
+                    .map_err(backend_error)?;
+                return Ok(json!({
+                    "session_id": record.id,
+                    "pid": record.pid,
+                    "status": "running",
+                    "output": "",
+                    "exit_code": null,
+                    "error": null,
+                    "hint": "use the process tool with this session_id: poll, log, wait, write, kill"
+                }));
+            }
+            let out = env
+                .exec(ExecRequest {
+                    command: args.command,
+                    session: ctx.session.clone(),
+                    workdir: args.workdir.map(PathBuf::from),
+                    env: BTreeMap::new(),
+                    stdin: None,
+                    timeout: timeout_of(args.timeout),
+                    pty: args.pty,
+                    max_output_chars: MAX_OUTPUT_CHARS,
+                })
+                .await
+                .map_err(backend_error)?;
+            let error = out.timed_out.then(|| {
+                format!(
+                    "timed out after {} s; the command and everything it started were killed",
+                    timeout_of(args.timeout).as_secs_f64()
+                )
+            });
+            Ok(
+                json!({"output": out.output, "exit_code": out.exit_code, "error": error, "duration_ms": out.duration_ms}),
+            )
+        })
+    }
+}
+
+struct Process(Arc<Environments>);
+
+#[derive(Deserialize)]
+struct ProcessArgs {
+    action: String,
+    session_id: Option<String>,
+    data: Option<String>,
+    offset: Option<i64>,
+    limit: Option<usize>,
+    timeout: Option<f64>,
+}
+
+fn status_json(status: &ProcessStatus) -> Value {
+    json!({
+        "session_id": status.record.id,
+        "command": status.record.command,
+        "pid": status.record.pid,
+        "state": status.state,
+        "exit_code": status.exit_code,
+        "started_at_ms": status.record.started_at_ms,
+        "log_bytes": status.log_bytes,
+        "pty": status.record.pty,
+        "unread_completion": status.unread_completion,
+    })
+}
+
+impl Tool for Process {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("process", "environment",
+            "Manage background commands started with terminal(background=true): list, poll (state \
+             and recent output), log (lines with offset/limit), wait (until done or timeout), \
+             kill, write (to stdin), submit (write a line), close (end stdin). Processes survive \
+             an engine restart; only the session that started one can see it.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "action": {"enum": ["list", "poll", "log", "wait", "kill", "write", "submit", "close"]},
+                    "session_id": {"type": "string", "description": "The id terminal returned"},
+                    "data": {"type": "string"},
+                    "offset": {"type": "integer", "description": "First log line; negative counts from the end", "default": 0},
+                    "limit": {"type": "integer", "minimum": 1, "default": 200},
+                    "timeout": {"type": "number", "minimum": 0, "description": "Seconds, for wait", "default": 30}
+                },
+                "required": ["action"],
+                "additionalProperties": false
+            }))
+        .with_label("⚙️", "Managing a process")
+    }
+
+    fn call(&self, args: Value, ctx: CallContext) -> ToolFuture {
+        let envs = self.0.clone();
+        Box::pin(async move {
+            let args: ProcessArgs = super::parse_args("process", args)?;
+            let registry = &envs.registry;
+            if args.action == "list" {
+                let list: Vec<Value> = registry
+                    .list(&ctx.session)
+                    .iter()
+                    .map(status_json)
+                    .collect();
+                return Ok(json!({"processes": list}));
+            }
+            let id = args.session_id.as_deref().ok_or_else(|| {
+                ToolError::invalid_arguments(format!(
+                    "process {}: field `session_id` is required",
+                    args.action
+                ))
+            })?;
+            let record = registry.get(&ctx.session, id).map_err(backend_error)?;
+            match args.action.as_str() {
+                "poll" => {
+                    let status = registry.status_of(&record);
+                    if status.state != ProcessState::Running {
+                        registry.mark_seen(&record);
+                    }
+                    let (tail, total) = registry.log(&record, -20, 20).map_err(backend_error)?;
+                    let mut answer = status_json(&status);
+                    answer["recent_output"] = json!(tail.join("\n"));
+                    answer["log_lines"] = json!(total);
+                    if let Some(receipt) = registry.receipt(&record) {
+                        answer["duration_ms"] = json!(receipt.duration_ms);
+                    }
+                    Ok(answer)
+                }
+                "log" => {
+                    let limit = args.limit.unwrap_or(200).clamp(1, 10_000);
+                    let offset = args.offset.unwrap_or(0);
+                    let (lines, total) = registry
+                        .log(&record, offset, limit)
+                        .map_err(backend_error)?;
+                    Ok(
+                        json!({"session_id": id, "lines": lines, "offset": offset, "total_lines": total}),
+                    )
+                }
+                "wait" => {
+                    let timeout = Duration::from_secs_f64(
+                        args.timeout
+                            .filter(|t| t.is_finite() && *t >= 0.0)
+                            .unwrap_or(30.0)
+                            .min(MAX_TIMEOUT_S),
+                    );
+                    let status = registry.wait(&record, timeout).await;
+                    if status.state != ProcessState::Running {
+                        registry.mark_seen(&record);
+                    }
+                    let mut answer = status_json(&status);
+                    answer["timed_out"] = json!(status.state == ProcessState::Running);
+                    Ok(answer)
+                }
+                "kill" => {
+                    let killed = registry.kill(&record).await.map_err(backend_error)?;
+                    let status = registry.wait(&record, Duration::from_secs(2)).await;
+                    let mut answer = status_json(&status);
+                    answer["killed"] = json!(killed);
+                    if !killed {
+                        answer["note"] = json!(
+                            "the process had already ended (or its PID now belongs to another process, which was not signalled)"
+                        );
+                    }
+                    Ok(answer)
+                }
+                "write" | "submit" => {
+                    let mut data = args.data.unwrap_or_default();
+                    if args.action == "submit" {
+                        data.push('\n');
+                    }
+                    registry
+                        .write(&record, data.as_bytes())
+                        .map_err(backend_error)?;
+                    Ok(json!({"session_id": id, "written": data.len()}))
+                }
+                "close" => {
+                    registry.close_stdin(&record).map_err(backend_error)?;
+                    Ok(json!({"session_id": id, "stdin": "closed"}))
+                }
+                other => Err(ToolError::invalid_arguments(format!(
+                    "unknown process action '{other}'"
+                ))),
+            }
+        })
+    }
+}
+
+struct PythonExecute(Arc<Environments>);
+
+#[derive(Deserialize)]
+struct PythonArgs {
+    code: String,
+    timeout: Option<f64>,
+}
+
+/// Text artifacts up to this size come back inline.
+const INLINE_ARTIFACT_BYTES: u64 = 4096;
+
+fn collect_artifacts(dir: &Path) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if !meta.is_file() || out.len() >= 200 {
+                continue;
+            }
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
+            let rel = path
+                .strip_prefix(dir)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            let mut item = json!({
+                "path": rel,
+                "size": meta.len(),
+                "sha256": hex::encode(Sha256::digest(&bytes)),
+                "location": path.display().to_string(),
+            });
+            if meta.len() <= INLINE_ARTIFACT_BYTES
+                && let Ok(text) = String::from_utf8(bytes)
+            {
+                item["text"] = json!(text);
+            }
+            out.push(item);
+        }
+    }
+    out.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
+    out
+}
+
+impl Tool for PythonExecute {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("python_execute", "environment",
+            "Run Python 3 (CPython, with the packages installed on the backend) in a fresh \
+             working directory. Files written into $PADDOCK_ARTIFACTS come back as artifacts \
+             (path, size, sha256; small text files inline).",
+            json!({
+                "type": "object",
+                "properties": {
+                    "code": {"type": "string"},
+                    "timeout": {"type": "number", "minimum": 0, "maximum": MAX_TIMEOUT_S, "default": DEFAULT_TIMEOUT_S}
+                },
+                "required": ["code"],
+                "additionalProperties": false
+            }))
+        .with_label("🐍", "Running Python")
+    }
+
+    fn call(&self, args: Value, ctx: CallContext) -> ToolFuture {
+        let envs = self.0.clone();
+        Box::pin(async move {
+            let args: PythonArgs = super::parse_args("python_execute", args)?;
+            let env = envs.backend_for("python_execute")?;
+            let run_id = crate::registry::new_call_id();
+            let work = envs.state_root.join("python").join(&run_id);
+            let artifacts = work.join("artifacts");
+            std::fs::create_dir_all(&artifacts).map_err(|e| {
+                ToolError::failed(format!("cannot create {}: {e}", artifacts.display()))
+            })?;
+            std::fs::write(work.join("main.py"), &args.code)
+                .map_err(|e| ToolError::failed(format!("cannot write the script: {e}")))?;
+            let out = env
+                .exec(ExecRequest {
+                    command: "python3 -u main.py".into(),
+                    session: format!("{}.python", ctx.session),
+                    workdir: Some(work.clone()),
+                    env: BTreeMap::from([(
+                        "PADDOCK_ARTIFACTS".to_owned(),
+                        artifacts.display().to_string(),
+                    )]),
+                    stdin: None,
+                    timeout: timeout_of(args.timeout),
+                    pty: false,
+                    max_output_chars: MAX_OUTPUT_CHARS,
+                })
+                .await
+                .map_err(backend_error)?;
+            let error = out.timed_out.then(|| {
+                format!(
+                    "timed out after {} s",
+                    timeout_of(args.timeout).as_secs_f64()
+                )
+            });
+            Ok(json!({
+                "output": out.output,
+                "exit_code": out.exit_code,
+                "error": error,
+                "artifacts": collect_artifacts(&artifacts),
+                "workdir": work.display().to_string(),
+                "duration_ms": out.duration_ms,
+            }))
+        })
+    }
+}
+
+struct PythonEnvironmentInfo(Arc<Environments>);
+
+const INFO_SCRIPT: &str = r#"import json, sys, platform
+try:
+    from importlib import metadata
+    pkgs = sorted({(d.metadata["Name"] or "?"): d.version for d in metadata.distributions()}.items())
+except Exception:
+    pkgs = []
+print(json.dumps({"version": platform.python_version(), "implementation": platform.python_implementation(),
+                  "executable": sys.executable, "packages": [{"name": n, "version": v} for n, v in pkgs]}))"#;
+
+impl Tool for PythonEnvironmentInfo {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            "python_environment_info",
+            "environment",
+            "The Python that python_execute uses: version, executable and installed packages.",
+            json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        )
+    }
+
+    fn call(&self, _args: Value, ctx: CallContext) -> ToolFuture {
+        let envs = self.0.clone();
+        Box::pin(async move {
+            let env = envs.backend_for("python_execute")?;
+            let quoted = INFO_SCRIPT.replace('\'', "'\"'\"'");
+            let out = env
+                .exec(ExecRequest {
+                    command: format!("python3 -c '{quoted}'"),
+                    session: format!("{}.python", ctx.session),
+                    workdir: None,
+                    env: BTreeMap::new(),
+                    stdin: None,
+                    timeout: Duration::from_secs(60),
+                    pty: false,
+                    max_output_chars: 1_000_000,
+                })
+                .await
+                .map_err(backend_error)?;
+            if out.exit_code != 0 {
+                return Err(ToolError::failed(format!(
+                    "python3 failed (exit {}): {}",
+                    out.exit_code, out.output
+                )));
+            }
+            let line = out.output.lines().last().unwrap_or("");
+            serde_json::from_str(line).map_err(|e| {
+                ToolError::failed(format!("unexpected answer from python3 ({e}): {line}"))
+            })
+        })
+    }
+}
