@@ -41,6 +41,14 @@ pub fn run_main(dir: &Path) -> ExitCode {
 
 type Stdin = Arc<Mutex<Option<Box<dyn Write + Send>>>>;
 
+/// A started command: pid, its output, its stdin, and how to wait for its exit code.
+type Started = (
+    i32,
+    Box<dyn Read + Send>,
+    Stdin,
+    Box<dyn FnMut() -> std::io::Result<i32>>,
+);
+
 fn supervise(dir: &Path) -> std::io::Result<()> {
     let _ = nix::unistd::setsid();
     let spec: ProcessSpec = serde_json::from_slice(&std::fs::read(dir.join("spec.json"))?)
@@ -56,12 +64,7 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
     let started_at_ms = now_ms();
 
     PTY_MODE.store(request.pty, std::sync::atomic::Ordering::Relaxed);
-    let (pid, output, stdin, mut waiter): (
-        i32,
-        Box<dyn Read + Send>,
-        Stdin,
-        Box<dyn FnMut() -> std::io::Result<i32>>,
-    ) = if request.pty {
+    let (pid, output, stdin, mut waiter): Started = if request.pty {
         let (pty, pts) = pty_process::blocking::open().map_err(std::io::Error::other)?;
         pty.resize(pty_process::Size::new(40, 120))
             .map_err(std::io::Error::other)?;

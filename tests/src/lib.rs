@@ -65,10 +65,21 @@ impl Run {
 
 /// Runs `paddock ARGS` with `stdin`, killing it after `limit`.
 pub fn paddock_with(args: &[&str], stdin: Option<&[u8]>, limit: Duration) -> Run {
+    paddock_env(args, &[], stdin, limit)
+}
+
+/// Runs `paddock ARGS` with extra environment variables.
+pub fn paddock_env(
+    args: &[&str],
+    env: &[(&str, &str)],
+    stdin: Option<&[u8]>,
+    limit: Duration,
+) -> Run {
     let started = Instant::now();
     let mut child = Command::new(paddock_bin())
         .args(args)
         .env_remove("PADDOCK_POLICY")
+        .envs(env.iter().copied())
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {

@@ -108,7 +108,11 @@ fn signatures_format_prints_one_line_per_tool() {
 #[test]
 fn toolsets_and_presets_shape_what_is_listed() {
     let dir = tempfile::tempdir().unwrap();
-    let minimal = write_file(&dir, "m.toml", "[toolsets]\ndisabled = [\"basic\"]\n");
+    let minimal = write_file(
+        &dir,
+        "m.toml",
+        "[toolsets]\ndisabled = [\"basic\", \"terminal\"]\n",
+    );
     let run = paddock(&["tools", "--format", "mcp", "--policy", &minimal]);
     let names: Vec<String> = run.json()["tools"]
         .as_array()
