@@ -125,27 +125,53 @@ impl LocalEnvironment {
                 _ => break,
             }
         }
-        if let Some(pgid) = pgid {
+        let ended = Ended {
+            pgid,
+            status,
+            timed_out,
+            started,
+        };
+        Ok(ended.finish(&request, &state, output.finish(), output.total_chars()))
+    }
+}
+
+/// A command that has exited (or was killed at its deadline).
+struct Ended {
+    pgid: Option<i32>,
+    status: std::process::ExitStatus,
+    timed_out: bool,
+    started: Instant,
+}
+
+impl Ended {
+    /// Ends the command's leftovers, commits its shell state and builds the answer.
+    fn finish(
+        self,
+        request: &ExecRequest,
+        state: &std::path::Path,
+        mut text: String,
+        chars: usize,
+    ) -> ExecOutput {
+        if let Some(pgid) = self.pgid {
             let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
         }
-        crate::shell::commit_state(&state, pgid.map(|p| p as u32));
-        let mut text = output.finish();
-        let exit_code = if timed_out {
+        crate::shell::commit_state(state, self.pgid.map(|p| p as u32));
+        let exit_code = if self.timed_out {
             text.push_str(&format!(
                 "\n[paddock: command timed out after {} s and was killed]",
                 request.timeout.as_secs_f64()
             ));
             TIMEOUT_EXIT_CODE
         } else {
-            exit_code_of(status)
+            exit_code_of(self.status)
         };
-        Ok(ExecOutput {
+        ExecOutput {
             output: text,
             exit_code,
-            timed_out,
-            output_chars: output.total_chars(),
-            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-        })
+            timed_out: self.timed_out,
+            output_chars: chars,
+            duration_ms: self.started.elapsed().as_secs_f64() * 1000.0,
+        }
     }
 }
 
@@ -254,27 +280,14 @@ async fn run_pty(
         Some(s) => s,
         None => child.wait().await?,
     };
-    if let Some(pgid) = pgid {
-        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-    }
-    crate::shell::commit_state(state, pgid.map(|p| p as u32));
-    let mut text = output.finish().replace("\r\n", "\n");
-    let exit_code = if timed_out {
-        text.push_str(&format!(
-            "\n[paddock: command timed out after {} s and was killed]",
-            request.timeout.as_secs_f64()
-        ));
-        TIMEOUT_EXIT_CODE
-    } else {
-        exit_code_of(status)
-    };
-    Ok(ExecOutput {
-        output: text,
-        exit_code,
+    let text = output.finish().replace("\r\n", "\n");
+    let ended = Ended {
+        pgid,
+        status,
         timed_out,
-        output_chars: output.total_chars(),
-        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-    })
+        started,
+    };
+    Ok(ended.finish(request, state, text, output.total_chars()))
 }
 
 /// Bytes in, capped text out: UTF-8 decoded incrementally, invalid bytes replaced.

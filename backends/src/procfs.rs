@@ -3,24 +3,34 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-/// Start time of `pid` in clock ticks since boot (field 22 of /proc/PID/stat), if it exists.
-pub fn start_time(pid: i32) -> Option<u64> {
+/// Fields 3.. of /proc/PID/stat (state, ppid, pgrp, ...): index 0 is field 3.
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces and parentheses: fields after the last ')'.
     let after = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // after ')' : field 3 is index 0, so field 22 is index 19.
-    fields.get(19)?.parse().ok()
+    Some(after.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Start time of `pid` in clock ticks since boot (field 22 of /proc/PID/stat), if it exists.
+pub fn start_time(pid: i32) -> Option<u64> {
+    stat_fields(pid)?.get(19)?.parse().ok()
 }
 
 /// Parent pid and state of `pid`.
 fn ppid_and_state(pid: i32) -> Option<(i32, char)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = stat.rsplit_once(')')?.1;
-    let mut fields = after.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let ppid = fields.next()?.parse().ok()?;
+    let fields = stat_fields(pid)?;
+    let state = fields.first()?.chars().next()?;
+    let ppid = fields.get(1)?.parse().ok()?;
     Some((ppid, state))
+}
+
+/// Every pid in /proc.
+fn all_pids() -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
 }
 
 /// True when `pid` runs and is the same process as recorded (same start time). Zombies count as
@@ -33,18 +43,9 @@ pub fn is_same_process(pid: i32, recorded_start: u64) -> bool {
 /// Every descendant of `root` (children, grandchildren, ...) alive now.
 pub fn descendants(root: i32) -> BTreeSet<i32> {
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for entry in entries.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            if let Some((ppid, _)) = ppid_and_state(pid) {
-                children.entry(ppid).or_default().push(pid);
-            }
+    for pid in all_pids() {
+        if let Some((ppid, _)) = ppid_and_state(pid) {
+            children.entry(ppid).or_default().push(pid);
         }
     }
     let mut found = BTreeSet::new();
@@ -61,31 +62,14 @@ pub fn descendants(root: i32) -> BTreeSet<i32> {
 
 /// Pids whose process group is `pgid`.
 pub fn group_members(pgid: i32) -> BTreeSet<i32> {
-    let mut found = BTreeSet::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for entry in entries.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            let Some(after) = stat.rsplit_once(')').map(|(_, a)| a) else {
-                continue;
-            };
-            let fields: Vec<&str> = after.split_whitespace().collect();
-            if fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid)
-                && fields.first() != Some(&"Z")
-            {
-                found.insert(pid);
-            }
-        }
-    }
-    found
+    all_pids()
+        .filter(|&pid| {
+            stat_fields(pid).is_some_and(|f| {
+                f.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid)
+                    && f.first().map(String::as_str) != Some("Z")
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

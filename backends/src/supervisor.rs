@@ -64,23 +64,23 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
     let started_at_ms = now_ms();
 
     PTY_MODE.store(request.pty, std::sync::atomic::Ordering::Relaxed);
+    let mut shell = std::process::Command::new("bash");
+    shell
+        .arg("-c")
+        .arg(WRAPPER)
+        .arg("paddock")
+        .arg(&spec.shell_state)
+        .arg(&request.command)
+        .arg(&workdir)
+        .env_clear()
+        .envs(&spec.env)
+        .current_dir(&home);
     let (pid, output, stdin, mut waiter): Started = if request.pty {
         let (pty, pts) = pty_process::blocking::open().map_err(std::io::Error::other)?;
         pty.resize(pty_process::Size::new(40, 120))
             .map_err(std::io::Error::other)?;
-        let mut child = pty_process::blocking::Command::new("bash")
-            .arg("-c")
-            .arg(WRAPPER)
-            .arg("paddock")
-            .arg(&spec.shell_state)
-            .arg(&request.command)
-            .arg(&workdir)
-            .env_clear()
-            .envs(spec.env.iter().chain(std::iter::once((
-                &"TERM".to_owned(),
-                &"xterm-256color".to_owned(),
-            ))))
-            .current_dir(&home)
+        let mut child = pty_process::blocking::Command::from(shell)
+            .env("TERM", "xterm-256color")
             .spawn(pts)
             .map_err(std::io::Error::other)?;
         let pid = child.id() as i32;
@@ -95,16 +95,7 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
         )
     } else {
         let (reader, writer) = std::io::pipe()?;
-        let mut child = std::process::Command::new("bash")
-            .arg("-c")
-            .arg(WRAPPER)
-            .arg("paddock")
-            .arg(&spec.shell_state)
-            .arg(&request.command)
-            .arg(&workdir)
-            .env_clear()
-            .envs(&spec.env)
-            .current_dir(&home)
+        let mut child = shell
             .stdin(Stdio::piped())
             .stdout(Stdio::from(writer.try_clone()?))
             .stderr(Stdio::from(writer))
