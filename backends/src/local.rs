@@ -68,7 +68,7 @@ impl LocalEnvironment {
         let started = Instant::now();
         let (reader, writer) = std::io::pipe()?;
         let writer_err = writer.try_clone()?;
-        let mut command = tokio::process::Command::new("bash");
+        let mut command = tokio::process::Command::new(crate::shell::bash_path());
         command
             .arg("-c")
             .arg(WRAPPER)
@@ -228,7 +228,7 @@ async fn run_pty(
         pty_process::open().map_err(|e| BackendError::Spawn(std::io::Error::other(e)))?;
     pty.resize(pty_process::Size::new(40, 120))
         .map_err(|e| BackendError::Spawn(std::io::Error::other(e)))?;
-    let mut child = pty_process::Command::new("bash")
+    let mut child = pty_process::Command::new(crate::shell::bash_path())
         .arg("-c")
         .arg(WRAPPER)
         .arg("paddock")
@@ -382,7 +382,7 @@ impl Environment for LocalEnvironment {
 
     fn health(&self) -> BackendFuture<'_, ()> {
         Box::pin(async move {
-            let out = tokio::process::Command::new("bash")
+            let out = tokio::process::Command::new(crate::shell::bash_path())
                 .args(["-c", "true"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())

@@ -76,3 +76,18 @@ pub fn commit_state(state_dir: &Path, shell_pid: Option<u32>) {
         }
     }
 }
+
+/// The absolute path of bash, found once. An absolute program lets the standard library spawn
+/// with `posix_spawn` (vfork) instead of forking the whole engine, and skips a PATH search per
+/// command.
+pub fn bash_path() -> &'static Path {
+    static BASH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BASH.get_or_init(|| {
+        let path =
+            std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("bash"))
+            .find(|candidate| candidate.is_file())
+            .unwrap_or_else(|| PathBuf::from("/bin/bash"))
+    })
+}

@@ -64,7 +64,7 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
     let started_at_ms = now_ms();
 
     PTY_MODE.store(request.pty, std::sync::atomic::Ordering::Relaxed);
-    let mut shell = std::process::Command::new("bash");
+    let mut shell = std::process::Command::new(crate::shell::bash_path());
     shell
         .arg("-c")
         .arg(WRAPPER)
