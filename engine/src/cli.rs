@@ -112,6 +112,15 @@ enum PolicyCommand {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// What the policy decides for a command: {"decision", "reason", "rule"}.
+    Explain {
+        #[arg(long)]
+        command: String,
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        #[arg(long, default_value = "default")]
+        session: String,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -220,6 +229,14 @@ async fn dispatch(command: Command) -> ExitCode {
         Command::Policy {
             command: PolicyCommand::Check { files },
         } => policy_check(&files),
+        Command::Policy {
+            command:
+                PolicyCommand::Explain {
+                    command,
+                    policy,
+                    session,
+                },
+        } => policy_explain(&command, policy.as_deref(), &session),
         Command::Bench {
             iterations,
             seconds,
@@ -455,4 +472,21 @@ fn policy_check(files: &[PathBuf]) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+fn policy_explain(command: &str, policy: Option<&Path>, session: &str) -> ExitCode {
+    let policy = match load_policy(policy) {
+        Ok(p) => p,
+        Err(e) => return usage_error(&e),
+    };
+    let gate = match crate::approval::ApprovalGate::from_policy(
+        &policy,
+        crate::tools::environment::state_root(),
+    ) {
+        Ok(g) => g,
+        Err(e) => return usage_error(&e),
+    };
+    let explanation = gate.explain(command, session);
+    print_line(&serde_json::to_value(&explanation).unwrap_or_default());
+    ExitCode::SUCCESS
 }

@@ -67,10 +67,19 @@ impl Engine {
             Some(exe) => exe,
             None => std::env::current_exe()?,
         };
+        let gate = Arc::new(
+            crate::approval::ApprovalGate::from_policy(
+                &policy,
+                crate::tools::environment::state_root(),
+            )
+            .map_err(EngineError::Backends)?,
+        );
+        registry.set_approvals(gate.clone());
         let envs = crate::tools::environment::Environments::from_policy(
             &policy,
             exe.clone(),
             options.backend,
+            gate,
         )
         .map_err(EngineError::Backends)?;
         for tool in crate::tools::environment::environment_tools(Arc::new(envs)) {

@@ -2,6 +2,7 @@
 //! sandbox pool, the built-in tools and the `paddock` command line.
 //!
 //! Layout:
+//! - [`approval`] — dangerous-command rules, approvers, the audit log;
 //! - [`registry`] — what tools exist, dispatch, argument checks, approvals, events;
 //! - [`policy`] — operator policy files;
 //! - [`codemode`] — `run_tools_script`: script preparation, the sandbox pool, limits, results;
@@ -13,6 +14,7 @@
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod approval;
 pub mod bench;
 pub mod cli;
 pub mod codemode;

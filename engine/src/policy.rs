@@ -84,8 +84,30 @@ pub struct ApprovalConfig {
     /// `ask` (a human decides; nobody to ask means deny), `deny` or `allow`.
     pub mode: Spanned<String>,
     pub timeout_seconds: Spanned<f64>,
-    /// Permanent approvals: command patterns that never ask.
+    /// Permanent approvals: command globs that never ask.
     pub allowlist: Vec<Spanned<String>>,
+    /// Command globs that are always denied.
+    pub deny: Vec<Spanned<String>>,
+    /// Who answers: a program (gets the request as JSON on stdin, answers on stdout),
+    /// `terminal`, or `none`. Default: the terminal when a person sits at one, else none.
+    pub approver: Option<Spanned<String>>,
+    pub approver_args: Vec<String>,
+    /// Extra rules on top of the built-in catalogue.
+    pub rules: Vec<ExtraRule>,
+    /// Environment tools routed to a container backend skip command approval.
+    pub skip_for_containers: bool,
+}
+
+/// `[[approval.rules]]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtraRule {
+    pub id: String,
+    /// A regular expression over one simple command (case-insensitive).
+    pub pattern: String,
+    /// `dangerous` (default: needs approval) or `hardline` (never allowed).
+    pub severity: Option<String>,
+    pub description: Option<String>,
 }
 
 impl Default for ApprovalConfig {
@@ -94,6 +116,11 @@ impl Default for ApprovalConfig {
             mode: Spanned::new(0..0, "ask".into()),
             timeout_seconds: Spanned::new(0..0, 300.0),
             allowlist: Vec::new(),
+            deny: Vec::new(),
+            approver: None,
+            approver_args: Vec::new(),
+            rules: Vec::new(),
+            skip_for_containers: false,
         }
     }
 }
@@ -366,6 +393,25 @@ impl Policy {
                 "approval.timeout_seconds",
                 "must be a positive number of seconds".into(),
             ));
+        }
+        for rule in &self.approval.rules {
+            if let Err(e) = regex::Regex::new(&rule.pattern) {
+                return Err(invalid(
+                    0..0,
+                    &format!("approval.rules.{}", rule.id),
+                    format!("bad pattern: {e}"),
+                ));
+            }
+            if let Some(sev) = &rule.severity
+                && sev != "dangerous"
+                && sev != "hardline"
+            {
+                return Err(invalid(
+                    0..0,
+                    &format!("approval.rules.{}", rule.id),
+                    format!("severity \"{sev}\" is not one of dangerous, hardline"),
+                ));
+            }
         }
         for (backend, config) in &self.backends {
             let key = |k: &str| format!("backends.{backend}.{k}");

@@ -227,6 +227,7 @@ pub struct Registry {
     pre_hooks: Vec<PreCallHook>,
     post_hooks: Vec<PostCallHook>,
     events: Arc<EventSink>,
+    approvals: Option<Arc<crate::approval::ApprovalGate>>,
 }
 
 static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
@@ -254,6 +255,7 @@ impl Registry {
             pre_hooks: Vec::new(),
             post_hooks: Vec::new(),
             events: Arc::default(),
+            approvals: None,
         }
     }
 
@@ -301,6 +303,11 @@ impl Registry {
 
     pub fn filter(&self) -> &ToolFilter {
         &self.filter
+    }
+
+    /// Who asks a human for `[tools] require_approval` calls (none: such calls are denied).
+    pub fn set_approvals(&mut self, gate: Arc<crate::approval::ApprovalGate>) {
+        self.approvals = Some(gate);
     }
 
     pub fn add_pre_call_hook(&mut self, hook: PreCallHook) {
@@ -491,14 +498,18 @@ impl Registry {
             hook(name, &args, &ctx)?;
         }
         if self.filter.requires_approval(name) {
-            // No approver is wired up in this build: with nobody to ask, the answer is no.
-            return Err(ToolError::denied(
-                "tool_approval:denied",
-                format!(
-                    "tool '{name}' needs a human's approval ([tools] require_approval) and nobody \
-                     is available to approve it"
-                ),
-            ));
+            match &self.approvals {
+                Some(gate) => gate.check_tool(name, &args, &ctx).await?,
+                None => {
+                    return Err(ToolError::denied(
+                        "tool_approval:denied",
+                        format!(
+                            "tool '{name}' needs a human's approval ([tools] require_approval) \
+                             and nobody is available to approve it"
+                        ),
+                    ));
+                }
+            }
         }
         // Second level of wrapping: a panicking tool becomes a failed call, not a dead engine.
         use futures_util::FutureExt;

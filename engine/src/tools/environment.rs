@@ -30,6 +30,8 @@ pub struct Environments {
     /// `--backend NAME`: overrides every route for this invocation.
     forced: Option<String>,
     registry: ProcessRegistry,
+    approvals: Arc<crate::approval::ApprovalGate>,
+    skip_approval_in_containers: bool,
 }
 
 enum Backend {
@@ -60,6 +62,7 @@ impl Environments {
         policy: &Policy,
         exe: PathBuf,
         forced: Option<String>,
+        approvals: Arc<crate::approval::ApprovalGate>,
     ) -> Result<Self, String> {
         let state_root = state_root();
         let mut backends = BTreeMap::new();
@@ -109,12 +112,15 @@ impl Environments {
             Duration::from_secs_f64(days * 86_400.0),
             *policy.processes.max_receipts.get_ref(),
         );
+        let skip_approval_in_containers = policy.approval.skip_for_containers;
         Ok(Self {
             state_root,
             backends,
             routes,
             forced,
             registry,
+            approvals,
+            skip_approval_in_containers,
         })
     }
 
@@ -214,6 +220,12 @@ impl Tool for Terminal {
         Box::pin(async move {
             let args: TerminalArgs = super::parse_args("terminal", args)?;
             let env = envs.backend_for("terminal")?;
+            let container = matches!(env.kind(), "docker" | "apptainer");
+            if !(container && envs.skip_approval_in_containers) {
+                envs.approvals
+                    .check_command("terminal", &args.command, &ctx)
+                    .await?;
+            }
             if args.background {
                 let record = env
                     .spawn_background(BackgroundRequest {

@@ -1,3 +1,4 @@
+mod approvals;
 mod asyncio_surface;
 mod cli_input;
 mod codemode_limits;

@@ -1,0 +1,458 @@
+//! Approvals: which commands are dangerous, what the policy says about them, and asking a
+//! human when it says "ask". With nobody to ask, the answer is deny. While a script's nested
+//! call waits for a human, the script's clock is paused.
+
+pub mod approvers;
+pub mod normalize;
+pub mod rules;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::policy::Policy;
+use crate::registry::{CallContext, ToolError};
+use approvers::{Answer, ApprovalRequest, Approver, CommandApprover, TerminalApprover};
+use rules::{Catalogue, Finding, Severity};
+
+/// What the policy decides for a command before anyone is asked.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Explanation {
+    /// `allow`, `ask` or `deny`.
+    pub decision: &'static str,
+    pub reason: String,
+    pub rule: Option<String>,
+}
+
+/// The approval machinery of one engine.
+pub struct ApprovalGate {
+    catalogue: Catalogue,
+    mode: String,
+    allowlist: GlobSet,
+    deny: GlobSet,
+    approver: Option<Arc<dyn Approver>>,
+    timeout: Duration,
+    state: PathBuf,
+}
+
+impl ApprovalGate {
+    /// From the policy's `[approval]` section; the approver is the policy's program, else the
+    /// terminal when a person sits at one, else none.
+    pub fn from_policy(policy: &Policy, state_root: PathBuf) -> Result<Self, String> {
+        let a = &policy.approval;
+        let extra: Vec<(String, String, Severity, String)> = a
+            .rules
+            .iter()
+            .map(|r| {
+                let severity = if r.severity.as_deref() == Some("hardline") {
+                    Severity::Hardline
+                } else {
+                    Severity::Dangerous
+                };
+                (
+                    r.id.clone(),
+                    r.pattern.clone(),
+                    severity,
+                    r.description.clone().unwrap_or_else(|| r.id.clone()),
+                )
+            })
+            .collect();
+        let catalogue = Catalogue::load(&extra)?;
+        let approver: Option<Arc<dyn Approver>> =
+            match a.approver.as_ref().map(|s| s.get_ref().as_str()) {
+                Some("none") => None,
+                Some("terminal") => Some(Arc::new(TerminalApprover)),
+                Some(program) => Some(Arc::new(CommandApprover {
+                    program: program.to_owned(),
+                    args: a.approver_args.clone(),
+                })),
+                None if TerminalApprover::available() => Some(Arc::new(TerminalApprover)),
+                None => None,
+            };
+        Ok(Self {
+            catalogue,
+            mode: a.mode.get_ref().clone(),
+            allowlist: globs(a.allowlist.iter().map(|s| s.get_ref().as_str())),
+            deny: globs(a.deny.iter().map(|s| s.get_ref().as_str())),
+            approver,
+            timeout: Duration::from_secs_f64(*a.timeout_seconds.get_ref()),
+            state: state_root.join("approvals"),
+        })
+    }
+
+    /// The policy's decision for `command` in `session` (no human involved).
+    pub fn explain(&self, command: &str, session: &str) -> Explanation {
+        if self.deny.is_match(command) {
+            return Explanation {
+                decision: "deny",
+                reason: "the command matches [approval] deny".into(),
+                rule: Some("policy:deny".into()),
+            };
+        }
+        let findings = self.catalogue.findings(command);
+        let Some(first) = findings.first() else {
+            return Explanation {
+                decision: "allow",
+                reason: "no rule matches".into(),
+                rule: None,
+            };
+        };
+        if first.severity == Severity::Hardline {
+            return Explanation {
+                decision: "deny",
+                reason: format!("{} (hardline: never approvable)", first.description),
+                rule: Some(first.rule.clone()),
+            };
+        }
+        match self.mode.as_str() {
+            "allow" => Explanation {
+                decision: "allow",
+                reason: format!("{} ([approval] mode = allow)", first.description),
+                rule: Some(first.rule.clone()),
+            },
+            "deny" => Explanation {
+                decision: "deny",
+                reason: format!("{} ([approval] mode = deny)", first.description),
+                rule: Some(first.rule.clone()),
+            },
+            _ => {
+                if self.allowlist.is_match(command) || self.remembered(session, command, &findings)
+                {
+                    return Explanation {
+                        decision: "allow",
+                        reason: format!("{} (approved earlier)", first.description),
+                        rule: Some(first.rule.clone()),
+                    };
+                }
+                Explanation {
+                    decision: "ask",
+                    reason: first.description.clone(),
+                    rule: Some(first.rule.clone()),
+                }
+            }
+        }
+    }
+
+    /// Lets `command` run, asking a human when the policy says so. The script's clock (if any)
+    /// is paused while the human thinks.
+    pub async fn check_command(
+        &self,
+        tool: &str,
+        command: &str,
+        ctx: &CallContext,
+    ) -> Result<(), ToolError> {
+        let explanation = self.explain(command, &ctx.session);
+        match explanation.decision {
+            "allow" => Ok(()),
+            "deny" => {
+                self.audit(
+                    tool,
+                    command,
+                    &explanation,
+                    "policy",
+                    "deny",
+                    Duration::ZERO,
+                    &ctx.session,
+                );
+                Err(ToolError::denied(
+                    "tool_approval:denied",
+                    format!("denied: {}; the command was not run", explanation.reason),
+                ))
+            }
+            _ => {
+                let request = ApprovalRequest {
+                    kind: "command_approval",
+                    tool: tool.to_owned(),
+                    subject: command.to_owned(),
+                    rule: explanation.rule.clone(),
+                    description: explanation.reason.clone(),
+                    session: ctx.session.clone(),
+                    timeout_seconds: self.timeout.as_secs_f64(),
+                };
+                let answer = self.ask(&request, ctx).await;
+                self.finish(answer, &request, &explanation, command, ctx)
+            }
+        }
+    }
+
+    /// A tool in `[tools] require_approval`: every call asks.
+    pub async fn check_tool(
+        &self,
+        tool: &str,
+        args: &serde_json::Value,
+        ctx: &CallContext,
+    ) -> Result<(), ToolError> {
+        let subject = format!("{tool} {args}");
+        let explanation = Explanation {
+            decision: "ask",
+            reason: format!("tool '{tool}' needs approval ([tools] require_approval)"),
+            rule: Some("policy:require_approval".into()),
+        };
+        let request = ApprovalRequest {
+            kind: "tool_approval",
+            tool: tool.to_owned(),
+            subject: subject.clone(),
+            rule: explanation.rule.clone(),
+            description: explanation.reason.clone(),
+            session: ctx.session.clone(),
+            timeout_seconds: self.timeout.as_secs_f64(),
+        };
+        let answer = self.ask(&request, ctx).await;
+        self.finish(answer, &request, &explanation, &subject, ctx)
+    }
+
+    async fn ask(
+        &self,
+        request: &ApprovalRequest,
+        ctx: &CallContext,
+    ) -> (Result<Answer, String>, String, Duration) {
+        let Some(approver) = &self.approver else {
+            return (
+                Err(
+                    "nobody is available to approve it (no approver configured and no terminal)"
+                        .into(),
+                ),
+                "none".into(),
+                Duration::ZERO,
+            );
+        };
+        // The human's thinking time is not the script's.
+        let _paused = ctx.deadline.as_ref().map(|d| d.pause());
+        let started = Instant::now();
+        let answer = match tokio::time::timeout(self.timeout, approver.ask(request)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(format!("no answer within {} s", self.timeout.as_secs_f64())),
+        };
+        (answer, approver.name(), started.elapsed())
+    }
+
+    fn finish(
+        &self,
+        (answer, who, waited): (Result<Answer, String>, String, Duration),
+        request: &ApprovalRequest,
+        explanation: &Explanation,
+        subject: &str,
+        ctx: &CallContext,
+    ) -> Result<(), ToolError> {
+        let (allowed, word, why) = match &answer {
+            Ok(Answer::Deny) => (false, "deny", format!("{who} denied it")),
+            Ok(Answer::Once) => (true, "once", String::new()),
+            Ok(Answer::Session) => (true, "session", String::new()),
+            Ok(Answer::Always) => (true, "always", String::new()),
+            Err(e) => (false, "deny", e.clone()),
+        };
+        self.audit(
+            &request.tool,
+            subject,
+            explanation,
+            &who,
+            word,
+            waited,
+            &ctx.session,
+        );
+        if matches!(answer, Ok(Answer::Session | Answer::Always)) {
+            self.remember(
+                &ctx.session,
+                explanation.rule.as_deref(),
+                subject,
+                matches!(answer, Ok(Answer::Always)),
+            );
+        }
+        if allowed {
+            Ok(())
+        } else {
+            Err(ToolError::denied(
+                "tool_approval:denied",
+                format!(
+                    "{} needs approval ({}) and was denied: {why}; it was not run",
+                    request.tool, explanation.reason
+                ),
+            ))
+        }
+    }
+
+    fn session_file(&self, session: &str) -> PathBuf {
+        self.state.join("sessions").join(format!("{session}.json"))
+    }
+
+    fn remembered(&self, session: &str, command: &str, findings: &[Finding]) -> bool {
+        let read = |path: PathBuf| -> Vec<String> {
+            std::fs::read(path)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default()
+        };
+        let session_rules = read(self.session_file(session));
+        let always = read(self.state.join("always.json"));
+        findings.iter().all(|f| session_rules.contains(&f.rule))
+            || always.iter().any(|c| c == command)
+    }
+
+    fn remember(&self, session: &str, rule: Option<&str>, command: &str, always: bool) {
+        let update = |path: PathBuf, item: &str| {
+            let mut items: Vec<String> = std::fs::read(&path)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default();
+            if !items.iter().any(|i| i == item) {
+                items.push(item.to_owned());
+            }
+            if let Some(dir) = path.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            let _ = paddock_backends::processes::write_json_atomic(&path, &items);
+        };
+        if let Some(rule) = rule {
+            update(self.session_file(session), rule);
+        }
+        if always {
+            update(self.state.join("always.json"), command);
+        }
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one audit record, written in one place"
+    )]
+    fn audit(
+        &self,
+        tool: &str,
+        subject: &str,
+        explanation: &Explanation,
+        who: &str,
+        answer: &str,
+        waited: Duration,
+        session: &str,
+    ) {
+        let record = json!({
+            "at_ms": paddock_backends::processes::now_ms(),
+            "session": session,
+            "tool": tool,
+            "request": paddock_backends::redact::redact(subject, &[]),
+            "rule": explanation.rule,
+            "reason": explanation.reason,
+            "answered_by": who,
+            "answer": answer,
+            "waited_ms": waited.as_millis() as u64,
+        });
+        let _ = std::fs::create_dir_all(&self.state);
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.state.join("audit.jsonl"))
+        {
+            use std::io::Write;
+            let _ = writeln!(file, "{record}");
+        }
+    }
+
+    pub fn catalogue(&self) -> &Catalogue {
+        &self.catalogue
+    }
+}
+
+fn globs<'a>(patterns: impl Iterator<Item = &'a str>) -> GlobSet {
+    let mut builder = GlobSetBuilder::new();
+    for p in patterns {
+        if let Ok(g) = Glob::new(p) {
+            builder.add(g);
+        }
+    }
+    builder.build().unwrap_or_else(|_| GlobSet::empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unescape(line: &str) -> String {
+        let mut out = String::new();
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            if c == '\\' {
+                match chars.next() {
+                    Some('n') => out.push('\n'),
+                    Some('e') => out.push('\u{1b}'),
+                    Some('\\') => out.push('\\'),
+                    Some(other) => {
+                        out.push('\\');
+                        out.push(other);
+                    }
+                    None => out.push('\\'),
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    fn corpus(name: &str) -> Vec<String> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/corpus")
+            .join(name);
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(unescape)
+            .collect()
+    }
+
+    fn gate() -> ApprovalGate {
+        let mut policy = Policy::builtin();
+        policy.approval.approver = Some(toml::Spanned::new(0..0, "none".into()));
+        ApprovalGate::from_policy(&policy, std::env::temp_dir().join("paddock-approval-test"))
+            .unwrap()
+    }
+
+    #[test]
+    fn the_dangerous_corpus_is_caught_and_no_hardline_case_is_missed() {
+        let gate = gate();
+        let lines = corpus("dangerous.txt");
+        assert!(lines.len() >= 150, "{}", lines.len());
+        let mut missed = Vec::new();
+        for line in &lines {
+            let (severity, command) = line.split_once('\t').unwrap();
+            let e = gate.explain(command, "corpus");
+            let ok = match severity {
+                "H" => e.decision == "deny",
+                _ => e.decision != "allow",
+            };
+            if !ok {
+                missed.push(format!("{severity} {command:?} -> {e:?}"));
+            }
+        }
+        assert!(
+            missed.is_empty(),
+            "{} missed:\n{}",
+            missed.len(),
+            missed.join("\n")
+        );
+    }
+
+    #[test]
+    fn the_safe_corpus_raises_at_most_two_percent_false_alarms() {
+        let gate = gate();
+        let lines = corpus("safe.txt");
+        assert!(lines.len() >= 150, "{}", lines.len());
+        let alarms: Vec<String> = lines
+            .iter()
+            .filter_map(|c| {
+                let e = gate.explain(c, "corpus");
+                (e.decision != "allow").then(|| format!("{c:?} -> {e:?}"))
+            })
+            .collect();
+        let rate = alarms.len() as f64 / lines.len() as f64;
+        assert!(
+            rate <= 0.02,
+            "{:.1}% false alarms:\n{}",
+            rate * 100.0,
+            alarms.join("\n")
+        );
+    }
+}

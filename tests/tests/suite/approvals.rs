@@ -1,0 +1,163 @@
+//! Approvals end to end: a command approver that takes longer than the script's timeout (the
+//! clock is paused while it decides), a denial, and no approver at all.
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use paddock_tests::{paddock_env, write_file};
+use serde_json::{Value, json};
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    home: String,
+    policy: String,
+}
+
+/// A policy with a 3 s script timeout and an approver that answers `decision` after 5 s.
+fn setup(decision: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let approver = write_file(
+        &dir,
+        "approver.sh",
+        format!(
+            "#!/bin/sh\ncat > \"$(dirname \"$0\")/request.json\"\nsleep 5\necho '{{\"decision\": \"{decision}\"}}'\n"
+        ),
+    );
+    std::fs::set_permissions(&approver, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let policy = write_file(
+        &dir,
+        "policy.toml",
+        format!(
+            "[codemode]\ntimeout_seconds = 3\n\n[approval]\nmode = \"ask\"\napprover = \"{approver}\"\ntimeout_seconds = 20\n"
+        ),
+    );
+    let home = dir.path().join("home").display().to_string();
+    Setup {
+        _dir: dir,
+        home,
+        policy,
+    }
+}
+
+/// `history -c` is a dangerous command (history wiping) that is harmless inside `bash -c`.
+const SCRIPT: &str =
+    "r = await tools.terminal(command='history -c; echo ran-after-approval')\nr['output']";
+
+fn run(setup: &Setup) -> (Value, Duration) {
+    let run = paddock_env(
+        &["run", "--policy", &setup.policy, "-"],
+        &[("PADDOCK_HOME", &setup.home)],
+        Some(SCRIPT.as_bytes()),
+        Duration::from_secs(60),
+    );
+    (run.json(), run.elapsed)
+}
+
+#[test]
+fn an_approval_that_outlasts_the_script_timeout_still_lets_it_finish() {
+    let s = setup("once");
+    let (v, elapsed) = run(&s);
+    assert_eq!(v["ok"], json!(true), "{v}");
+    assert_eq!(v["result"], json!("ran-after-approval\n"));
+    assert!(
+        elapsed >= Duration::from_secs(5),
+        "the approver was not waited for: {elapsed:?}"
+    );
+    let audit =
+        std::fs::read_to_string(std::path::Path::new(&s.home).join("approvals/audit.jsonl"))
+            .unwrap();
+    let record: Value = serde_json::from_str(audit.lines().last().unwrap()).unwrap();
+    assert_eq!(record["answer"], json!("once"));
+    assert_eq!(record["rule"], json!("history-log-wipe"));
+    assert!(
+        record["answered_by"]
+            .as_str()
+            .unwrap()
+            .starts_with("command:")
+    );
+    assert!(record["waited_ms"].as_u64().unwrap() >= 5000);
+}
+
+#[test]
+fn a_denial_reaches_the_script_as_tool_approval_denied() {
+    let s = setup("deny");
+    let (v, _) = run(&s);
+    assert_eq!(v["error_code"], json!("tool_approval:denied"), "{v}");
+    assert!(
+        v["error"].as_str().unwrap().starts_with("PermissionError"),
+        "{v}"
+    );
+    assert_eq!(
+        v["tool_errors"],
+        json!([{"tool": "terminal", "error_code": "tool_approval:denied"}])
+    );
+}
+
+#[test]
+fn with_no_approver_a_dangerous_command_is_denied_and_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let home = dir.path().join("home").display().to_string();
+    let args = json!({"command": format!("touch {}; history -c", marker.display())}).to_string();
+    let run = paddock_env(
+        &["call", "terminal", "--args", &args],
+        &[("PADDOCK_HOME", &home)],
+        None,
+        Duration::from_secs(30),
+    );
+    let v = run.json();
+    assert_eq!(run.code, 1);
+    assert_eq!(v["error_code"], json!("tool_approval:denied"), "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("nobody is available"),
+        "{v}"
+    );
+    assert!(!marker.exists(), "the command ran although it was denied");
+}
+
+#[test]
+fn hardline_commands_are_denied_even_in_allow_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write_file(&dir, "p.toml", "[approval]\nmode = \"allow\"\n");
+    let home = dir.path().join("home").display().to_string();
+    let run = paddock_env(
+        &[
+            "policy",
+            "explain",
+            "--policy",
+            &policy,
+            "--command",
+            "sudo rm -rf --no-preserve-root /",
+        ],
+        &[("PADDOCK_HOME", &home)],
+        None,
+        Duration::from_secs(30),
+    );
+    let v = run.json();
+    assert_eq!(v["decision"], json!("deny"), "{v}");
+    assert_eq!(v["rule"], json!("rm-system-recursive"));
+    let run = paddock_env(
+        &[
+            "policy",
+            "explain",
+            "--policy",
+            &policy,
+            "--command",
+            "git push --force",
+        ],
+        &[("PADDOCK_HOME", &home)],
+        None,
+        Duration::from_secs(30),
+    );
+    assert_eq!(run.json()["decision"], json!("allow"));
+    let run = paddock_env(
+        &["policy", "explain", "--command", "git push --force"],
+        &[("PADDOCK_HOME", &home)],
+        None,
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        run.json(),
+        json!({"decision": "ask", "reason": "rewriting shared history or discarding work: force push, hard reset, clean", "rule": "git-force"})
+    );
+}
