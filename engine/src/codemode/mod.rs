@@ -301,7 +301,7 @@ impl CodeMode {
         child: &Checkout,
         err: paddock_sandbox_worker::wire::WireError,
     ) -> Ending {
-        let info = child.exit_info(Duration::from_secs(1)).await;
+        let info = child.exit_info(Duration::from_secs(3)).await;
         classify_exit(info, &err.to_string())
     }
 }
