@@ -3,7 +3,7 @@
 # Builds once (release profile, used by both the binary and the tests), then runs every test
 # against the real binary, then the lint gate. What the suites need is installed here when
 # missing: python3 with the jsonschema package (an independent validator of `paddock tools`
-# output). No services yet: the Docker/SSH/Apptainer backends arrive with issue 5/8.
+# output), and tmux (a real terminal for the approval prompt). No services yet: the Docker/SSH/Apptainer backends arrive with issue 5/8.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +19,7 @@ need_root_apt() {
 
 step "test prerequisites"
 command -v python3 >/dev/null || need_root_apt python3 python3-pip
+command -v tmux >/dev/null || need_root_apt tmux          # the terminal approver's tests
 if ! python3 -c 'import jsonschema' 2>/dev/null; then
     python3 -m pip install --quiet jsonschema 2>/dev/null \
         || python3 -m pip install --quiet --break-system-packages jsonschema 2>/dev/null \

@@ -37,6 +37,8 @@ pub struct ApprovalGate {
     approver: Option<Arc<dyn Approver>>,
     timeout: Duration,
     state: PathBuf,
+    /// The policy file "always" answers are written into (none: the built-in policy).
+    policy_file: Option<PathBuf>,
 }
 
 impl ApprovalGate {
@@ -81,6 +83,7 @@ impl ApprovalGate {
             approver,
             timeout: Duration::from_secs_f64(*a.timeout_seconds.get_ref()),
             state: state_root.join("approvals"),
+            policy_file: policy.source.clone(),
         })
     }
 
@@ -310,7 +313,19 @@ impl ApprovalGate {
             update(self.session_file(session), rule);
         }
         if always {
-            update(self.state.join("always.json"), command);
+            let written = self
+                .policy_file
+                .as_deref()
+                .map(|file| add_to_allowlist(file, command));
+            match written {
+                Some(Ok(())) => {}
+                Some(Err(err)) => {
+                    tracing::warn!(%err, "could not write the approval into the policy; kept in the state directory");
+                    update(self.state.join("always.json"), command);
+                }
+                // The built-in policy has no file: the state directory keeps it.
+                None => update(self.state.join("always.json"), command),
+            }
         }
     }
 
@@ -353,6 +368,32 @@ impl ApprovalGate {
     pub fn catalogue(&self) -> &Catalogue {
         &self.catalogue
     }
+}
+
+/// Adds `command` (as a literal glob) to `[approval] allowlist` of the policy file, keeping the
+/// operator's comments and formatting, and replaces the file atomically.
+pub fn add_to_allowlist(file: &std::path::Path, command: &str) -> Result<(), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    let approval = doc
+        .entry("approval")
+        .or_insert_with(|| toml_edit::Item::Table(toml_edit::Table::new()))
+        .as_table_mut()
+        .ok_or_else(|| "[approval] is not a table".to_owned())?;
+    let list = approval
+        .entry("allowlist")
+        .or_insert_with(|| toml_edit::value(toml_edit::Array::new()))
+        .as_array_mut()
+        .ok_or_else(|| "approval.allowlist is not an array".to_owned())?;
+    let literal = globset::escape(command);
+    if !list.iter().any(|v| v.as_str() == Some(literal.as_str())) {
+        list.push(literal);
+    }
+    let tmp = file.with_extension(format!("toml.tmp.{}", std::process::id()));
+    std::fs::write(&tmp, doc.to_string()).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, file).map_err(|e| format!("{}: {e}", file.display()))
 }
 
 fn globs<'a>(patterns: impl Iterator<Item = &'a str>) -> GlobSet {
@@ -408,6 +449,37 @@ mod tests {
         policy.approval.approver = Some(toml::Spanned::new(0..0, "none".into()));
         ApprovalGate::from_policy(&policy, std::env::temp_dir().join("paddock-approval-test"))
             .unwrap()
+    }
+
+    #[test]
+    fn always_goes_into_the_policy_file_keeping_comments() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("p.toml");
+        std::fs::write(&file, "# operator's note\n[approval]\nmode = \"ask\"  # keep asking\nallowlist = [\"ls *\"]\n").unwrap();
+        add_to_allowlist(&file, "git push --force origin main").unwrap();
+        add_to_allowlist(&file, "git push --force origin main").unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            text.contains("# operator's note") && text.contains("# keep asking"),
+            "{text}"
+        );
+        let policy = Policy::load(&file).unwrap();
+        let list: Vec<&str> = policy
+            .approval
+            .allowlist
+            .iter()
+            .map(|s| s.get_ref().as_str())
+            .collect();
+        assert_eq!(list, vec!["ls *", "git push --force origin main"]);
+        let gate = ApprovalGate::from_policy(&policy, dir.path().to_path_buf()).unwrap();
+        assert_eq!(
+            gate.explain("git push --force origin main", "s").decision,
+            "allow"
+        );
+        assert_eq!(
+            gate.explain("git push --force origin other", "s").decision,
+            "ask"
+        );
     }
 
     #[test]

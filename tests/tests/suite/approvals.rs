@@ -161,3 +161,65 @@ fn hardline_commands_are_denied_even_in_allow_mode() {
         json!({"decision": "ask", "reason": "rewriting shared history or discarding work: force push, hard reset, clean", "rule": "git-force"})
     );
 }
+
+/// Runs `paddock` in a tmux pane (a real terminal), answers the approval prompt with `keys`
+/// and returns what the pane shows at the end.
+fn through_terminal(keys: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home").display().to_string();
+    let out = dir.path().join("out.json");
+    let socket = dir.path().join("tmux.sock").display().to_string();
+    let bin = paddock_tests::paddock_bin().display().to_string();
+    let args = json!({"command": "history -c; echo approved-at-the-terminal"}).to_string();
+    let shell = format!(
+        "PADDOCK_HOME={home} {bin} call terminal --args '{args}' > {}; sleep 30",
+        out.display()
+    );
+    let tmux = |a: &[&str]| {
+        std::process::Command::new("tmux")
+            .args(["-S", &socket])
+            .args(a)
+            .output()
+            .unwrap()
+    };
+    tmux(&["new-session", "-d", "-x", "160", "-y", "40", &shell]);
+    let mut screen = String::new();
+    for _ in 0..100 {
+        screen = String::from_utf8_lossy(&tmux(&["capture-pane", "-p"]).stdout).into_owned();
+        if screen.contains("[o]nce") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        screen.contains("[o]nce") && screen.contains("history -c"),
+        "no prompt: {screen}"
+    );
+    for key in keys {
+        tmux(&["send-keys", key]);
+    }
+    let mut result = String::new();
+    for _ in 0..100 {
+        result = std::fs::read_to_string(&out).unwrap_or_default();
+        if !result.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tmux(&["kill-server"]);
+    result
+}
+
+#[test]
+fn the_terminal_prompt_approves_once() {
+    let result = through_terminal(&["o", "Enter"]);
+    let v: Value = serde_json::from_str(result.trim()).unwrap();
+    assert_eq!(v["output"], json!("approved-at-the-terminal\n"), "{v}");
+}
+
+#[test]
+fn enter_alone_at_the_terminal_prompt_denies() {
+    let result = through_terminal(&["Enter"]);
+    let v: Value = serde_json::from_str(result.trim()).unwrap();
+    assert_eq!(v["error_code"], json!("tool_approval:denied"), "{v}");
+}
