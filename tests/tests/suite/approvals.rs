@@ -115,49 +115,35 @@ fn with_no_approver_a_dangerous_command_is_denied_and_not_run() {
     assert!(!marker.exists(), "the command ran although it was denied");
 }
 
+/// `paddock policy explain --command CMD [--policy P]`.
+fn explain(policy: Option<&str>, command: &str) -> Value {
+    let home = tempfile::tempdir().unwrap();
+    let mut args = vec!["policy", "explain", "--command", command];
+    if let Some(p) = policy {
+        args.extend(["--policy", p]);
+    }
+    paddock_env(
+        &args,
+        &[("PADDOCK_HOME", home.path().to_str().unwrap())],
+        None,
+        Duration::from_secs(30),
+    )
+    .json()
+}
+
 #[test]
 fn hardline_commands_are_denied_even_in_allow_mode() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = write_file(&dir, "p.toml", "[approval]\nmode = \"allow\"\n");
-    let home = dir.path().join("home").display().to_string();
-    let run = paddock_env(
-        &[
-            "policy",
-            "explain",
-            "--policy",
-            &policy,
-            "--command",
-            "sudo rm -rf --no-preserve-root /",
-        ],
-        &[("PADDOCK_HOME", &home)],
-        None,
-        Duration::from_secs(30),
-    );
-    let v = run.json();
+    let allow = write_file(&dir, "p.toml", "[approval]\nmode = \"allow\"\n");
+    let v = explain(Some(&allow), "sudo rm -rf --no-preserve-root /");
     assert_eq!(v["decision"], json!("deny"), "{v}");
     assert_eq!(v["rule"], json!("rm-system-recursive"));
-    let run = paddock_env(
-        &[
-            "policy",
-            "explain",
-            "--policy",
-            &policy,
-            "--command",
-            "git push --force",
-        ],
-        &[("PADDOCK_HOME", &home)],
-        None,
-        Duration::from_secs(30),
-    );
-    assert_eq!(run.json()["decision"], json!("allow"));
-    let run = paddock_env(
-        &["policy", "explain", "--command", "git push --force"],
-        &[("PADDOCK_HOME", &home)],
-        None,
-        Duration::from_secs(30),
+    assert_eq!(
+        explain(Some(&allow), "git push --force")["decision"],
+        json!("allow")
     );
     assert_eq!(
-        run.json(),
+        explain(None, "git push --force"),
         json!({"decision": "ask", "reason": "rewriting shared history or discarding work: force push, hard reset, clean", "rule": "git-force"})
     );
 }
