@@ -30,7 +30,10 @@ pub struct Explanation {
 
 /// The approval machinery of one engine.
 pub struct ApprovalGate {
-    catalogue: Catalogue,
+    /// Built (regexes compiled, examples checked) on first use: most of an engine's start-up
+    /// cost, which calls that never run a command should not pay.
+    catalogue: std::sync::OnceLock<Result<Catalogue, String>>,
+    extra_rules: Vec<(String, String, Severity, String)>,
     mode: String,
     allowlist: GlobSet,
     deny: GlobSet,
@@ -63,7 +66,6 @@ impl ApprovalGate {
                 )
             })
             .collect();
-        let catalogue = Catalogue::load(&extra)?;
         let approver: Option<Arc<dyn Approver>> =
             match a.approver.as_ref().map(|s| s.get_ref().as_str()) {
                 Some("none") => None,
@@ -76,7 +78,8 @@ impl ApprovalGate {
                 None => None,
             };
         Ok(Self {
-            catalogue,
+            catalogue: std::sync::OnceLock::new(),
+            extra_rules: extra,
             mode: a.mode.get_ref().clone(),
             allowlist: globs(a.allowlist.iter().map(|s| s.get_ref().as_str())),
             deny: globs(a.deny.iter().map(|s| s.get_ref().as_str())),
@@ -96,7 +99,17 @@ impl ApprovalGate {
                 rule: Some("policy:deny".into()),
             };
         }
-        let findings = self.catalogue.findings(command);
+        let findings = match self.catalogue() {
+            Ok(catalogue) => catalogue.findings(command),
+            Err(err) => {
+                // Fail closed: without rules nothing can be judged safe.
+                return Explanation {
+                    decision: "deny",
+                    reason: format!("the approval rules failed to load: {err}"),
+                    rule: None,
+                };
+            }
+        };
         let Some(first) = findings.first() else {
             return Explanation {
                 decision: "allow",
@@ -365,8 +378,12 @@ impl ApprovalGate {
         }
     }
 
-    pub fn catalogue(&self) -> &Catalogue {
-        &self.catalogue
+    /// The rule catalogue, loaded (and its examples checked) on first use.
+    pub fn catalogue(&self) -> Result<&Catalogue, String> {
+        self.catalogue
+            .get_or_init(|| Catalogue::load(&self.extra_rules))
+            .as_ref()
+            .map_err(Clone::clone)
     }
 }
 
