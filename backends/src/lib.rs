@@ -1,12 +1,17 @@
 //! Execution environments: where `terminal`, `process` and `python_execute` run.
 //!
-//! One trait, [`Environment`], implemented by [`local::LocalEnvironment`] today (Docker, SSH and
-//! Apptainer arrive with issue 5/8 behind the same trait). Background processes are run by a
-//! detached supervisor and recorded in a durable [`processes::ProcessRegistry`], so they
-//! survive an engine restart.
+//! One trait, [`Environment`], implemented by [`local::LocalEnvironment`] and, through
+//! [`remote::RemoteEnvironment`], by the [`docker`], [`ssh`] and [`apptainer`] transports.
+//! Background processes are run by a detached supervisor and recorded in a durable
+//! [`processes::ProcessRegistry`], so they survive an engine restart.
 //!
 //! - [`output`] — capping text keeping start and end;
 //! - [`local`] — the local backend (process groups, timeouts, PTY, shell state);
+//! - [`remote`] — what docker, ssh and apptainer share: the wrapper run on the target, tree
+//!   kills by run id, background processes through the transport's client;
+//! - [`docker`] — containers through the Engine API (bollard), one per session;
+//! - [`ssh`] — the system OpenSSH client with one ControlMaster per backend;
+//! - [`apptainer`] — one Apptainer/Singularity instance per session;
 //! - [`shell`] — the wrapper that makes cwd, exports, functions and aliases persist;
 //! - [`processes`] — durable registry of background processes and their receipts;
 //! - [`supervisor`] — the detached process that owns one background command;
@@ -16,12 +21,16 @@
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod apptainer;
+pub mod docker;
 pub mod local;
 pub mod output;
 pub mod processes;
 pub mod procfs;
 pub mod redact;
+pub mod remote;
 pub mod shell;
+pub mod ssh;
 pub mod supervisor;
 
 use std::collections::BTreeMap;
@@ -103,6 +112,18 @@ pub struct BackgroundRequest {
     pub notify_on_complete: bool,
 }
 
+/// A file found on a backend (python_execute's artifacts).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RemoteFile {
+    /// Relative to the directory that was listed.
+    pub path: String,
+    pub size: u64,
+    pub sha256: String,
+    /// The content, when it is small enough to bring back.
+    #[serde(default)]
+    pub content_base64: Option<String>,
+}
+
 /// One backend capability set. Implementations keep this contract:
 /// - a command runs in its own process group; a timeout ends the whole group (TERM, a short
 ///   grace, KILL) and answers exit code 124 saying so; nothing the command started outlives a
@@ -128,4 +149,29 @@ pub trait Environment: Send + Sync {
 
     /// Checks the backend can run commands.
     fn health(&self) -> BackendFuture<'_, ()>;
+
+    /// The directory under which python_execute makes its run directories, as the backend's
+    /// commands see it (a relative path is under the directory commands start in).
+    fn scratch_dir(&self) -> String;
+
+    /// Writes a file where the backend's commands see it.
+    fn write_file<'a>(
+        &'a self,
+        session: &'a str,
+        path: &'a str,
+        contents: Vec<u8>,
+    ) -> BackendFuture<'a, ()>;
+
+    /// Regular files under `dir` (at most `max_files`; contents up to `inline_bytes` each).
+    fn collect_files<'a>(
+        &'a self,
+        session: &'a str,
+        dir: &'a str,
+        max_files: usize,
+        inline_bytes: u64,
+    ) -> BackendFuture<'a, Vec<RemoteFile>>;
+
+    /// Ends what the session holds on this backend: its shell state, and its container or
+    /// instance. Connections other sessions share are kept.
+    fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()>;
 }

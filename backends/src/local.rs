@@ -14,7 +14,8 @@ use crate::output::CappedText;
 use crate::processes::{ProcessRecord, ProcessRegistry};
 use crate::shell::{WRAPPER, check_command, session_dir};
 use crate::{
-    BackendError, BackendFuture, BackgroundRequest, Environment, ExecOutput, ExecRequest, Result,
+    BackendError, BackendFuture, BackgroundRequest, Environment, ExecOutput, ExecRequest,
+    RemoteFile, Result,
 };
 
 /// Grace between SIGTERM and SIGKILL when a command times out.
@@ -375,7 +376,14 @@ impl Environment for LocalEnvironment {
             }
             let env = command_env(&request.env, &request.session);
             self.registry()
-                .start(&self.supervisor_exe, &request, &state, env)
+                .start(
+                    &self.supervisor_exe,
+                    ProcessRegistry::new_id(),
+                    &request,
+                    &state,
+                    env,
+                    None,
+                )
                 .await
         })
     }
@@ -404,5 +412,94 @@ impl Environment for LocalEnvironment {
                 })
             }
         })
+    }
+
+    fn scratch_dir(&self) -> String {
+        self.state_root.join("python").display().to_string()
+    }
+
+    fn write_file<'a>(
+        &'a self,
+        _session: &'a str,
+        path: &'a str,
+        contents: Vec<u8>,
+    ) -> BackendFuture<'a, ()> {
+        Box::pin(async move { Self::write_local_file(path, &contents) })
+    }
+
+    fn collect_files<'a>(
+        &'a self,
+        _session: &'a str,
+        dir: &'a str,
+        max_files: usize,
+        inline_bytes: u64,
+    ) -> BackendFuture<'a, Vec<RemoteFile>> {
+        Box::pin(async move { Ok(Self::collect_local_files(dir, max_files, inline_bytes)) })
+    }
+
+    fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        Box::pin(async move {
+            crate::shell::check_session(session)?;
+            let dir = self.state_root.join("sessions").join(session);
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(BackendError::State {
+                    path: dir.display().to_string(),
+                    reason: e.to_string(),
+                }),
+            }
+        })
+    }
+}
+
+impl LocalEnvironment {
+    fn write_local_file(path: &str, contents: &[u8]) -> Result<()> {
+        let path = std::path::Path::new(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, contents)?;
+        Ok(())
+    }
+
+    fn collect_local_files(dir: &str, max_files: usize, inline_bytes: u64) -> Vec<RemoteFile> {
+        use base64::Engine as _;
+        use sha2::{Digest, Sha256};
+        let root = std::path::Path::new(dir);
+        let mut files = Vec::new();
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let Ok(meta) = entry.metadata() else { continue };
+                if meta.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                if !meta.is_file() || files.len() >= max_files {
+                    continue;
+                }
+                let Ok(bytes) = std::fs::read(&path) else {
+                    continue;
+                };
+                files.push(RemoteFile {
+                    path: path
+                        .strip_prefix(root)
+                        .unwrap_or(&path)
+                        .display()
+                        .to_string(),
+                    size: meta.len(),
+                    sha256: hex::encode(Sha256::digest(&bytes)),
+                    content_base64: (meta.len() <= inline_bytes)
+                        .then(|| base64::engine::general_purpose::STANDARD.encode(&bytes)),
+                });
+            }
+        }
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        files
     }
 }

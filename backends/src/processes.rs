@@ -60,6 +60,10 @@ pub struct ProcessSpec {
     /// The session's shell state directory (see `shell`).
     pub shell_state: PathBuf,
     pub env: std::collections::BTreeMap<String, String>,
+    /// Set for the docker, ssh and apptainer backends: the host client to run instead of the
+    /// local shell, and how to end the process tree on the target.
+    #[serde(default)]
+    pub remote: Option<crate::remote::RemoteLaunch>,
 }
 
 /// Where a process is in its life.
@@ -127,17 +131,23 @@ impl ProcessRegistry {
         Ok(self.root.join(id))
     }
 
+    /// A fresh process id.
+    pub fn new_id() -> String {
+        let mut random = [0u8; 6];
+        getrandom_fill(&mut random);
+        format!("p_{}", hex::encode(random))
+    }
+
     /// Starts a background command under a detached supervisor (`exe __supervise DIR`).
     pub async fn start(
         &self,
         exe: &Path,
+        id: String,
         request: &BackgroundRequest,
         shell_state: &Path,
         env: std::collections::BTreeMap<String, String>,
+        remote: Option<crate::remote::RemoteLaunch>,
     ) -> Result<ProcessRecord> {
-        let mut random = [0u8; 6];
-        getrandom_fill(&mut random);
-        let id = format!("p_{}", hex::encode(random));
         let dir = self.root.join(&id);
         let state_err = |e: std::io::Error| BackendError::State {
             path: dir.display().to_string(),
@@ -149,6 +159,7 @@ impl ProcessRegistry {
             request: request.clone(),
             shell_state: shell_state.to_path_buf(),
             env,
+            remote,
         };
         write_json_atomic(&dir.join("spec.json"), &spec).map_err(state_err)?;
         for fifo in ["stdin", "control"] {
@@ -316,9 +327,37 @@ impl ProcessRegistry {
     }
 
     /// Ends the process's group (TERM, grace, KILL) after checking it is still the same process.
+    /// On a remote backend the process tree on the target is ended first (through the
+    /// transport), then the local client.
     pub async fn kill(&self, record: &ProcessRecord) -> Result<bool> {
         if !crate::procfs::is_same_process(record.pid, record.start_time) {
             return Ok(false);
+        }
+        let spec: Option<ProcessSpec> = read_json(&self.dir(&record.id)?.join("spec.json"));
+        if let Some(launch) = spec.and_then(|s| s.remote)
+            && let Some((program, args)) = launch.kill_argv.split_first()
+        {
+            let killed = tokio::time::timeout(
+                Duration::from_secs(15),
+                tokio::process::Command::new(program)
+                    .args(args)
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .kill_on_drop(true)
+                    .output(),
+            )
+            .await;
+            match killed {
+                Ok(Ok(out)) if out.status.success() => {}
+                Ok(Ok(out)) => tracing::warn!(
+                    id = %record.id,
+                    stderr = %String::from_utf8_lossy(&out.stderr),
+                    "the kill command on the target failed"
+                ),
+                Ok(Err(err)) => tracing::warn!(id = %record.id, %err, "could not run the kill command"),
+                Err(_) => tracing::warn!(id = %record.id, "the kill command timed out"),
+            }
         }
         crate::local::terminate_group(Some(record.pid)).await;
         Ok(true)

@@ -34,6 +34,17 @@ eval "$__paddock_cmd""#;
 
 /// Where one session's shell state lives.
 pub fn session_dir(state_root: &Path, session: &str) -> Result<PathBuf> {
+    check_session(session)?;
+    let dir = state_root.join("sessions").join(session);
+    std::fs::create_dir_all(&dir).map_err(|e| BackendError::State {
+        path: dir.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok(dir)
+}
+
+/// Refuses session ids that could not name a directory (or a container) safely.
+pub fn check_session(session: &str) -> Result<()> {
     if session.is_empty()
         || session.len() > 128
         || !session
@@ -45,12 +56,7 @@ pub fn session_dir(state_root: &Path, session: &str) -> Result<PathBuf> {
             "session id {session:?} is invalid: use 1-128 characters from [A-Za-z0-9_.-]"
         )));
     }
-    let dir = state_root.join("sessions").join(session);
-    std::fs::create_dir_all(&dir).map_err(|e| BackendError::State {
-        path: dir.display().to_string(),
-        reason: e.to_string(),
-    })?;
-    Ok(dir)
+    Ok(())
 }
 
 /// Refuses commands a shell cannot take.

@@ -64,18 +64,32 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
     let started_at_ms = now_ms();
 
     PTY_MODE.store(request.pty, std::sync::atomic::Ordering::Relaxed);
-    let mut shell = std::process::Command::new(crate::shell::bash_path());
-    shell
-        .arg("-c")
-        .arg(WRAPPER)
-        .arg("paddock")
-        .arg(&spec.shell_state)
-        .arg(&request.command)
-        .arg(&workdir)
-        .env_clear()
-        .envs(&spec.env)
-        .current_dir(&home);
-    let (pid, output, stdin, mut waiter): Started = if request.pty {
+    let (mut shell, local_pty) = match &spec.remote {
+        // docker, ssh, apptainer: the transport's client, which runs the wrapped command on
+        // the target; state is kept there.
+        Some(launch) => {
+            let (program, args) = launch
+                .argv
+                .split_first()
+                .ok_or_else(|| std::io::Error::other("the remote launch has no program"))?;
+            let mut client = std::process::Command::new(program);
+            client.args(args);
+            (client, request.pty && launch.local_pty)
+        }
+        None => {
+            let mut shell = std::process::Command::new(crate::shell::bash_path());
+            shell
+                .arg("-c")
+                .arg(WRAPPER)
+                .arg("paddock")
+                .arg(&spec.shell_state)
+                .arg(&request.command)
+                .arg(&workdir);
+            (shell, request.pty)
+        }
+    };
+    shell.env_clear().envs(&spec.env).current_dir(&home);
+    let (pid, output, stdin, mut waiter): Started = if local_pty {
         let (pty, pts) = pty_process::blocking::open().map_err(std::io::Error::other)?;
         pty.resize(pty_process::Size::new(40, 120))
             .map_err(std::io::Error::other)?;

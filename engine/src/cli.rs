@@ -93,6 +93,9 @@ enum Command {
     /// Internal: supervise one background command.
     #[command(name = "__supervise", hide = true)]
     Supervise { dir: PathBuf },
+    /// A background command's link to a docker exec (run by its supervisor).
+    #[command(name = "__docker-attach", hide = true)]
+    DockerAttach { spec: String },
 }
 
 #[derive(clap::Args)]
@@ -145,6 +148,10 @@ pub fn run_main() -> ExitCode {
     };
     if let Command::Supervise { dir } = &cli.command {
         return paddock_backends::supervisor::run_main(dir);
+    }
+    if let Command::DockerAttach { spec } = &cli.command {
+        init_logging();
+        return paddock_backends::docker::attach_main(spec);
     }
     if let Command::Zygote = cli.command {
         init_logging();
@@ -242,7 +249,9 @@ async fn dispatch(command: Command) -> ExitCode {
             seconds,
             json,
         } => crate::bench::run_cli(iterations, seconds, json).await,
-        Command::Zygote | Command::Supervise { .. } => ExitCode::from(2),
+        Command::Zygote | Command::Supervise { .. } | Command::DockerAttach { .. } => {
+            ExitCode::from(2)
+        }
     }
 }
 

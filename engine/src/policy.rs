@@ -146,9 +146,27 @@ pub struct BackendConfig {
     pub user: Option<Spanned<String>>,
     pub port: Option<Spanned<u16>>,
     pub identity_file: Option<Spanned<String>>,
+    /// ssh: a known_hosts file, and how unknown host keys are treated: `yes` (default),
+    /// `accept-new` or `no`.
+    pub known_hosts_file: Option<Spanned<String>>,
+    pub host_key_checking: Option<Spanned<String>>,
+    pub connect_timeout_seconds: Option<Spanned<u64>>,
+    /// docker: processes allowed in the container (default 512).
+    pub pids_limit: Option<Spanned<u64>>,
+    /// docker: a read-only root filesystem (/tmp stays writable).
+    pub read_only: Option<Spanned<bool>>,
+    /// docker: size of the /tmp tmpfs (default 512).
+    pub tmp_size_mb: Option<Spanned<u64>>,
+    /// docker: the daemon socket (default: `DOCKER_HOST` or /var/run/docker.sock).
+    pub socket: Option<Spanned<String>>,
     /// apptainer: bind mounts `src:dst[:ro]`.
     #[serde(default)]
     pub binds: Vec<Spanned<String>>,
+    /// apptainer: the apptainer or singularity program (default: found on PATH).
+    pub binary: Option<Spanned<String>>,
+    /// apptainer: a writable tmpfs over the image (default true), or an overlay image/dir.
+    pub writable_tmpfs: Option<Spanned<bool>>,
+    pub overlay: Option<Spanned<String>>,
     /// Working directory commands start in.
     pub workdir: Option<Spanned<String>>,
     /// Environment variables set for every command.
@@ -425,7 +443,7 @@ impl Policy {
                 other => other,
             };
             // Keys that do not apply to this kind of backend are mistakes, not no-ops.
-            let present: [(&str, Option<std::ops::Range<usize>>); 12] = [
+            let present: [(&str, Option<std::ops::Range<usize>>); 23] = [
                 ("sandbox", config.sandbox.as_ref().map(Spanned::span)),
                 ("workspace", config.workspace.as_ref().map(Spanned::span)),
                 ("image", config.image.as_ref().map(Spanned::span)),
@@ -441,6 +459,20 @@ impl Policy {
                 ),
                 ("binds", config.binds.first().map(Spanned::span)),
                 ("workdir", config.workdir.as_ref().map(Spanned::span)),
+                ("known_hosts_file", config.known_hosts_file.as_ref().map(Spanned::span)),
+                ("host_key_checking", config.host_key_checking.as_ref().map(Spanned::span)),
+                (
+                    "connect_timeout_seconds",
+                    config.connect_timeout_seconds.as_ref().map(Spanned::span),
+                ),
+                ("pids_limit", config.pids_limit.as_ref().map(Spanned::span)),
+                ("read_only", config.read_only.as_ref().map(Spanned::span)),
+                ("tmp_size_mb", config.tmp_size_mb.as_ref().map(Spanned::span)),
+                ("socket", config.socket.as_ref().map(Spanned::span)),
+                ("binary", config.binary.as_ref().map(Spanned::span)),
+                ("writable_tmpfs", config.writable_tmpfs.as_ref().map(Spanned::span)),
+                ("overlay", config.overlay.as_ref().map(Spanned::span)),
+                ("env", None),
             ];
             let applies: &[&str] = match kind {
                 "local" => &["sandbox", "workspace", "workdir"],
@@ -451,9 +483,32 @@ impl Policy {
                     "cpus",
                     "workspace",
                     "workdir",
+                    "pids_limit",
+                    "read_only",
+                    "tmp_size_mb",
+                    "socket",
                 ],
-                "ssh" => &["host", "user", "port", "identity_file", "workdir"],
-                _ => &["image", "network", "binds", "workdir", "memory_mb"],
+                "ssh" => &[
+                    "host",
+                    "user",
+                    "port",
+                    "identity_file",
+                    "workdir",
+                    "known_hosts_file",
+                    "host_key_checking",
+                    "connect_timeout_seconds",
+                ],
+                _ => &[
+                    "image",
+                    "network",
+                    "binds",
+                    "workdir",
+                    "memory_mb",
+                    "cpus",
+                    "binary",
+                    "writable_tmpfs",
+                    "overlay",
+                ],
             };
             for (k, span) in &present {
                 if let Some(span) = span
@@ -482,6 +537,18 @@ impl Policy {
                         format!("a {kind} backend needs `{k}`"),
                     ));
                 }
+            }
+            if let Some(checking) = &config.host_key_checking {
+                one_of(
+                    checking,
+                    &key("host_key_checking"),
+                    &["yes", "accept-new", "no"],
+                )?;
+            }
+            if kind == "apptainer"
+                && let Some(network) = &config.network
+            {
+                one_of(network, &key("network"), &["none", "host"])?;
             }
             if let Some(sandbox) = &config.sandbox {
                 one_of(

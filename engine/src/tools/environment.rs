@@ -25,7 +25,7 @@ const MAX_OUTPUT_CHARS: usize = 50_000;
 /// The configured backends and which tool runs where.
 pub struct Environments {
     state_root: PathBuf,
-    backends: BTreeMap<String, Backend>,
+    backends: BTreeMap<String, Arc<dyn Environment>>,
     routes: BTreeMap<&'static str, String>,
     /// `--backend NAME`: overrides every route for this invocation.
     forced: Option<String>,
@@ -34,14 +34,6 @@ pub struct Environments {
     skip_approval_in_containers: bool,
 }
 
-enum Backend {
-    Ready(Arc<dyn Environment>),
-    /// Declared in the policy, but its kind is not built yet: an error at call time, never a
-    /// quiet switch to another backend.
-    NotBuilt {
-        kind: String,
-    },
-}
 
 /// The state directory: `$PADDOCK_HOME`, else `$XDG_STATE_HOME/paddock`, else
 /// `~/.local/state/paddock`.
@@ -68,25 +60,14 @@ impl Environments {
         let mut backends = BTreeMap::new();
         backends.insert(
             "local".to_owned(),
-            Backend::Ready(Arc::new(LocalEnvironment::new(
-                "local",
-                state_root.clone(),
-                exe.clone(),
-            ))),
+            Arc::new(LocalEnvironment::new("local", state_root.clone(), exe.clone()))
+                as Arc<dyn Environment>,
         );
         for (name, config) in &policy.backends {
-            let kind = config.kind.get_ref().as_str();
-            let backend = match kind {
-                "local" => Backend::Ready(Arc::new(LocalEnvironment::new(
-                    name.clone(),
-                    state_root.clone(),
-                    exe.clone(),
-                ))),
-                other => Backend::NotBuilt {
-                    kind: other.to_owned(),
-                },
-            };
-            backends.insert(name.clone(), backend);
+            backends.insert(
+                name.clone(),
+                super::backend_config::build(policy, name, config, &state_root, &exe),
+            );
         }
         if let Some(forced) = &forced
             && !backends.contains_key(forced)
@@ -131,14 +112,9 @@ impl Environments {
                 .cloned()
                 .unwrap_or_else(|| "local".into())
         });
-        match self.backends.get(&name) {
-            Some(Backend::Ready(env)) => Ok(env),
-            Some(Backend::NotBuilt { kind }) => Err(ToolError::failed(format!(
-                "backend '{name}' is a {kind} backend, which this build cannot run yet (it arrives \
-                 with issue 5/8); {tool} was not run anywhere else"
-            ))),
-            None => Err(ToolError::failed(format!("no backend named '{name}'"))),
-        }
+        self.backends
+            .get(&name)
+            .ok_or_else(|| ToolError::failed(format!("no backend named '{name}'")))
     }
 }
 
@@ -495,6 +471,9 @@ impl Tool for PythonExecute {
             let args: PythonArgs = super::parse_args("python_execute", args)?;
             let env = envs.backend_for("python_execute")?;
             let run_id = crate::registry::new_call_id();
+            if env.kind() != "local" {
+                return python_on_backend(&envs, env.as_ref(), &args, &ctx, &run_id).await;
+            }
             let work = envs.state_root.join("python").join(&run_id);
             let artifacts = work.join("artifacts");
             std::fs::create_dir_all(&artifacts).map_err(|e| {
@@ -534,6 +513,110 @@ impl Tool for PythonExecute {
             }))
         })
     }
+}
+
+/// Artifacts up to this size are brought back from a remote backend.
+const MAX_FETCHED_ARTIFACT_BYTES: u64 = 16 * 1024 * 1024;
+
+/// python_execute on a docker, ssh or apptainer backend: the script goes in, runs there, and
+/// its artifacts come back into this machine's state directory.
+async fn python_on_backend(
+    envs: &Environments,
+    env: &dyn Environment,
+    args: &PythonArgs,
+    ctx: &CallContext,
+    run_id: &str,
+) -> Result<Value, ToolError> {
+    use base64::Engine as _;
+    let session = format!("{}.python", ctx.session);
+    let remote_dir = format!("{}/{run_id}", env.scratch_dir());
+    env.write_file(
+        &session,
+        &format!("{remote_dir}/main.py"),
+        args.code.clone().into_bytes(),
+    )
+    .await
+    .map_err(backend_error)?;
+    let out = env
+        .exec(ExecRequest {
+            command: "mkdir -p artifacts && PADDOCK_ARTIFACTS=\"$PWD/artifacts\" python3 -u main.py"
+                .into(),
+            session: session.clone(),
+            workdir: Some(PathBuf::from(&remote_dir)),
+            env: BTreeMap::new(),
+            stdin: None,
+            timeout: timeout_of(args.timeout),
+            pty: false,
+            max_output_chars: MAX_OUTPUT_CHARS,
+        })
+        .await
+        .map_err(backend_error)?;
+    let files = env
+        .collect_files(
+            &session,
+            &format!("{remote_dir}/artifacts"),
+            200,
+            MAX_FETCHED_ARTIFACT_BYTES,
+        )
+        .await
+        .map_err(backend_error)?;
+    let local = envs.state_root.join("python").join(run_id).join("artifacts");
+    let mut artifacts = Vec::new();
+    for file in files {
+        let mut item = json!({
+            "path": file.path,
+            "size": file.size,
+            "sha256": file.sha256,
+            "backend_path": format!("{remote_dir}/artifacts/{}", file.path),
+        });
+        let bytes = file
+            .content_base64
+            .as_deref()
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
+        match bytes {
+            Some(bytes) => {
+                let target = local.join(&file.path);
+                if !target.starts_with(&local) || file.path.contains("..") {
+                    continue;
+                }
+                if let Some(parent) = target.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| {
+                        ToolError::failed(format!("cannot create {}: {e}", parent.display()))
+                    })?;
+                }
+                std::fs::write(&target, &bytes).map_err(|e| {
+                    ToolError::failed(format!("cannot write {}: {e}", target.display()))
+                })?;
+                item["location"] = json!(target.display().to_string());
+                if file.size <= INLINE_ARTIFACT_BYTES
+                    && let Ok(text) = String::from_utf8(bytes)
+                {
+                    item["text"] = json!(text);
+                }
+            }
+            None => {
+                item["note"] = json!(format!(
+                    "larger than {MAX_FETCHED_ARTIFACT_BYTES} bytes: left on the backend"
+                ));
+            }
+        }
+        artifacts.push(item);
+    }
+    let error = out.timed_out.then(|| {
+        format!(
+            "timed out after {} s",
+            timeout_of(args.timeout).as_secs_f64()
+        )
+    });
+    Ok(json!({
+        "output": out.output,
+        "exit_code": out.exit_code,
+        "error": error,
+        "artifacts": artifacts,
+        "workdir": remote_dir,
+        "backend": env.name(),
+        "duration_ms": out.duration_ms,
+    }))
 }
 
 struct PythonEnvironmentInfo(Arc<Environments>);

@@ -1,6 +1,7 @@
 //! Built-in tools.
 
 mod datetime;
+mod backend_config;
 pub mod environment;
 mod wait;
 

@@ -1,0 +1,257 @@
+//! The apptainer backend (Singularity is the same program under its old name): one instance
+//! per (session, backend), started with `--containall --no-home --cleanenv` and no network by
+//! default, and every command an `apptainer exec instance://NAME`.
+//!
+//! The instance is not looked up before each command (a `instance list` costs as much as the
+//! command): the exec is tried, and when apptainer answers that no such instance exists it is
+//! started and the exec retried once.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::remote::client::run_client;
+use crate::remote::{OutputSink, TargetRun, Transport};
+use crate::{BackendError, BackendFuture, Result};
+
+/// `[backends.NAME]` of kind apptainer (or singularity).
+#[derive(Debug, Clone)]
+pub struct ApptainerConfig {
+    pub name: String,
+    /// A SIF file or a sandbox directory.
+    pub image: String,
+    /// The apptainer or singularity program; found on PATH when not set.
+    pub binary: Option<PathBuf>,
+    /// `src:dst[:ro]`.
+    pub binds: Vec<String>,
+    /// `none` (default: loopback only) or `host`.
+    pub network: String,
+    /// A writable tmpfs over the image (default), unless an overlay is given.
+    pub writable_tmpfs: bool,
+    pub overlay: Option<String>,
+    pub memory_mb: Option<u64>,
+    pub cpus: Option<f64>,
+    pub workdir: Option<String>,
+    pub env: BTreeMap<String, String>,
+}
+
+/// Commands in Apptainer instances.
+pub struct ApptainerTransport {
+    config: ApptainerConfig,
+    binary: Result<PathBuf>,
+}
+
+/// What apptainer prints when `instance://NAME` does not exist.
+fn is_missing_instance(stderr: &str) -> bool {
+    let lower = stderr.to_ascii_lowercase();
+    lower.contains("no instance found") || lower.contains("instance not found")
+}
+
+impl ApptainerTransport {
+    pub fn new(config: ApptainerConfig) -> Self {
+        let binary = match &config.binary {
+            Some(path) => Ok(path.clone()),
+            None => find_on_path(&["apptainer", "singularity"]).ok_or_else(|| {
+                BackendError::Unavailable {
+                    kind: "apptainer".into(),
+                    name: config.name.clone(),
+                    reason: "neither apptainer nor singularity is on PATH; install one or set \
+                             `binary` in the backend's policy section"
+                        .into(),
+                }
+            }),
+        };
+        Self { config, binary }
+    }
+
+    fn binary(&self) -> Result<&PathBuf> {
+        self.binary.as_ref().map_err(|e| BackendError::Unavailable {
+            kind: "apptainer".into(),
+            name: self.config.name.clone(),
+            reason: e.to_string(),
+        })
+    }
+
+    fn unavailable(&self, reason: impl Into<String>) -> BackendError {
+        BackendError::Unavailable {
+            kind: "apptainer".into(),
+            name: self.config.name.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The instance of `session` (apptainer's names allow the session id's characters).
+    pub fn instance_name(&self, session: &str) -> String {
+        format!("paddock-{}-{}", self.config.name, base_session(session))
+    }
+
+    fn start_args(&self, session: &str) -> Vec<String> {
+        let c = &self.config;
+        let mut args: Vec<String> = vec![
+            "instance".into(),
+            "start".into(),
+            "--containall".into(),
+            "--no-home".into(),
+            "--cleanenv".into(),
+        ];
+        match &c.overlay {
+            Some(overlay) => args.extend(["--overlay".into(), overlay.clone()]),
+            None if c.writable_tmpfs => args.push("--writable-tmpfs".into()),
+            None => {}
+        }
+        if c.network != "host" {
+            args.extend(["--net".into(), "--network".into(), c.network.clone()]);
+        }
+        for bind in &c.binds {
+            args.extend(["--bind".into(), bind.clone()]);
+        }
+        if let Some(mb) = c.memory_mb {
+            args.extend(["--memory".into(), format!("{mb}M")]);
+        }
+        if let Some(cpus) = c.cpus {
+            args.extend(["--cpus".into(), cpus.to_string()]);
+        }
+        args.push(c.image.clone());
+        args.push(self.instance_name(session));
+        args
+    }
+
+    /// Starts the session's instance; an instance that already exists is fine.
+    async fn start_instance(&self, session: &str) -> Result<()> {
+        let binary = self.binary()?;
+        let sink = std::sync::Arc::new(std::sync::Mutex::new(crate::local::Utf8Capped::new(16 * 1024)));
+        let exit = run_client(binary, &self.start_args(session), None, false, sink.clone()).await?;
+        if exit.status == 0 || exit.stderr.contains("already exists") {
+            return Ok(());
+        }
+        let stdout = sink.lock().map(|mut s| s.finish()).unwrap_or_default();
+        Err(self.unavailable(format!(
+            "starting instance {} from {} failed (exit {}): {} {}",
+            self.instance_name(session),
+            self.config.image,
+            exit.status,
+            exit.stderr.trim(),
+            stdout.trim()
+        )))
+    }
+
+    fn exec_args(&self, session: &str, argv: &[String]) -> Vec<String> {
+        let mut args = vec![
+            "exec".into(),
+            "--cleanenv".into(),
+            format!("instance://{}", self.instance_name(session)),
+        ];
+        args.extend(argv.iter().cloned());
+        args
+    }
+}
+
+/// python_execute's shell state lives in `SESSION.python`; it shares the session's instance.
+fn base_session(session: &str) -> &str {
+    session.strip_suffix(".python").unwrap_or(session)
+}
+
+fn find_on_path(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    names.iter().find_map(|name| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|candidate| candidate.is_file())
+    })
+}
+
+impl Transport for ApptainerTransport {
+    fn kind(&self) -> &'static str {
+        "apptainer"
+    }
+
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn state_root(&self) -> &str {
+        "/tmp/.paddock"
+    }
+
+    fn home(&self) -> &str {
+        self.config.workdir.as_deref().unwrap_or("/tmp")
+    }
+
+    fn env(&self) -> &BTreeMap<String, String> {
+        &self.config.env
+    }
+
+    fn ensure<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        Box::pin(self.start_instance(session))
+    }
+
+    fn run<'a>(&'a self, session: &'a str, run: TargetRun, sink: OutputSink) -> BackendFuture<'a, i32> {
+        Box::pin(async move {
+            let binary = self.binary()?;
+            let args = self.exec_args(session, &run.argv);
+            for attempt in 0..2 {
+                let exit = run_client(binary, &args, run.stdin.clone(), run.pty, sink.clone()).await?;
+                if exit.status != 0 && is_missing_instance(&exit.stderr) && attempt == 0 {
+                    self.start_instance(session).await?;
+                    continue;
+                }
+                // apptainer's own failures say FATAL on its stderr (the command's stderr is
+                // merged into stdout inside).
+                if exit.status != 0 && exit.stderr.contains("FATAL") {
+                    return Err(self.unavailable(exit.stderr.trim().to_owned()));
+                }
+                return Ok(exit.status);
+            }
+            Err(self.unavailable(format!(
+                "instance {} vanished right after it was started",
+                self.instance_name(session)
+            )))
+        })
+    }
+
+    fn attach_argv(&self, session: &str, argv: &[String], pty: bool) -> Result<(Vec<String>, bool)> {
+        let binary = self.binary()?;
+        let mut full = vec![binary.display().to_string()];
+        full.extend(self.exec_args(session, argv));
+        Ok((full, pty))
+    }
+
+    fn health(&self) -> BackendFuture<'_, ()> {
+        Box::pin(async move {
+            let binary = self.binary()?;
+            let out = tokio::process::Command::new(binary)
+                .arg("version")
+                .output()
+                .await
+                .map_err(|e| self.unavailable(format!("cannot run {}: {e}", binary.display())))?;
+            if !out.status.success() {
+                return Err(self.unavailable(format!(
+                    "{} version failed: {}",
+                    binary.display(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )));
+            }
+            if !std::path::Path::new(&self.config.image).exists() {
+                return Err(self.unavailable(format!("the image {} does not exist", self.config.image)));
+            }
+            Ok(())
+        })
+    }
+
+    fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        Box::pin(async move {
+            crate::shell::check_session(session)?;
+            let binary = self.binary()?;
+            let out = tokio::process::Command::new(binary)
+                .args(["instance", "stop", &self.instance_name(session)])
+                .output()
+                .await
+                .map_err(|e| self.unavailable(format!("cannot run {}: {e}", binary.display())))?;
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if out.status.success() || is_missing_instance(&stderr) {
+                Ok(())
+            } else {
+                Err(self.unavailable(format!("instance stop failed: {}", stderr.trim())))
+            }
+        })
+    }
+}

@@ -1,0 +1,556 @@
+//! The docker backend: one long-lived container per (session, backend), every command an exec
+//! into it through the Engine API (bollard), the API version negotiated with the daemon (the
+//! one on Debian 12 speaks 1.41 only).
+//!
+//! Containers are labelled (`paddock.managed`, `paddock.backend`, `paddock.session` and a hash
+//! of the settings they were made with), named `paddock-<backend>-<session>`, and found again by
+//! name after an engine restart. One that vanished or stopped is recreated or restarted; one
+//! made with other settings is replaced; stopped ones of the backend are removed on first use.
+//!
+//! Secure defaults: every capability dropped but the few a shell needs, no-new-privileges, a
+//! pids limit, memory and CPU limits, no network unless the policy names one, a size-limited
+//! tmpfs on /tmp, optionally a read-only root and a workspace bind mount.
+//!
+//! Files go in and out through exec's stdin and stdout rather than the archive endpoint, which
+//! cannot write into tmpfs mounts (/tmp here) nor into a read-only root.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Mutex;
+
+use bollard::Docker;
+use bollard::errors::Error as DockerError;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptions, InspectContainerOptions, ListContainersOptions,
+    RemoveContainerOptions, StartContainerOptions,
+};
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+
+use crate::remote::{OutputSink, TargetRun, Transport};
+use crate::{BackendError, BackendFuture, Result};
+
+/// The hidden subcommand background supervisors run: `paddock __docker-attach JSON`.
+pub const ATTACH_SUBCOMMAND: &str = "__docker-attach";
+
+/// Capabilities a shell needs for ordinary work as root in its container (file ownership,
+/// permission bits, switching user, signalling its own processes).
+const SHELL_CAPABILITIES: &[&str] = &[
+    "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
+];
+
+/// Longer than any command may run: bollard's timeout covers a whole attached exec.
+const CLIENT_TIMEOUT_S: u64 = 4 * 3600;
+
+/// PID 1 of a session container: waits forever and reaps orphans (bash reaps every child on
+/// SIGCHLD), and ends on `docker stop`.
+const KEEPALIVE: &str = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done";
+
+/// `[backends.NAME]` of kind docker.
+#[derive(Debug, Clone, Serialize)]
+pub struct DockerConfig {
+    pub name: String,
+    pub image: String,
+    /// `none` (default) or the name of a docker network (`bridge`, `host`, ...).
+    pub network: String,
+    pub memory_mb: Option<u64>,
+    pub cpus: Option<f64>,
+    pub pids_limit: i64,
+    pub read_only: bool,
+    pub tmp_size_mb: u64,
+    /// A host directory mounted read-write at `workdir`.
+    pub workspace: Option<PathBuf>,
+    pub workdir: Option<String>,
+    pub env: BTreeMap<String, String>,
+    /// The daemon's socket (`DOCKER_HOST=unix://...` or /var/run/docker.sock).
+    pub socket: String,
+}
+
+impl DockerConfig {
+    /// The daemon socket from `DOCKER_HOST` (unix only), else the default.
+    pub fn default_socket() -> String {
+        std::env::var("DOCKER_HOST")
+            .ok()
+            .and_then(|h| h.strip_prefix("unix://").map(str::to_owned))
+            .unwrap_or_else(|| "/var/run/docker.sock".into())
+    }
+
+    fn digest(&self) -> String {
+        let text = serde_json::to_string(self).unwrap_or_default();
+        hex::encode(&Sha256::digest(text.as_bytes())[..8])
+    }
+}
+
+/// Commands in per-session containers.
+pub struct DockerTransport {
+    config: DockerConfig,
+    config_digest: String,
+    exe: PathBuf,
+    client: tokio::sync::OnceCell<Docker>,
+    /// Containers this engine saw running (checked again when an exec fails).
+    running: Mutex<HashSet<String>>,
+    swept: tokio::sync::OnceCell<()>,
+}
+
+/// What `paddock __docker-attach` runs.
+#[derive(Debug, Serialize, Deserialize)]
+struct AttachSpec {
+    socket: String,
+    container: String,
+    argv: Vec<String>,
+    tty: bool,
+}
+
+/// python_execute's shell state lives in `SESSION.python`; it shares the session's container.
+fn base_session(session: &str) -> &str {
+    session.strip_suffix(".python").unwrap_or(session)
+}
+
+fn status_of(err: &DockerError) -> Option<u16> {
+    match err {
+        DockerError::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+async fn connect(socket: &str) -> std::result::Result<Docker, DockerError> {
+    Docker::connect_with_unix(socket, CLIENT_TIMEOUT_S, bollard::API_DEFAULT_VERSION)?
+        .negotiate_version()
+        .await
+}
+
+impl DockerTransport {
+    pub fn new(config: DockerConfig, exe: PathBuf) -> Self {
+        Self {
+            config_digest: config.digest(),
+            config,
+            exe,
+            client: tokio::sync::OnceCell::new(),
+            running: Mutex::new(HashSet::new()),
+            swept: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    fn unavailable(&self, reason: impl Into<String>) -> BackendError {
+        BackendError::Unavailable {
+            kind: "docker".into(),
+            name: self.config.name.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    fn lost(&self, err: DockerError) -> BackendError {
+        self.unavailable(format!(
+            "dockerd at {} failed or went away: {err}",
+            self.config.socket
+        ))
+    }
+
+    async fn client(&self) -> Result<&Docker> {
+        self.client
+            .get_or_try_init(|| async {
+                connect(&self.config.socket).await.map_err(|e| {
+                    self.unavailable(format!(
+                        "cannot reach dockerd at {}: {e} (is it running? scripts/test-services.sh \
+                         starts one for the tests)",
+                        self.config.socket
+                    ))
+                })
+            })
+            .await
+    }
+
+    /// The container of `session`.
+    pub fn container_name(&self, session: &str) -> String {
+        format!("paddock-{}-{}", self.config.name, base_session(session))
+    }
+
+    fn labels(&self, session: &str) -> HashMap<String, String> {
+        HashMap::from([
+            ("paddock.managed".to_owned(), "true".to_owned()),
+            ("paddock.backend".to_owned(), self.config.name.clone()),
+            ("paddock.session".to_owned(), base_session(session).to_owned()),
+            ("paddock.config".to_owned(), self.config_digest.clone()),
+        ])
+    }
+
+    fn create_body(&self, session: &str) -> ContainerCreateBody {
+        let c = &self.config;
+        let workdir = c
+            .workdir
+            .clone()
+            .unwrap_or_else(|| if c.workspace.is_some() { "/workspace".into() } else { "/tmp".into() });
+        let binds = c
+            .workspace
+            .as_ref()
+            .map(|host| vec![format!("{}:{workdir}:rw", host.display())]);
+        let host_config = HostConfig {
+            cap_drop: Some(vec!["ALL".into()]),
+            cap_add: Some(SHELL_CAPABILITIES.iter().map(|s| (*s).to_owned()).collect()),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            pids_limit: Some(c.pids_limit),
+            memory: c.memory_mb.map(|mb| (mb * 1024 * 1024) as i64),
+            nano_cpus: c.cpus.map(|cpus| (cpus * 1e9) as i64),
+            network_mode: Some(c.network.clone()),
+            readonly_rootfs: Some(c.read_only),
+            tmpfs: Some(HashMap::from([(
+                "/tmp".to_owned(),
+                format!("rw,nosuid,nodev,size={}m", c.tmp_size_mb),
+            )])),
+            binds,
+            ..Default::default()
+        };
+        ContainerCreateBody {
+            image: Some(c.image.clone()),
+            cmd: Some(vec!["bash".into(), "-c".into(), KEEPALIVE.into()]),
+            labels: Some(self.labels(session)),
+            working_dir: Some(workdir),
+            env: Some(c.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            network_disabled: Some(c.network == "none"),
+            host_config: Some(host_config),
+            ..Default::default()
+        }
+    }
+
+    /// Removes this backend's containers that stopped or were made with other settings.
+    async fn sweep(&self, docker: &Docker) {
+        let filters = HashMap::from([(
+            "label".to_owned(),
+            vec![
+                "paddock.managed=true".to_owned(),
+                format!("paddock.backend={}", self.config.name),
+            ],
+        )]);
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        };
+        let Ok(list) = docker.list_containers(Some(options)).await else {
+            return;
+        };
+        for container in list {
+            let running = container.state.as_ref().is_some_and(|s| s.as_ref() == "running");
+            let current = container
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("paddock.config"))
+                .is_some_and(|d| *d == self.config_digest);
+            if running && current {
+                continue;
+            }
+            if let Some(id) = container.id {
+                tracing::info!(backend = %self.config.name, container = %id, "removing a stale container");
+                let _ = docker
+                    .remove_container(&id, Some(RemoveContainerOptions { force: true, ..Default::default() }))
+                    .await;
+            }
+        }
+    }
+
+    /// Makes sure the session's container runs; answers its name.
+    async fn ensure_container(&self, session: &str) -> Result<String> {
+        let name = self.container_name(session);
+        if self.running.lock().is_ok_and(|r| r.contains(&name)) {
+            return Ok(name);
+        }
+        let docker = self.client().await?;
+        self.swept.get_or_init(|| self.sweep(docker)).await;
+        match docker.inspect_container(&name, None::<InspectContainerOptions>).await {
+            Ok(info) => {
+                let current = info
+                    .config
+                    .as_ref()
+                    .and_then(|c| c.labels.as_ref())
+                    .and_then(|l| l.get("paddock.config"))
+                    .is_some_and(|d| *d == self.config_digest);
+                let running = info.state.as_ref().and_then(|s| s.running).unwrap_or(false);
+                if !current {
+                    docker
+                        .remove_container(&name, Some(RemoveContainerOptions { force: true, ..Default::default() }))
+                        .await
+                        .map_err(|e| self.lost(e))?;
+                    self.create(docker, session, &name).await?;
+                } else if !running {
+                    self.start(docker, &name).await?;
+                }
+            }
+            Err(e) if status_of(&e) == Some(404) => self.create(docker, session, &name).await?,
+            Err(e) => return Err(self.lost(e)),
+        }
+        if let Ok(mut running) = self.running.lock() {
+            running.insert(name.clone());
+        }
+        Ok(name)
+    }
+
+    async fn create(&self, docker: &Docker, session: &str, name: &str) -> Result<()> {
+        let options = CreateContainerOptions {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        };
+        match docker.create_container(Some(options), self.create_body(session)).await {
+            Ok(_) => {}
+            // Another engine created it a moment ago.
+            Err(e) if status_of(&e) == Some(409) => {}
+            Err(e) if status_of(&e) == Some(404) => {
+                return Err(self.unavailable(format!(
+                    "the image {} is not on this docker host (no registry is pulled from: load or \
+                     build it first): {e}",
+                    self.config.image
+                )));
+            }
+            Err(e) => return Err(self.lost(e)),
+        }
+        self.start(docker, name).await
+    }
+
+    async fn start(&self, docker: &Docker, name: &str) -> Result<()> {
+        match docker.start_container(name, None::<StartContainerOptions>).await {
+            Ok(()) => Ok(()),
+            Err(e) if status_of(&e) == Some(304) => Ok(()),
+            Err(e) => Err(self.unavailable(format!("starting container {name} failed: {e}"))),
+        }
+    }
+
+    fn forget(&self, name: &str) {
+        if let Ok(mut running) = self.running.lock() {
+            running.remove(name);
+        }
+    }
+
+    async fn exec_once(&self, name: &str, run: &TargetRun, sink: &OutputSink) -> std::result::Result<i32, DockerError> {
+        let docker = self
+            .client
+            .get()
+            .ok_or_else(|| DockerError::IOError { err: std::io::Error::other("not connected") })?;
+        let exec = docker
+            .create_exec(
+                name,
+                CreateExecOptions {
+                    attach_stdin: Some(run.stdin.is_some()),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    tty: Some(run.pty),
+                    env: run.pty.then(|| vec!["TERM=xterm-256color".to_owned()]),
+                    cmd: Some(run.argv.clone()),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        let started = docker
+            .start_exec(
+                &exec.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: run.pty,
+                    output_capacity: Some(1024 * 1024),
+                }),
+            )
+            .await?;
+        if let StartExecResults::Attached { mut output, mut input } = started {
+            if let Some(data) = run.stdin.clone() {
+                tokio::spawn(async move {
+                    let _ = input.write_all(&data).await;
+                    let _ = input.shutdown().await;
+                });
+            }
+            while let Some(item) = output.next().await {
+                let message = item?.into_bytes();
+                if let Ok(mut out) = sink.lock() {
+                    out.push(&message);
+                }
+            }
+        }
+        let inspected = docker.inspect_exec(&exec.id).await?;
+        Ok(inspected.exit_code.map_or(-1, |c| c as i32))
+    }
+}
+
+impl Transport for DockerTransport {
+    fn kind(&self) -> &'static str {
+        "docker"
+    }
+
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn state_root(&self) -> &str {
+        "/tmp/.paddock"
+    }
+
+    fn home(&self) -> &str {
+        match &self.config.workdir {
+            Some(dir) => dir,
+            None if self.config.workspace.is_some() => "/workspace",
+            None => "/tmp",
+        }
+    }
+
+    fn env(&self) -> &BTreeMap<String, String> {
+        &self.config.env
+    }
+
+    fn ensure<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        Box::pin(async move { self.ensure_container(session).await.map(|_| ()) })
+    }
+
+    fn run<'a>(&'a self, session: &'a str, run: TargetRun, sink: OutputSink) -> BackendFuture<'a, i32> {
+        Box::pin(async move {
+            let mut attempt = 0;
+            loop {
+                let name = self.ensure_container(session).await?;
+                match self.exec_once(&name, &run, &sink).await {
+                    Ok(status) => return Ok(status),
+                    // The container vanished (404) or stopped (409) since we saw it: bring it
+                    // back once.
+                    Err(e) if attempt == 0 && matches!(status_of(&e), Some(404 | 409)) => {
+                        tracing::info!(container = %name, error = %e, "the session's container is gone; recreating it");
+                        self.forget(&name);
+                        attempt += 1;
+                    }
+                    Err(e) => {
+                        self.forget(&name);
+                        return Err(self.lost(e));
+                    }
+                }
+            }
+        })
+    }
+
+    fn attach_argv(&self, session: &str, argv: &[String], pty: bool) -> Result<(Vec<String>, bool)> {
+        let spec = AttachSpec {
+            socket: self.config.socket.clone(),
+            container: self.container_name(session),
+            argv: argv.to_vec(),
+            tty: pty,
+        };
+        let json = serde_json::to_string(&spec).map_err(|e| BackendError::Io(std::io::Error::other(e)))?;
+        Ok((
+            vec![self.exe.display().to_string(), ATTACH_SUBCOMMAND.to_owned(), json],
+            false,
+        ))
+    }
+
+    fn health(&self) -> BackendFuture<'_, ()> {
+        Box::pin(async move {
+            let docker = self.client().await?;
+            docker.ping().await.map_err(|e| self.lost(e))?;
+            docker
+                .inspect_image(&self.config.image)
+                .await
+                .map_err(|e| self.unavailable(format!("image {}: {e}", self.config.image)))?;
+            Ok(())
+        })
+    }
+
+    fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        Box::pin(async move {
+            crate::shell::check_session(session)?;
+            let docker = self.client().await?;
+            let name = self.container_name(session);
+            self.forget(&name);
+            match docker
+                .remove_container(&name, Some(RemoveContainerOptions { force: true, ..Default::default() }))
+                .await
+            {
+                Ok(()) => Ok(()),
+                Err(e) if status_of(&e) == Some(404) => Ok(()),
+                Err(e) => Err(self.lost(e)),
+            }
+        })
+    }
+}
+
+/// `paddock __docker-attach JSON`: runs one exec with this process's stdin, stdout and exit
+/// status attached (what a background supervisor runs for a docker backend).
+pub fn attach_main(spec_json: &str) -> ExitCode {
+    let result = (|| -> std::result::Result<i32, String> {
+        let spec: AttachSpec = serde_json::from_str(spec_json).map_err(|e| format!("bad attach spec: {e}"))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime.block_on(attach(spec))
+    })();
+    match result {
+        Ok(code) => ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(255)),
+        Err(err) => {
+            tracing::error!("docker attach: {err}");
+            ExitCode::from(255)
+        }
+    }
+}
+
+async fn attach(spec: AttachSpec) -> std::result::Result<i32, String> {
+    let docker = connect(&spec.socket).await.map_err(|e| format!("cannot reach dockerd at {}: {e}", spec.socket))?;
+    let exec = docker
+        .create_exec(
+            &spec.container,
+            CreateExecOptions {
+                attach_stdin: Some(true),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                tty: Some(spec.tty),
+                env: spec.tty.then(|| vec!["TERM=xterm-256color".to_owned()]),
+                cmd: Some(spec.argv.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| format!("exec in {}: {e}", spec.container))?;
+    let started = docker
+        .start_exec(
+            &exec.id,
+            Some(StartExecOptions {
+                detach: false,
+                tty: spec.tty,
+                output_capacity: Some(1024 * 1024),
+            }),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    if let StartExecResults::Attached { mut output, mut input } = started {
+        // stdin: a blocking reader thread feeds the exec; EOF half-closes it.
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut stdin = std::io::stdin();
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if tx.blocking_send(buf[..n].to_vec()).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        tokio::spawn(async move {
+            while let Some(chunk) = rx.recv().await {
+                if input.write_all(&chunk).await.is_err() {
+                    return;
+                }
+                let _ = input.flush().await;
+            }
+            let _ = input.shutdown().await;
+        });
+        // The supervisor reads our stdout through a pipe: blocking writes are fine here.
+        let mut stdout = std::io::stdout();
+        while let Some(item) = output.next().await {
+            let message = item.map_err(|e| format!("dockerd went away: {e}"))?.into_bytes();
+            let _ = std::io::Write::write_all(&mut stdout, &message);
+            let _ = std::io::Write::flush(&mut stdout);
+        }
+    }
+    let inspected = docker.inspect_exec(&exec.id).await.map_err(|e| e.to_string())?;
+    Ok(inspected.exit_code.map_or(255, |c| c as i32))
+}

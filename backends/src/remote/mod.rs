@@ -1,0 +1,376 @@
+//! What the docker, ssh and apptainer backends share: a [`Transport`] knows how to run a program
+//! on its target (a container, a remote host, an instance); [`RemoteEnvironment`] turns any
+//! transport into a full [`Environment`] with the local backend's semantics:
+//!
+//! - session state (cwd, exports, functions, aliases) kept on the target by the same kind of
+//!   shell wrapper as the local backend ([`script::command_script`]);
+//! - a timeout ends the command's whole process tree on the target: every process there carries
+//!   the command's run id in its environment, and a second command signals them all
+//!   ([`script::kill_script`]), TERM then KILL;
+//! - background processes run under the same detached supervisor and registry as local ones;
+//!   the supervisor runs the transport's client (`ssh`, `apptainer exec`, `paddock
+//!   __docker-attach`) and the registry kills through the transport;
+//! - a target that cannot be reached is an error naming it, never a fallback.
+
+pub mod client;
+pub mod script;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::local::{TIMEOUT_EXIT_CODE, Utf8Capped};
+use crate::processes::{ProcessRecord, ProcessRegistry};
+use crate::shell::check_command;
+use crate::{
+    BackendError, BackendFuture, BackgroundRequest, Environment, ExecOutput, ExecRequest,
+    RemoteFile, Result,
+};
+
+/// Output of a command on a target, shared so a timed-out command keeps what it printed.
+pub type OutputSink = Arc<Mutex<Utf8Capped>>;
+
+/// How long the kill command may take before the engine gives up on it.
+const KILL_COMMAND_TIMEOUT: Duration = Duration::from_secs(15);
+/// After the kill command, how long the timed-out client may take to notice.
+const CLIENT_END_GRACE: Duration = Duration::from_secs(3);
+
+/// One program to run on a target.
+#[derive(Debug, Clone)]
+pub struct TargetRun {
+    pub argv: Vec<String>,
+    pub stdin: Option<Vec<u8>>,
+    pub pty: bool,
+}
+
+/// How a background supervisor reaches the target: the host program that runs the command
+/// there with stdio attached, and the one that ends its process tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RemoteLaunch {
+    pub argv: Vec<String>,
+    pub kill_argv: Vec<String>,
+    /// The client needs a terminal on this side (apptainer runs on this kernel); ssh and docker
+    /// ask their far side for one instead.
+    pub local_pty: bool,
+}
+
+/// A way to run programs on one backend's target.
+pub trait Transport: Send + Sync + 'static {
+    fn kind(&self) -> &'static str;
+    fn name(&self) -> &str;
+    /// Where session state and python_execute's directories live on the target (relative
+    /// paths are under the directory a command starts in, e.g. the remote home).
+    fn state_root(&self) -> &str;
+    /// The directory a session starts in ("" = wherever the target starts commands).
+    fn home(&self) -> &str;
+    /// Environment every command gets (the policy's `env`).
+    fn env(&self) -> &BTreeMap<String, String>;
+    /// Brings up the session's target before a background command is handed to a client
+    /// (foreground runs bring it up themselves).
+    fn ensure<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        let _ = session;
+        Box::pin(async { Ok(()) })
+    }
+    /// Runs `run` on the session's target, output into `sink`; answers its exit status. An
+    /// error means the target could not be reached or lost, never that the program failed.
+    fn run<'a>(
+        &'a self,
+        session: &'a str,
+        run: TargetRun,
+        sink: OutputSink,
+    ) -> BackendFuture<'a, i32>;
+    /// The host program a background supervisor runs for `argv` on the session's target.
+    fn attach_argv(&self, session: &str, argv: &[String], pty: bool) -> Result<(Vec<String>, bool)>;
+    fn health(&self) -> BackendFuture<'_, ()>;
+    /// Ends what the session holds on the target (its container or instance; for ssh, its
+    /// state directory: the shared connection stays for other sessions).
+    fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()>;
+}
+
+/// A new random id (runs and background processes).
+pub fn new_run_id(prefix: &str) -> String {
+    let mut random = [0u8; 8];
+    let _ = rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty());
+    format!("{prefix}{}", hex::encode(random))
+}
+
+/// Any [`Transport`] as an [`Environment`].
+pub struct RemoteEnvironment<T: Transport> {
+    transport: Arc<T>,
+    /// The engine's state directory (process registry, supervisors' files).
+    state_root: PathBuf,
+    supervisor_exe: PathBuf,
+}
+
+impl<T: Transport> RemoteEnvironment<T> {
+    pub fn new(transport: T, state_root: PathBuf, supervisor_exe: PathBuf) -> Self {
+        Self {
+            transport: Arc::new(transport),
+            state_root,
+            supervisor_exe,
+        }
+    }
+
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    fn command_argv(&self, run_id: &str, request_command: &str, session: &str, workdir: &str, env: &BTreeMap<String, String>) -> Vec<String> {
+        let mut argv = vec![
+            "env".to_owned(),
+            format!("PADDOCK_RUN={run_id}"),
+            "bash".to_owned(),
+            "-c".to_owned(),
+            script::command_script(),
+            "paddock".to_owned(),
+            self.transport.state_root().to_owned(),
+            session.to_owned(),
+            run_id.to_owned(),
+            request_command.to_owned(),
+            workdir.to_owned(),
+            self.transport.home().to_owned(),
+        ];
+        let mut all = self.transport.env().clone();
+        all.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        all.insert("PADDOCK_SESSION".into(), session.to_owned());
+        argv.extend(all.iter().map(|(k, v)| format!("{k}={v}")));
+        argv
+    }
+
+    fn kill_argv(run_id: &str) -> Vec<String> {
+        vec![
+            "bash".to_owned(),
+            "-c".to_owned(),
+            script::kill_script(),
+            "paddock".to_owned(),
+            run_id.to_owned(),
+        ]
+    }
+
+    /// Ends every process of `run_id` on the target.
+    async fn kill_run(&self, session: &str, run_id: &str) {
+        let sink = Arc::new(Mutex::new(Utf8Capped::new(4096)));
+        let run = TargetRun {
+            argv: Self::kill_argv(run_id),
+            stdin: None,
+            pty: false,
+        };
+        match tokio::time::timeout(KILL_COMMAND_TIMEOUT, self.transport.run(session, run, sink)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => tracing::warn!(backend = self.transport.name(), %err, "could not end a timed-out command"),
+            Err(_) => tracing::warn!(backend = self.transport.name(), "the kill command itself timed out"),
+        }
+    }
+
+    async fn run_command(&self, request: ExecRequest) -> Result<ExecOutput> {
+        check_command(&request.command)?;
+        crate::shell::check_session(&request.session)?;
+        let started = Instant::now();
+        let run_id = new_run_id("r");
+        let workdir = request
+            .workdir
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let argv = self.command_argv(&run_id, &request.command, &request.session, &workdir, &request.env);
+        let sink: OutputSink = Arc::new(Mutex::new(Utf8Capped::new(request.max_output_chars)));
+        let run = TargetRun {
+            argv,
+            stdin: request.stdin.clone(),
+            pty: request.pty,
+        };
+        let transport = self.transport.clone();
+        let session = request.session.clone();
+        let task_sink = sink.clone();
+        // The client runs as its own task: after a timeout it must go on until the kill command
+        // has ended the tree (its end is how we know the output is complete).
+        let mut task = tokio::spawn(async move { transport.run(&session, run, task_sink).await });
+        let mut timed_out = false;
+        let status = match tokio::time::timeout(request.timeout, &mut task).await {
+            Ok(joined) => joined.map_err(|e| BackendError::Io(std::io::Error::other(e)))??,
+            Err(_) => {
+                timed_out = true;
+                self.kill_run(&request.session, &run_id).await;
+                match tokio::time::timeout(CLIENT_END_GRACE, &mut task).await {
+                    Ok(_) => {}
+                    Err(_) => task.abort(),
+                }
+                TIMEOUT_EXIT_CODE
+            }
+        };
+        let (mut text, chars) = {
+            let mut out = sink
+                .lock()
+                .map_err(|_| BackendError::Io(std::io::Error::other("output buffer poisoned")))?;
+            (out.finish(), out.total_chars())
+        };
+        if request.pty {
+            text = text.replace("\r\n", "\n");
+        }
+        if !timed_out && status == 126 && text.starts_with("paddock: cannot change into workdir") {
+            return Err(BackendError::Workdir {
+                path: workdir,
+                reason: "does not exist or is not a directory on the backend".into(),
+            });
+        }
+        if timed_out {
+            text.push_str(&format!(
+                "\n[paddock: command timed out after {} s and was killed]",
+                request.timeout.as_secs_f64()
+            ));
+        }
+        Ok(ExecOutput {
+            output: text,
+            exit_code: status,
+            timed_out,
+            output_chars: chars,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        })
+    }
+
+    async fn start_background(&self, request: BackgroundRequest) -> Result<ProcessRecord> {
+        check_command(&request.command)?;
+        let host_state = crate::shell::session_dir(&self.state_root, &request.session)?;
+        self.transport.ensure(&request.session).await?;
+        let id = ProcessRegistry::new_id();
+        let workdir = request
+            .workdir
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let argv = self.command_argv(&id, &request.command, &request.session, &workdir, &request.env);
+        let (argv, local_pty) = self.transport.attach_argv(&request.session, &argv, request.pty)?;
+        let (kill_argv, _) = self
+            .transport
+            .attach_argv(&request.session, &Self::kill_argv(&id), false)?;
+        let launch = RemoteLaunch {
+            argv,
+            kill_argv,
+            local_pty,
+        };
+        // The client runs on this machine with a minimal environment; the command's own
+        // environment travels in argv.
+        let env = BTreeMap::from([
+            ("PATH".to_owned(), std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into())),
+            ("HOME".to_owned(), std::env::var("HOME").unwrap_or_else(|_| "/".into())),
+        ]);
+        ProcessRegistry::new(self.state_root.join("processes"))
+            .start(&self.supervisor_exe, id, &request, &host_state, env, Some(launch))
+            .await
+    }
+
+    /// Files under `dir` on the target (python_execute's artifacts).
+    async fn collect(&self, session: &str, dir: &str, max_files: usize, inline_bytes: u64) -> Result<Vec<RemoteFile>> {
+        let command = format!(
+            "__p_dir={}; case $__p_dir in /*) ;; *) __p_dir=$__p_start/$__p_dir ;; esac\nset -- \"$__p_dir\" {} {}\n{}",
+            script::shell_quote(dir),
+            max_files,
+            inline_bytes,
+            script::COLLECT_FILES_SCRIPT
+        );
+        let out = self
+            .run_command(ExecRequest {
+                command,
+                session: session.to_owned(),
+                workdir: None,
+                env: BTreeMap::new(),
+                stdin: None,
+                timeout: Duration::from_secs(120),
+                pty: false,
+                max_output_chars: 64 * 1024 * 1024,
+            })
+            .await?;
+        if out.exit_code != 0 {
+            return Err(BackendError::Io(std::io::Error::other(format!(
+                "listing {dir} on the {} backend failed (exit {}): {}",
+                self.transport.kind(),
+                out.exit_code,
+                out.output.trim()
+            ))));
+        }
+        out.output
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| {
+                serde_json::from_str(l).map_err(|e| {
+                    BackendError::Io(std::io::Error::other(format!("unreadable file listing line ({e}): {l}")))
+                })
+            })
+            .collect()
+    }
+
+    async fn write_file(&self, session: &str, path: &str, contents: Vec<u8>) -> Result<()> {
+        let command = format!(
+            "__p_file={}; case $__p_file in /*) ;; *) __p_file=$__p_start/$__p_file ;; esac; mkdir -p -- \"$(dirname -- \"$__p_file\")\" && cat > \"$__p_file\"",
+            script::shell_quote(path)
+        );
+        let out = self
+            .run_command(ExecRequest {
+                command,
+                session: session.to_owned(),
+                workdir: None,
+                env: BTreeMap::new(),
+                stdin: Some(contents),
+                timeout: Duration::from_secs(120),
+                pty: false,
+                max_output_chars: 4096,
+            })
+            .await?;
+        if out.exit_code != 0 {
+            return Err(BackendError::Io(std::io::Error::other(format!(
+                "writing {path} on the {} backend failed (exit {}): {}",
+                self.transport.kind(),
+                out.exit_code,
+                out.output.trim()
+            ))));
+        }
+        Ok(())
+    }
+}
+
+impl<T: Transport> Environment for RemoteEnvironment<T> {
+    fn name(&self) -> &str {
+        self.transport.name()
+    }
+
+    fn kind(&self) -> &'static str {
+        self.transport.kind()
+    }
+
+    fn exec(&self, request: ExecRequest) -> BackendFuture<'_, ExecOutput> {
+        Box::pin(self.run_command(request))
+    }
+
+    fn spawn_background(&self, request: BackgroundRequest) -> BackendFuture<'_, ProcessRecord> {
+        Box::pin(self.start_background(request))
+    }
+
+    fn health(&self) -> BackendFuture<'_, ()> {
+        self.transport.health()
+    }
+
+    fn scratch_dir(&self) -> String {
+        format!("{}/python", self.transport.state_root())
+    }
+
+    fn write_file<'a>(&'a self, session: &'a str, path: &'a str, contents: Vec<u8>) -> BackendFuture<'a, ()> {
+        Box::pin(RemoteEnvironment::write_file(self, session, path, contents))
+    }
+
+    fn collect_files<'a>(
+        &'a self,
+        session: &'a str,
+        dir: &'a str,
+        max_files: usize,
+        inline_bytes: u64,
+    ) -> BackendFuture<'a, Vec<RemoteFile>> {
+        Box::pin(self.collect(session, dir, max_files, inline_bytes))
+    }
+
+    fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        self.transport.close_session(session)
+    }
+}

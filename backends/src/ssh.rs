@@ -1,0 +1,229 @@
+//! The ssh backend: commands on another host through the system OpenSSH client.
+//!
+//! One ControlMaster connection per backend (not per session) carries every command, so a
+//! command costs one round trip instead of a handshake; the master is started by the first
+//! command (`ControlMaster=auto`) and stays `ControlPersist` seconds after the last. Closing a
+//! session removes only that session's state on the host, never the shared master.
+//! `BatchMode=yes`: ssh never prompts; host keys are checked strictly unless the policy says
+//! otherwise.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::remote::client::run_client;
+use crate::remote::script::shell_quote;
+use crate::remote::{OutputSink, TargetRun, Transport};
+use crate::{BackendError, BackendFuture, Result};
+
+/// The exit status ssh reports for its own failures (connection, authentication, host key).
+const SSH_FAILURE: i32 = 255;
+
+/// `[backends.NAME]` of kind ssh.
+#[derive(Debug, Clone)]
+pub struct SshConfig {
+    pub name: String,
+    pub host: String,
+    pub user: Option<String>,
+    pub port: Option<u16>,
+    pub identity_file: Option<PathBuf>,
+    pub known_hosts_file: Option<PathBuf>,
+    /// `yes` (default: unknown or changed keys are refused), `accept-new`, or `no`.
+    pub host_key_checking: String,
+    pub connect_timeout_seconds: u64,
+    /// Where sessions start; default the remote home.
+    pub workdir: Option<String>,
+    pub env: BTreeMap<String, String>,
+    /// The ssh program.
+    pub program: PathBuf,
+}
+
+/// Commands over OpenSSH.
+pub struct SshTransport {
+    config: SshConfig,
+    /// Directory of the ControlMaster socket (short: sockets paths are limited to 104 bytes).
+    control_dir: PathBuf,
+}
+
+impl SshTransport {
+    pub fn new(config: SshConfig, state_root: &Path) -> Self {
+        let preferred = state_root.join("ssh");
+        // `%C` expands to 40 hex characters; keep the whole path within sun_path.
+        let control_dir = if preferred.as_os_str().len() + 42 < 100 {
+            preferred
+        } else {
+            PathBuf::from(format!("/tmp/paddock-ssh-{}", rustix::process::getuid().as_raw()))
+        };
+        Self {
+            config,
+            control_dir,
+        }
+    }
+
+    fn destination(&self) -> String {
+        match &self.config.user {
+            Some(user) => format!("{user}@{}", self.config.host),
+            None => self.config.host.clone(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{}:{}",
+            self.destination(),
+            self.config.port.unwrap_or(22)
+        )
+    }
+
+    /// The ssh arguments before the destination.
+    fn options(&self, pty: bool) -> Vec<String> {
+        let c = &self.config;
+        let mut args = vec![
+            "-o".into(),
+            "BatchMode=yes".into(),
+            "-o".into(),
+            "ControlMaster=auto".into(),
+            "-o".into(),
+            format!("ControlPath={}/%C", self.control_dir.display()),
+            "-o".into(),
+            "ControlPersist=600".into(),
+            "-o".into(),
+            format!("StrictHostKeyChecking={}", c.host_key_checking),
+            "-o".into(),
+            format!("ConnectTimeout={}", c.connect_timeout_seconds),
+            "-o".into(),
+            "ServerAliveInterval=10".into(),
+            "-o".into(),
+            "ServerAliveCountMax=3".into(),
+            "-o".into(),
+            "LogLevel=ERROR".into(),
+        ];
+        if let Some(port) = c.port {
+            args.extend(["-p".into(), port.to_string()]);
+        }
+        if let Some(key) = &c.identity_file {
+            args.extend([
+                "-i".into(),
+                key.display().to_string(),
+                "-o".into(),
+                "IdentitiesOnly=yes".into(),
+            ]);
+        }
+        if let Some(file) = &c.known_hosts_file {
+            args.extend([
+                "-o".into(),
+                format!("UserKnownHostsFile={}", file.display()),
+            ]);
+        }
+        args.push(if pty { "-tt".into() } else { "-T".into() });
+        args
+    }
+
+    /// ssh's arguments for running `argv` remotely (one quoted command line).
+    fn args_for(&self, argv: &[String], pty: bool) -> Vec<String> {
+        let mut args = self.options(pty);
+        args.push(self.destination());
+        args.push("--".into());
+        args.push(
+            argv.iter()
+                .map(|w| shell_quote(w))
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+        args
+    }
+
+    fn unavailable(&self, reason: impl Into<String>) -> BackendError {
+        BackendError::Unavailable {
+            kind: "ssh".into(),
+            name: self.config.name.clone(),
+            reason: format!("{}: {}", self.describe(), reason.into()),
+        }
+    }
+
+    fn prepare(&self) -> Result<()> {
+        std::fs::create_dir_all(&self.control_dir).map_err(|e| BackendError::State {
+            path: self.control_dir.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&self.control_dir, std::fs::Permissions::from_mode(0o700));
+        Ok(())
+    }
+}
+
+impl Transport for SshTransport {
+    fn kind(&self) -> &'static str {
+        "ssh"
+    }
+
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn state_root(&self) -> &str {
+        ".cache/paddock"
+    }
+
+    fn home(&self) -> &str {
+        self.config.workdir.as_deref().unwrap_or("")
+    }
+
+    fn env(&self) -> &BTreeMap<String, String> {
+        &self.config.env
+    }
+
+    fn run<'a>(&'a self, _session: &'a str, run: TargetRun, sink: OutputSink) -> BackendFuture<'a, i32> {
+        Box::pin(async move {
+            self.prepare()?;
+            let args = self.args_for(&run.argv, run.pty);
+            let exit = run_client(&self.config.program, &args, run.stdin, false, sink)
+                .await
+                .map_err(|e| self.unavailable(format!("cannot run {}: {e}", self.config.program.display())))?;
+            // ssh answers 255 for its own failures and says why on its stderr (the command's
+            // stderr is merged into stdout on the far side, so this stream is ssh's alone).
+            if exit.status == SSH_FAILURE && !exit.stderr.trim().is_empty() {
+                return Err(self.unavailable(exit.stderr.trim().to_owned()));
+            }
+            Ok(exit.status)
+        })
+    }
+
+    fn attach_argv(&self, _session: &str, argv: &[String], pty: bool) -> Result<(Vec<String>, bool)> {
+        self.prepare()?;
+        let mut full = vec![self.config.program.display().to_string()];
+        full.extend(self.args_for(argv, pty));
+        Ok((full, false))
+    }
+
+    fn health(&self) -> BackendFuture<'_, ()> {
+        Box::pin(async move {
+            let sink = std::sync::Arc::new(std::sync::Mutex::new(crate::local::Utf8Capped::new(4096)));
+            let run = TargetRun {
+                argv: vec!["bash".into(), "-c".into(), "echo paddock-ok".into()],
+                stdin: None,
+                pty: false,
+            };
+            let status = self.run("health", run, sink.clone()).await?;
+            let text = sink.lock().map(|mut s| s.finish()).unwrap_or_default();
+            if status == 0 && text.contains("paddock-ok") {
+                Ok(())
+            } else {
+                Err(self.unavailable(format!("bash on the host answered {status}: {}", text.trim())))
+            }
+        })
+    }
+
+    fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        Box::pin(async move {
+            crate::shell::check_session(session)?;
+            let sink = std::sync::Arc::new(std::sync::Mutex::new(crate::local::Utf8Capped::new(4096)));
+            let dir = format!("{}/sessions/{session}", self.state_root());
+            let run = TargetRun {
+                argv: vec!["rm".into(), "-rf".into(), "--".into(), dir],
+                stdin: None,
+                pty: false,
+            };
+            self.run(session, run, sink).await.map(|_| ())
+        })
+    }
+}

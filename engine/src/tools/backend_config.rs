@@ -1,0 +1,149 @@
+//! From a policy's `[backends.NAME]` section to a running [`Environment`]: the one place that
+//! knows each kind's keys and defaults.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use paddock_backends::Environment;
+use paddock_backends::apptainer::{ApptainerConfig, ApptainerTransport};
+use paddock_backends::docker::{DockerConfig, DockerTransport};
+use paddock_backends::local::LocalEnvironment;
+use paddock_backends::remote::RemoteEnvironment;
+use paddock_backends::ssh::{SshConfig, SshTransport};
+use toml::Spanned;
+
+use crate::policy::{BackendConfig, Policy};
+
+/// A host path from a policy: `~/` is the home directory, and a relative path is relative to
+/// the policy file (the current directory for the built-in policy).
+fn host_path(policy: &Policy, value: &str) -> PathBuf {
+    if let Some(rest) = value.strip_prefix("~/")
+        && let Some(home) = std::env::var_os("HOME")
+    {
+        return PathBuf::from(home).join(rest);
+    }
+    let path = Path::new(value);
+    if path.is_absolute() {
+        return path.to_path_buf();
+    }
+    let base = policy
+        .source
+        .as_deref()
+        .and_then(Path::parent)
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    base.join(path)
+}
+
+fn string(value: &Option<Spanned<String>>) -> Option<String> {
+    value.as_ref().map(|v| v.get_ref().clone())
+}
+
+/// The environment for one backend section (its kind was checked when the policy loaded).
+pub fn build(
+    policy: &Policy,
+    name: &str,
+    config: &BackendConfig,
+    state_root: &Path,
+    exe: &Path,
+) -> Arc<dyn Environment> {
+    let kind = config.kind.get_ref().as_str();
+    let env = config.env.clone();
+    match kind {
+        "docker" => {
+            let transport = DockerTransport::new(
+                DockerConfig {
+                    name: name.to_owned(),
+                    image: string(&config.image).unwrap_or_default(),
+                    network: string(&config.network).unwrap_or_else(|| "none".into()),
+                    memory_mb: config.memory_mb.as_ref().map(|v| *v.get_ref()),
+                    cpus: config.cpus.as_ref().map(|v| *v.get_ref()),
+                    pids_limit: config
+                        .pids_limit
+                        .as_ref()
+                        .map_or(512, |v| i64::try_from(*v.get_ref()).unwrap_or(i64::MAX)),
+                    read_only: config.read_only.as_ref().is_some_and(|v| *v.get_ref()),
+                    tmp_size_mb: config.tmp_size_mb.as_ref().map_or(512, |v| *v.get_ref()),
+                    workspace: config
+                        .workspace
+                        .as_ref()
+                        .map(|w| host_path(policy, w.get_ref())),
+                    workdir: string(&config.workdir),
+                    env,
+                    socket: string(&config.socket).unwrap_or_else(DockerConfig::default_socket),
+                },
+                exe.to_path_buf(),
+            );
+            Arc::new(RemoteEnvironment::new(
+                transport,
+                state_root.to_path_buf(),
+                exe.to_path_buf(),
+            ))
+        }
+        "ssh" => {
+            let transport = SshTransport::new(
+                SshConfig {
+                    name: name.to_owned(),
+                    host: string(&config.host).unwrap_or_default(),
+                    user: string(&config.user),
+                    port: config.port.as_ref().map(|v| *v.get_ref()),
+                    identity_file: config
+                        .identity_file
+                        .as_ref()
+                        .map(|v| host_path(policy, v.get_ref())),
+                    known_hosts_file: config
+                        .known_hosts_file
+                        .as_ref()
+                        .map(|v| host_path(policy, v.get_ref())),
+                    host_key_checking: string(&config.host_key_checking)
+                        .unwrap_or_else(|| "yes".into()),
+                    connect_timeout_seconds: config
+                        .connect_timeout_seconds
+                        .as_ref()
+                        .map_or(10, |v| *v.get_ref()),
+                    workdir: string(&config.workdir),
+                    env,
+                    program: PathBuf::from("ssh"),
+                },
+                state_root,
+            );
+            Arc::new(RemoteEnvironment::new(
+                transport,
+                state_root.to_path_buf(),
+                exe.to_path_buf(),
+            ))
+        }
+        "apptainer" | "singularity" => {
+            let image = string(&config.image).unwrap_or_default();
+            let transport = ApptainerTransport::new(ApptainerConfig {
+                name: name.to_owned(),
+                image: host_path(policy, &image).display().to_string(),
+                binary: config
+                    .binary
+                    .as_ref()
+                    .map(|v| host_path(policy, v.get_ref())),
+                binds: config.binds.iter().map(|b| b.get_ref().clone()).collect(),
+                network: string(&config.network).unwrap_or_else(|| "none".into()),
+                writable_tmpfs: config.writable_tmpfs.as_ref().is_none_or(|v| *v.get_ref()),
+                overlay: config
+                    .overlay
+                    .as_ref()
+                    .map(|v| host_path(policy, v.get_ref()).display().to_string()),
+                memory_mb: config.memory_mb.as_ref().map(|v| *v.get_ref()),
+                cpus: config.cpus.as_ref().map(|v| *v.get_ref()),
+                workdir: string(&config.workdir),
+                env,
+            });
+            Arc::new(RemoteEnvironment::new(
+                transport,
+                state_root.to_path_buf(),
+                exe.to_path_buf(),
+            ))
+        }
+        _ => Arc::new(LocalEnvironment::new(
+            name,
+            state_root.to_path_buf(),
+            exe.to_path_buf(),
+        )),
+    }
+}

@@ -1,0 +1,655 @@
+#!/usr/bin/env bash
+# Starts real test services for Paddock's Docker, SSH and Apptainer backends on a Debian 12
+# machine, as root, installing whatever is missing. Idempotent: when everything is already up,
+# a re-run only checks each service (a few seconds) and changes nothing.
+#
+#   policy=$(scripts/test-services.sh)      # stdout: only the policy file's absolute path
+#   scripts/stop-test-services.sh           # stops what this started
+#
+# It writes, under $SERVICES_DIR:
+#   policy.toml    one [backends.NAME] section per service that is up
+#   services.env   PADDOCK_TEST_POLICY=<policy.toml> and PADDOCK_TEST_BACKENDS=<comma list>
+#   *.log          one log per step; a failure names the step and the log to read
+#
+# Environment:
+#   PADDOCK_SERVICES_DIR    all state (default /tmp/paddock-services)
+#   PADDOCK_SSH_PORT        port of the private sshd on 127.0.0.1 (default 2222)
+#   PADDOCK_SKIP_BACKENDS   comma list of docker,ssh,apptainer not to set up (left out of the policy)
+#   PADDOCK_DEBIAN_MIRROR   Debian mirror for the sid downloads (default: the one apt already uses)
+#
+# Why things are done the way they are (tested recipes, timings, pitfalls): the project note
+# "backends-on-debian.md". Outside $SERVICES_DIR this touches: apt packages, /var/lib/docker
+# (image paddock-test:latest), /opt/apptainer, /run/sshd and the user paddock-ci.
+set -euo pipefail
+export LC_ALL=C
+
+SERVICES_DIR=${PADDOCK_SERVICES_DIR:-/tmp/paddock-services}
+SSH_PORT=${PADDOCK_SSH_PORT:-2222}
+SKIP=${PADDOCK_SKIP_BACKENDS:-}
+SKIP=${SKIP// /}
+
+IMAGE=paddock-test:latest
+ROOTFS_LABEL=paddock.test-rootfs        # image label: the hash of the rootfs it was built from
+APPTAINER_PREFIX=/opt/apptainer
+APPTAINER=$APPTAINER_PREFIX/bin/apptainer
+SSH_USER=paddock-ci
+HOST_PYTHON=/usr/bin/python3.11          # the system python, not a pyenv shim that PATH may prefer
+PYLIB=/usr/lib/python3.11
+
+# The programs the image must have in /bin (Paddock's terminal and process tools use them):
+# busybox applets, or the host's coreutils program where busybox-static lacks one.
+REQUIRED_TOOLS="sleep cat ls mkdir rm mv cp kill ps env setsid timeout grep sed tr head tail wc
+    uname id nohup mkfifo stat touch find date true false xargs sort uniq cut tee basename
+    dirname readlink realpath chmod ln printf echo test expr seq"
+
+# What every service must run: the minimum Paddock's backends rely on.
+SMOKE='echo ok; python3 -c "print(1)"'
+SMOKE_EXPECTED=$'ok\n1'
+
+# From here on stdout is reserved for the policy path: fd 3 keeps the real stdout and all other
+# output (ours and every command's) goes to stderr. fd 4 is the real stderr, for progress lines
+# even from inside a step whose output goes to its log. Daemons get 3, 4 (and the lock, 9)
+# closed, or `$(scripts/test-services.sh)` would wait for them forever.
+exec 3>&1 4>&2 1>&2
+
+log() { printf 'test-services: %s\n' "$*" >&4; }
+fail() { log "$*"; exit 1; }
+
+T_START=$EPOCHREALTIME
+elapsed() { # seconds since the EPOCHREALTIME value $1, as 1.2
+    local us=$((${EPOCHREALTIME//[!0-9]/} - ${1//[!0-9]/}))
+    printf '%d.%d' $((us / 1000000)) $((us % 1000000 / 100000))
+}
+
+# The current step and its log: on any failure the EXIT trap names both and shows the log's tail.
+STEP=setup
+STEP_LOG=
+STEP_T0=$EPOCHREALTIME
+step() { # name [log]: start a (possibly slow) step; its commands append to the log
+    STEP=$1 STEP_LOG=${2:-} STEP_T0=$EPOCHREALTIME
+    if [ -n "$STEP_LOG" ]; then
+        printf '\n=== %s: %s\n' "$(date -u +%FT%TZ)" "$STEP" >>"$STEP_LOG"
+    fi
+    log "$STEP ..."
+}
+step_done() { log "$STEP: ${1:-done} in $(elapsed "$STEP_T0") s"; }
+on_exit() {
+    local rc=$?
+    [ "$rc" -eq 0 ] && return
+    log "FAILED (exit $rc) in step: $STEP"
+    if [ -n "$STEP_LOG" ] && [ -s "$STEP_LOG" ]; then
+        log "read $STEP_LOG; its last lines:"
+        tail -n 25 "$STEP_LOG" | sed 's/^/    /' >&4
+    fi
+}
+trap on_exit EXIT
+
+want() { case ",$SKIP," in *",$1,"*) return 1 ;; esac; }
+
+pid_alive() { # pidfile exe-name: is the process named in the pid file alive and that program?
+    local pid exe
+    [ -s "$1" ] || return 1
+    pid=$(cat "$1" 2>/dev/null) || return 1
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+    exe=${exe% (deleted)}   # still the right daemon after a package upgrade replaced its binary
+    [ "${exe##*/}" = "$2" ]
+}
+
+CHANGED=0
+write_if_changed() { # path content: rewrite only on a change, so a re-run changes nothing
+    CHANGED=0
+    if [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; then
+        return 0
+    fi
+    printf '%s\n' "$2" >"$1.tmp"
+    mv -f "$1.tmp" "$1"
+    CHANGED=1
+}
+
+# ---------------------------------------------------------------------------------------------
+# Preconditions
+# ---------------------------------------------------------------------------------------------
+[ "$(id -u)" -eq 0 ] || fail "must run as root (it installs packages and starts dockerd/sshd)"
+IFS=, read -r -a skip_list <<<"$SKIP"
+for b in "${skip_list[@]}"; do
+    case $b in
+    docker | ssh | apptainer | "") ;;
+    *) fail "PADDOCK_SKIP_BACKENDS: unknown backend '$b' (known: docker,ssh,apptainer)" ;;
+    esac
+done
+if ! [[ $SSH_PORT =~ ^[0-9]{1,5}$ ]] || [ "$SSH_PORT" -lt 1 ] || [ "$SSH_PORT" -gt 65535 ]; then
+    fail "PADDOCK_SSH_PORT must be a port number, not '$SSH_PORT'"
+fi
+
+mkdir -p "$SERVICES_DIR"
+SERVICES_DIR=$(realpath "$SERVICES_DIR")
+# The path goes verbatim into sshd_config and TOML strings: keep it free of quoting problems.
+if ! [[ $SERVICES_DIR =~ ^/[A-Za-z0-9._/-]+$ ]]; then
+    fail "PADDOCK_SERVICES_DIR must be a path of letters, digits and ._/- only: '$SERVICES_DIR'"
+fi
+
+# One run at a time (say CI and a developer): the second waits for the first.
+exec 9>>"$SERVICES_DIR/.lock"
+flock -w 900 9 || fail "another test-services.sh holds $SERVICES_DIR/.lock"
+
+ROOTFS=$SERVICES_DIR/rootfs
+SIF=$SERVICES_DIR/apptainer/paddock-test.sif
+SSH_DIR=$SERVICES_DIR/ssh
+DOCKERD_PIDFILE=$SERVICES_DIR/dockerd.pid
+SSHD_PIDFILE=$SSH_DIR/sshd.pid
+log "state in $SERVICES_DIR${SKIP:+; skipping: $SKIP}"
+
+# ---------------------------------------------------------------------------------------------
+# 1. Packages: one apt-get call for everything missing (separate calls cost ~100 s instead of
+#    ~40 s on this kind of machine, mostly repeated man-db and libc triggers).
+# ---------------------------------------------------------------------------------------------
+# Per backend, so a skipped one installs nothing. Besides the service packages: curl (the docker
+# ping), python3.11 (copied into the image; usually present) and python3 (the SSH user runs it).
+pkgs=()
+if want docker; then pkgs+=(docker.io iptables curl busybox-static python3.11); fi
+if want ssh; then pkgs+=(openssh-server openssh-client python3); fi
+if want apptainer; then
+    pkgs+=(busybox-static python3.11 patchelf squashfs-tools uidmap e2fsprogs libseccomp2
+        libsqlite3-0 containernetworking-plugins)
+fi
+missing=()
+if [ ${#pkgs[@]} -gt 0 ]; then
+    # One dpkg-query for all; packages dpkg has never heard of print nothing (and make it exit 1).
+    # shellcheck disable=SC2016 # a dpkg-query format, not shell expansions
+    installed=$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${pkgs[@]}" 2>/dev/null |
+        awk '$2 == "ii" {print $1}' || true)
+    for p in $(printf '%s\n' "${pkgs[@]}" | sort -u); do
+        grep -qxF "$p" <<<"$installed" || missing+=("$p")
+    done
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+    step "apt: install ${missing[*]}" "$SERVICES_DIR/apt.log"
+    apt-get update >>"$STEP_LOG" 2>&1
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}" \
+        >>"$STEP_LOG" 2>&1
+    step_done
+fi
+
+# ---------------------------------------------------------------------------------------------
+# 2. The test rootfs, shared by the Docker image and the SIF: no registry is reachable, so it
+#    is made from host binaries: busybox-static applets, the real bash, the system python3.11
+#    and its stdlib, each with the libraries ldd reports. ~40 MB, a few seconds.
+# ---------------------------------------------------------------------------------------------
+copy_with_libs() { # root strict|optional FILE...: copy the files' libraries (ldd) into root
+    local root=$1 mode=$2 lib
+    shift 2
+    local out
+    out=$(ldd "$@" 2>&1) || true
+    if grep -q 'not found' <<<"$out"; then
+        if [ "$mode" = strict ]; then
+            printf '%s\n' "$out" >&2
+            fail "ldd: a library of $* is missing on the host"
+        fi
+        # Optional: a lib-dynload module whose library is absent only makes that module unusable.
+        grep 'not found' <<<"$out" | sort -u | sed 's/^/  (module library absent) /' >&2
+    fi
+    # "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x..)" and "/lib64/ld-linux-x86-64.so.2 (0x..)"
+    for lib in $(awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $1 !~ /:$/ {print $1}' <<<"$out" | sort -u); do
+        if [ ! -e "$root$lib" ]; then
+            mkdir -p "$root${lib%/*}"
+            cp -L "$lib" "$root$lib"   # the soname path, dereferenced: the loader looks up that name
+        fi
+    done
+}
+
+build_rootfs() { # dir
+    local new=$1 bb applet
+    rm -rf "$new"
+    # Merged /usr like the host, so library paths ldd reports (/lib/..., /lib64/...) land in usr/.
+    mkdir -p "$new"/usr/{bin,sbin,lib,lib64} "$new"/{etc,root,workspace,tmp,var/tmp,proc,sys,dev,run,home}
+    ln -s usr/bin "$new/bin"
+    ln -s usr/sbin "$new/sbin"
+    ln -s usr/lib "$new/lib"
+    ln -s usr/lib64 "$new/lib64"
+    chmod 1777 "$new/tmp" "$new/var/tmp"
+    chmod 700 "$new/root"
+
+    # The real bash first (Paddock's terminal needs declare -f, alias, export -p, read -d ''),
+    # also as /bin/sh, so the busybox applets below never take these names.
+    cp /usr/bin/bash "$new/usr/bin/bash"
+    ln -s bash "$new/usr/bin/sh"
+    copy_with_libs "$new" strict /usr/bin/bash
+
+    bb=$(command -v busybox || echo /bin/busybox)
+    cp -L "$bb" "$new/usr/bin/busybox"
+    for applet in $("$new/usr/bin/busybox" --list); do
+        if [ ! -e "$new/usr/bin/$applet" ] && [ ! -L "$new/usr/bin/$applet" ]; then
+            ln -s busybox "$new/usr/bin/$applet"
+        fi
+    done
+    # Debian's busybox-static has no nohup applet: such gaps get the host's coreutils program.
+    for tool in $REQUIRED_TOOLS; do
+        if [ ! -e "$new/usr/bin/$tool" ]; then
+            cp "/usr/bin/$tool" "$new/usr/bin/$tool"
+            copy_with_libs "$new" strict "/usr/bin/$tool"
+        fi
+    done
+
+    # python3.11 (the host's, statically linked with libpython) and its stdlib, without tests,
+    # GUI, pip bootstrap, bytecode caches and the 25 MB static library of the -dev package.
+    cp "$HOST_PYTHON" "$new/usr/bin/python3.11"
+    ln -s python3.11 "$new/usr/bin/python3"
+    ln -s python3 "$new/usr/bin/python"
+    copy_with_libs "$new" strict "$HOST_PYTHON"
+    tar -C / -cf - \
+        --exclude="${PYLIB#/}/test" --exclude="${PYLIB#/}/idlelib" --exclude="${PYLIB#/}/tkinter" \
+        --exclude="${PYLIB#/}/ensurepip" --exclude="${PYLIB#/}/config-3.11-*" --exclude=__pycache__ \
+        "${PYLIB#/}" | tar -C "$new" -xf -
+    # Debian's sitecustomize.py is a symlink into /etc/python3.11.
+    if [ -d /etc/python3.11 ]; then cp -a /etc/python3.11 "$new/etc/"; fi
+    copy_with_libs "$new" optional "$PYLIB"/lib-dynload/*.so
+
+    printf '%s\n' 'root:x:0:0:root:/root:/bin/bash' 'nobody:x:65534:65534:nobody:/nonexistent:/bin/false' \
+        >"$new/etc/passwd"
+    printf '%s\n' 'root:x:0:' 'nobody:x:65534:' >"$new/etc/group"
+    echo paddock-test >"$new/etc/hostname"
+    printf '127.0.0.1\tlocalhost\n::1\tlocalhost\n' >"$new/etc/hosts"
+    : >"$new/etc/resolv.conf"
+}
+
+# Everything Paddock's backends use inside the image; checked once per build in a chroot.
+ROOTFS_CHECK="REQUIRED_TOOLS='$REQUIRED_TOOLS'"$'\n'$(
+    cat <<'EOF'
+set -euo pipefail
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+for a in $REQUIRED_TOOLS; do
+    [ -x "/bin/$a" ] || { echo "missing /bin/$a" >&2; exit 1; }
+done
+[ "$(readlink -f /bin/sh)" = /usr/bin/bash ]
+f() { echo f; }; declare -f f >/dev/null
+shopt -s expand_aliases; alias ll='ls -l'; alias ll >/dev/null
+export PADDOCK_X=1; export -p | grep -q PADDOCK_X
+printf 'a\0b\0' | { IFS= read -r -d '' x; [ "$x" = a ]; }
+timeout 5 sleep 0; echo x | sed s/x/y/ | grep -q y
+python3 -c 'import json,base64,hashlib,subprocess,os,sys
+assert subprocess.run(["echo","x"],capture_output=True).stdout == b"x\n"
+hashlib.sha256(b"").hexdigest(); print("python ok")'
+python -c 'import ssl, sqlite3, ctypes' 2>/dev/null || echo "note: ssl/sqlite3/ctypes not importable" >&2
+EOF
+)
+
+rootfs_stamp() { # a hash of the recipe and of the host files it copies
+    {
+        declare -f build_rootfs copy_with_libs
+        sha256sum /usr/bin/bash "$(command -v busybox || echo /bin/busybox)" "$HOST_PYTHON"
+        # shellcheck disable=SC2016 # a dpkg-query format, not shell expansions
+        dpkg-query -W -f='${Package}=${Version}\n' libc6 libpython3.11-stdlib libpython3.11-minimal \
+            libssl3 2>/dev/null || true
+    } | sha256sum | cut -c1-16
+}
+
+ROOTFS_STAMP=
+if want docker || want apptainer; then
+    ROOTFS_STAMP=$(rootfs_stamp)
+    if [ -d "$ROOTFS" ] && [ "$(cat "$ROOTFS.stamp" 2>/dev/null)" = "$ROOTFS_STAMP" ]; then
+        log "rootfs: up to date ($ROOTFS)"
+    else
+        step "rootfs: build from host binaries" "$SERVICES_DIR/rootfs.log"
+        build_rootfs "$ROOTFS.new" >>"$STEP_LOG" 2>&1
+        chroot "$ROOTFS.new" /bin/bash -c "$ROOTFS_CHECK" >>"$STEP_LOG" 2>&1
+        rm -rf "$ROOTFS"
+        mv "$ROOTFS.new" "$ROOTFS"
+        echo "$ROOTFS_STAMP" >"$ROOTFS.stamp"
+        step_done "$(du -sm "$ROOTFS" | cut -f1) MB"
+    fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+# 3. Docker: a plain dockerd works here (overlay2, cgroupfs on cgroup v1, bridge + nft iptables).
+# ---------------------------------------------------------------------------------------------
+docker_ping() {
+    [ "$(curl -fsS --max-time 3 --unix-socket /var/run/docker.sock http://localhost/_ping 2>/dev/null)" = OK ]
+}
+
+if want docker; then
+    if docker_ping; then
+        log "docker: dockerd answers"
+    else
+        step "docker: start dockerd" "$SERVICES_DIR/dockerd.log"
+        # A dockerd of ours that is alive but not answering yet is waited for, not doubled.
+        dockerd_pid=$(cat "$DOCKERD_PIDFILE" 2>/dev/null || true)
+        if ! pid_alive "$DOCKERD_PIDFILE" dockerd; then
+            # setsid: its own session, so it outlives the caller's process group.
+            setsid dockerd --pidfile "$DOCKERD_PIDFILE" </dev/null >>"$STEP_LOG" 2>&1 3>&- 4>&- 9>&- &
+            dockerd_pid=$!
+        fi
+        for _ in $(seq 150); do
+            docker_ping && break
+            kill -0 "$dockerd_pid" 2>/dev/null || fail "dockerd exited"
+            sleep 0.2
+        done
+        docker_ping || fail "dockerd did not answer /_ping within 30 s"
+        step_done
+    fi
+
+    current=$(docker image inspect -f "{{ index .Config.Labels \"$ROOTFS_LABEL\" }}" "$IMAGE" 2>/dev/null || true)
+    if [ "$current" = "$ROOTFS_STAMP" ]; then
+        log "docker: image $IMAGE up to date"
+    else
+        step "docker: import $IMAGE from $ROOTFS" "$SERVICES_DIR/docker-image.log"
+        old=$(docker image inspect -f '{{.Id}}' "$IMAGE" 2>/dev/null || true)
+        tar -C "$ROOTFS" --numeric-owner -cf - . |
+            docker import -c 'CMD ["/bin/bash"]' \
+                -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+                -c "LABEL $ROOTFS_LABEL=$ROOTFS_STAMP" - "$IMAGE" >>"$STEP_LOG" 2>&1
+        if [ -n "$old" ]; then docker rmi "$old" >>"$STEP_LOG" 2>&1 || true; fi
+        step_done
+    fi
+
+    STEP="docker: smoke test (docker run $IMAGE)" STEP_LOG=$SERVICES_DIR/docker-image.log
+    # Labelled like Paddock's containers, so stop-test-services.sh removes it should this hang.
+    out=$(docker run --rm --network none --label paddock.managed=true "$IMAGE" /bin/bash -c "$SMOKE" 2>>"$STEP_LOG") ||
+        fail "docker run $IMAGE failed"
+    [ "$out" = "$SMOKE_EXPECTED" ] || fail "docker run $IMAGE printed '$out'"
+    log "docker: ok"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# 4. Apptainer 1.4.5 from Debian sid with a private glibc: its binaries need GLIBC_2.38 and
+#    bookworm has 2.36. Nothing from sid is installed system-wide: the debs are extracted to
+#    /opt/apptainer, and patchelf points the two ELF programs at the private loader and glibc.
+# ---------------------------------------------------------------------------------------------
+debian_mirror() { # the Debian archive apt already uses (deb822 .sources or one-line .list)
+    local m
+    if [ -n "${PADDOCK_DEBIAN_MIRROR:-}" ]; then
+        echo "$PADDOCK_DEBIAN_MIRROR"
+        return
+    fi
+    m=$({
+        awk '/^URIs:/ {for (i = 2; i <= NF; i++) print $i}' /etc/apt/sources.list.d/*.sources 2>/dev/null
+        awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^[a-z+]+:\/\//) {print $i; break}}' \
+            /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null
+    } | grep -E '/debian/?$' | head -n 1 || true)
+    [ -n "$m" ] || fail "no Debian mirror in /etc/apt; set PADDOCK_DEBIAN_MIRROR"
+    echo "${m%/}"
+}
+
+write_apptainer_wrapper() { # path
+    # Apptainer run as root asks for every capability; where the bounding set lacks one (this
+    # VM has no CAP_SYS_RESOURCE) that fails with "Requesting capability set ... while permitted
+    # capability set is ...". The wrapper drops exactly the missing ones, computed at each call,
+    # so on a runner with the full set it changes nothing.
+    cat >"$1" <<'EOF'
+#!/bin/bash
+# Written by Paddock's scripts/test-services.sh: runs the relocated Apptainer, dropping the
+# capabilities that are missing from this process's bounding set (CapBnd).
+caps=(CAP_CHOWN CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOWNER CAP_FSETID CAP_KILL CAP_SETGID
+    CAP_SETUID CAP_SETPCAP CAP_LINUX_IMMUTABLE CAP_NET_BIND_SERVICE CAP_NET_BROADCAST CAP_NET_ADMIN
+    CAP_NET_RAW CAP_IPC_LOCK CAP_IPC_OWNER CAP_SYS_MODULE CAP_SYS_RAWIO CAP_SYS_CHROOT
+    CAP_SYS_PTRACE CAP_SYS_PACCT CAP_SYS_ADMIN CAP_SYS_BOOT CAP_SYS_NICE CAP_SYS_RESOURCE
+    CAP_SYS_TIME CAP_SYS_TTY_CONFIG CAP_MKNOD CAP_LEASE CAP_AUDIT_WRITE CAP_AUDIT_CONTROL
+    CAP_SETFCAP CAP_MAC_OVERRIDE CAP_MAC_ADMIN CAP_SYSLOG CAP_WAKE_ALARM CAP_BLOCK_SUSPEND
+    CAP_AUDIT_READ CAP_PERFMON CAP_BPF CAP_CHECKPOINT_RESTORE)
+bnd=
+while read -r key value; do
+    if [ "$key" = CapBnd: ]; then bnd=$value; fi
+done </proc/self/status
+if [ -n "$bnd" ]; then
+    missing=
+    for i in "${!caps[@]}"; do
+        if (( (16#$bnd >> i & 1) == 0 )); then missing+=${missing:+,}${caps[i]}; fi
+    done
+    if [ -n "$missing" ]; then
+        export APPTAINER_DROP_CAPS=${APPTAINER_DROP_CAPS:+$APPTAINER_DROP_CAPS,}$missing
+    fi
+fi
+exec /opt/apptainer/usr/bin/apptainer "$@"
+EOF
+    chmod 755 "$1"
+}
+
+install_apptainer() {
+    local A=$SERVICES_DIR/aptsid P=$APPTAINER_PREFIX new=$APPTAINER_PREFIX.new
+    local G=$APPTAINER_PREFIX/glibc/usr/lib/x86_64-linux-gnu deb_app deb_libc f mirror
+    local apt_sid=(apt-get -o "Dir::Etc::SourceList=$A/sources.list" -o "Dir::Etc::SourceParts=$A/sources.list.d"
+        -o "Dir::State::Lists=$A/lists" -o "Dir::Cache=$A/cache" -o APT::Sandbox::User=root
+        -o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false
+        -o Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false
+        -o Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false
+        -o Acquire::IndexTargets::deb::CNF::DefaultEnabled=false)
+    mkdir -p "$A/lists/partial" "$A/cache" "$A/debs" "$A/sources.list.d"
+
+    # A private apt state for sid: the host's sources and lists stay as they are.
+    deb_app=$(find "$A/debs" -name 'apptainer_*.deb' | sort | tail -n 1)
+    deb_libc=$(find "$A/debs" -name 'libc6_*.deb' | sort | tail -n 1)
+    if [ -z "$deb_app" ] || [ -z "$deb_libc" ]; then
+        mirror=$(debian_mirror)
+        echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror sid main" >"$A/sources.list"
+        "${apt_sid[@]}" update
+        rm -f "$A"/debs/*.deb
+        (cd "$A/debs" && "${apt_sid[@]}" download apptainer libc6)
+        deb_app=$(find "$A/debs" -name 'apptainer_*.deb' | sort | tail -n 1)
+        deb_libc=$(find "$A/debs" -name 'libc6_*.deb' | sort | tail -n 1)
+    fi
+    echo "using ${deb_app##*/} and ${deb_libc##*/}"
+
+    # Built beside and then moved into place: a failed install never looks like a working one.
+    rm -rf "$new"
+    mkdir -p "$new/glibc" "$new/bin"
+    dpkg-deb -x "$deb_app" "$new"
+    dpkg-deb -x "$deb_libc" "$new/glibc"
+    [ -e "$new/glibc/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" ] || {
+        echo "libc6 deb has no usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+        return 1
+    }
+    # --force-rpath (DT_RPATH, unlike RUNPATH, also applies to dependencies) so libsqlite3's
+    # libm resolves to the private glibc too instead of mixing libm 2.36 with libc 2.4x.
+    # Child programs (mksquashfs, the container payload) keep the system loader.
+    for f in usr/bin/apptainer usr/lib/x86_64-linux-gnu/apptainer/bin/starter; do
+        patchelf --set-interpreter "$G/ld-linux-x86-64.so.2" --force-rpath \
+            --set-rpath "$G:/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu" "$new/$f"
+    done
+    # Apptainer relocates itself from the binary's location: the CLI takes prefix
+    # /opt/apptainer/usr (config in $prefix/etc/apptainer), the starter /opt/apptainer/usr/lib
+    # (Debian's multiarch libexec), hence the two symlinks. Without them: "failed to resolve
+    # session directory /opt/apptainer/usr/lib/var/lib/apptainer/mnt/session".
+    mv "$new/etc" "$new/usr/etc"
+    mkdir -p "$new/usr/var/lib/apptainer/mnt/session"
+    ln -s ../var "$new/usr/lib/var"
+    ln -s ../etc "$new/usr/lib/etc"
+    # The CNI paths are not relocated ("no net configurations found in /etc/apptainer/network").
+    printf '\n# Added by Paddock scripts/test-services.sh: CNI paths are not relocated.\n%s\n%s\n' \
+        "cni configuration path = $P/usr/etc/apptainer/network" "cni plugin path = /usr/lib/cni" \
+        >>"$new/usr/etc/apptainer/apptainer.conf"
+    write_apptainer_wrapper "$new/bin/apptainer"
+
+    rm -rf "$P"
+    mv "$new" "$P"
+    "$APPTAINER" version
+}
+
+if want apptainer; then
+    # Apptainer's own cache and temporary files stay under $SERVICES_DIR too.
+    export APPTAINER_CACHEDIR=$SERVICES_DIR/apptainer/cache APPTAINER_TMPDIR=$SERVICES_DIR/apptainer/tmp
+    mkdir -p "$APPTAINER_CACHEDIR" "$APPTAINER_TMPDIR"
+    if version=$("$APPTAINER" version 2>/dev/null); then
+        log "apptainer: $version installed"
+    else
+        step "apptainer: install from sid debs into $APPTAINER_PREFIX" "$SERVICES_DIR/apptainer-install.log"
+        install_apptainer >>"$STEP_LOG" 2>&1
+        version=$("$APPTAINER" version)
+        step_done "$version"
+        # sid keeps only its newest version; 1.4.5 is the one the recipe was tested with.
+        if [ "$version" != 1.4.5 ]; then log "apptainer: note: sid now has $version (tested with 1.4.5)"; fi
+    fi
+
+    if [ -s "$SIF" ] && [ "$(cat "$SIF.stamp" 2>/dev/null)" = "$ROOTFS_STAMP" ]; then
+        log "apptainer: $SIF up to date"
+    else
+        # lz4: the default gzip makes mksquashfs several times slower (40 s against 5 s for a Debian
+        # rootfs on 2 cores).
+        step "apptainer: build $SIF" "$SERVICES_DIR/apptainer-sif.log"
+        rm -f "$SIF.new.sif"
+        "$APPTAINER" build --mksquashfs-args "-comp lz4" "$SIF.new.sif" "$ROOTFS" >>"$STEP_LOG" 2>&1
+        mv -f "$SIF.new.sif" "$SIF"
+        echo "$ROOTFS_STAMP" >"$SIF.stamp"
+        step_done
+    fi
+
+    STEP="apptainer: smoke test (apptainer exec $SIF)" STEP_LOG=$SERVICES_DIR/apptainer-sif.log
+    out=$("$APPTAINER" exec --containall --no-home --cleanenv "$SIF" /bin/bash -c "$SMOKE" 2>>"$STEP_LOG") ||
+        fail "apptainer exec $SIF failed"
+    [ "$out" = "$SMOKE_EXPECTED" ] || fail "apptainer exec $SIF printed '$out'"
+    log "apptainer: ok"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# 5. SSH: a private sshd on 127.0.0.1:$SSH_PORT, everything under $SSH_DIR, logging in as the
+#    dedicated user paddock-ci. Not root: root's .bashrc here runs `pyenv init` (+0.5 s for
+#    every ssh command, since bash sources .bashrc for commands run by sshd).
+# ---------------------------------------------------------------------------------------------
+ssh_check() {
+    ssh -F /dev/null -o BatchMode=yes -o IdentitiesOnly=yes -i "$SSH_DIR/id_ed25519" \
+        -o UserKnownHostsFile="$SSH_DIR/known_hosts" -o StrictHostKeyChecking=yes \
+        -o ConnectTimeout=10 -p "$SSH_PORT" "$SSH_USER@127.0.0.1" "$SMOKE"
+}
+
+if want ssh; then
+    STEP="ssh: user, keys and sshd_config" STEP_LOG=$SSH_DIR/sshd.log
+    # sshd reads authorized_keys as the logging-in user: the directory must be searchable and
+    # the file readable by paddock-ci (the private keys are 0600 anyway).
+    mkdir -p "$SSH_DIR"
+    chmod 755 "$SSH_DIR"
+
+    if ! id -u "$SSH_USER" >/dev/null 2>&1; then
+        log "ssh: creating user $SSH_USER"
+        useradd -m -s /bin/bash -c "Paddock test services" "$SSH_USER"
+    fi
+    # useradd leaves the password locked ('!'), and with UsePAM no sshd refuses locked accounts
+    # even for key logins; '*' means "no password" without the lock.
+    if [[ $(getent shadow "$SSH_USER" | cut -d: -f2) == '!'* ]]; then usermod -p '*' "$SSH_USER"; fi
+    if [ "$(getent passwd "$SSH_USER" | cut -d: -f7)" != /bin/bash ]; then usermod -s /bin/bash "$SSH_USER"; fi
+    ssh_home=$(getent passwd "$SSH_USER" | cut -d: -f6)
+    # Empty shell start-up files: every ssh command pays for whatever they run.
+    for f in .bashrc .profile; do
+        if [ ! -e "$ssh_home/$f" ] || [ -s "$ssh_home/$f" ]; then
+            : >"$ssh_home/$f"
+            chown "$SSH_USER:" "$ssh_home/$f"
+        fi
+    done
+
+    for key in ssh_host_ed25519_key id_ed25519; do
+        if [ ! -s "$SSH_DIR/$key" ]; then
+            rm -f "$SSH_DIR/$key" "$SSH_DIR/$key.pub"
+            ssh-keygen -q -t ed25519 -N '' -C "paddock-test-$key" -f "$SSH_DIR/$key"
+        elif [ ! -s "$SSH_DIR/$key.pub" ]; then
+            ssh-keygen -y -f "$SSH_DIR/$key" >"$SSH_DIR/$key.pub"
+        fi
+    done
+    write_if_changed "$SSH_DIR/authorized_keys" "$(cat "$SSH_DIR/id_ed25519.pub")"
+    chmod 644 "$SSH_DIR/authorized_keys"
+    # The host key for exactly the address the policy names, so clients can check strictly.
+    if [ "$SSH_PORT" = 22 ]; then kh_host=127.0.0.1; else kh_host="[127.0.0.1]:$SSH_PORT"; fi
+    write_if_changed "$SSH_DIR/known_hosts" "$kh_host $(cut -d' ' -f1,2 "$SSH_DIR/ssh_host_ed25519_key.pub")"
+
+    # StrictModes no: the files live under world-writable /tmp. No AcceptEnv line: the remote
+    # environment is not influenced by the client's. The default sntrup761 key exchange costs
+    # ~300 ms per connection on this CPU; without it clients settle on curve25519.
+    write_if_changed "$SSH_DIR/sshd_config" "# Written by Paddock scripts/test-services.sh
+Port $SSH_PORT
+ListenAddress 127.0.0.1
+HostKey $SSH_DIR/ssh_host_ed25519_key
+PidFile $SSHD_PIDFILE
+AuthorizedKeysFile $SSH_DIR/authorized_keys
+AllowUsers $SSH_USER
+StrictModes no
+UsePAM no
+UseDNS no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin no
+KexAlgorithms -sntrup761x25519-sha512@openssh.com
+MaxSessions 100
+MaxStartups 100:30:200
+PrintMotd no
+PrintLastLog no
+X11Forwarding no
+Subsystem sftp /usr/lib/openssh/sftp-server"
+    config_changed=$CHANGED
+
+    mkdir -p /run/sshd   # sshd's privilege-separation directory; the one path outside /tmp
+    chmod 755 /run/sshd
+    STEP="ssh: start sshd" STEP_LOG=$SSH_DIR/sshd.log
+    /usr/sbin/sshd -t -f "$SSH_DIR/sshd_config" >>"$STEP_LOG" 2>&1 || fail "sshd -t: bad $SSH_DIR/sshd_config"
+    if pid_alive "$SSHD_PIDFILE" sshd; then
+        if [ "$config_changed" = 1 ]; then
+            log "ssh: sshd_config changed, reloading sshd"
+            kill -HUP "$(cat "$SSHD_PIDFILE")"
+            sleep 0.5
+        else
+            log "ssh: sshd running (pid $(cat "$SSHD_PIDFILE"))"
+        fi
+    else
+        step "ssh: start sshd on 127.0.0.1:$SSH_PORT" "$SSH_DIR/sshd.log"
+        rm -f "$SSHD_PIDFILE"
+        # Absolute path: sshd re-executes itself. It binds, daemonizes and writes its PidFile.
+        /usr/sbin/sshd -f "$SSH_DIR/sshd_config" -E "$STEP_LOG" </dev/null >>"$STEP_LOG" 2>&1 3>&- 4>&- 9>&-
+        for _ in $(seq 50); do
+            pid_alive "$SSHD_PIDFILE" sshd && break
+            sleep 0.1
+        done
+        pid_alive "$SSHD_PIDFILE" sshd || fail "sshd did not start"
+        step_done
+    fi
+
+    STEP="ssh: smoke test (ssh $SSH_USER@127.0.0.1 -p $SSH_PORT)"
+    out=
+    for _ in 1 2 3 4 5; do
+        if out=$(ssh_check 2>>"$STEP_LOG") && [ "$out" = "$SMOKE_EXPECTED" ]; then break; fi
+        sleep 0.5
+    done
+    [ "$out" = "$SMOKE_EXPECTED" ] || fail "ssh $SSH_USER@127.0.0.1 -p $SSH_PORT printed '$out'"
+    log "ssh: ok"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# 6. The policy (one backend per service that is up) and services.env.
+# ---------------------------------------------------------------------------------------------
+STEP="write policy" STEP_LOG=
+sections=()
+up=()
+if want docker; then
+    up+=(docker)
+    sections+=("[backends.docker]
+kind = \"docker\"
+image = \"$IMAGE\"
+network = \"none\"
+memory_mb = 512
+cpus = 1.0
+pids_limit = 256")
+fi
+if want ssh; then
+    up+=(ssh)
+    sections+=("[backends.ssh]
+kind = \"ssh\"
+host = \"127.0.0.1\"
+port = $SSH_PORT
+user = \"$SSH_USER\"
+identity_file = \"$SSH_DIR/id_ed25519\"
+known_hosts_file = \"$SSH_DIR/known_hosts\"")
+fi
+if want apptainer; then
+    up+=(apptainer)
+    sections+=("[backends.apptainer]
+kind = \"apptainer\"
+image = \"$SIF\"
+binary = \"$APPTAINER\"")
+fi
+policy="# Written by scripts/test-services.sh: one backend per started test service."
+for i in "${!sections[@]}"; do
+    if [ "$i" -eq 0 ]; then policy+=$'\n'; else policy+=$'\n\n'; fi
+    policy+=${sections[i]}
+done
+write_if_changed "$SERVICES_DIR/policy.toml" "$policy"
+write_if_changed "$SERVICES_DIR/services.env" "PADDOCK_TEST_POLICY=$SERVICES_DIR/policy.toml
+PADDOCK_TEST_BACKENDS=$(IFS=,; echo "${up[*]}")"
+
+log "up: ${up[*]:-nothing}; total $(elapsed "$T_START") s"
+echo "$SERVICES_DIR/policy.toml" >&3
