@@ -118,8 +118,12 @@ impl ApptainerTransport {
     /// Starts the session's instance; an instance that already exists is fine.
     async fn start_instance(&self, session: &str) -> Result<()> {
         let binary = self.binary()?;
-        let sink = std::sync::Arc::new(std::sync::Mutex::new(crate::local::Utf8Capped::new(16 * 1024)));
-        let exit = run_client(binary, &self.start_args(session), None, false, sink.clone()).await?;
+        let sink = std::sync::Arc::new(std::sync::Mutex::new(crate::local::Utf8Capped::new(
+            16 * 1024,
+        )));
+        let exit = run_client(binary, &self.start_args(session), None, false, sink.clone())
+            .await
+            .map_err(|e| self.unavailable(e.to_string()))?;
         if exit.status == 0 || exit.stderr.contains("already exists") {
             return Ok(());
         }
@@ -135,9 +139,13 @@ impl ApptainerTransport {
     }
 
     fn exec_args(&self, session: &str, argv: &[String]) -> Vec<String> {
+        // --pwd: otherwise apptainer tries this process's directory and warns when the
+        // container lacks it (into the output, with a terminal).
         let mut args = vec![
             "exec".into(),
             "--cleanenv".into(),
+            "--pwd".into(),
+            "/".into(),
             format!("instance://{}", self.instance_name(session)),
         ];
         args.extend(argv.iter().cloned());
@@ -184,13 +192,27 @@ impl Transport for ApptainerTransport {
         Box::pin(self.start_instance(session))
     }
 
-    fn run<'a>(&'a self, session: &'a str, run: TargetRun, sink: OutputSink) -> BackendFuture<'a, i32> {
+    fn run<'a>(
+        &'a self,
+        session: &'a str,
+        run: TargetRun,
+        sink: OutputSink,
+    ) -> BackendFuture<'a, i32> {
         Box::pin(async move {
             let binary = self.binary()?;
             let args = self.exec_args(session, &run.argv);
             for attempt in 0..2 {
-                let exit = run_client(binary, &args, run.stdin.clone(), run.pty, sink.clone()).await?;
-                if exit.status != 0 && is_missing_instance(&exit.stderr) && attempt == 0 {
+                let exit = run_client(binary, &args, run.stdin.clone(), run.pty, sink.clone())
+                    .await
+                    .map_err(|e| self.unavailable(e.to_string()))?;
+                // With a terminal, apptainer's complaint is in the output, not on stderr.
+                let missing = exit.status != 0
+                    && (is_missing_instance(&exit.stderr)
+                        || (run.pty && sink.lock().is_ok_and(|s| is_missing_instance(&s.peek()))));
+                if missing && attempt == 0 {
+                    if let Ok(mut out) = sink.lock() {
+                        out.clear();
+                    }
                     self.start_instance(session).await?;
                     continue;
                 }
@@ -208,7 +230,12 @@ impl Transport for ApptainerTransport {
         })
     }
 
-    fn attach_argv(&self, session: &str, argv: &[String], pty: bool) -> Result<(Vec<String>, bool)> {
+    fn attach_argv(
+        &self,
+        session: &str,
+        argv: &[String],
+        pty: bool,
+    ) -> Result<(Vec<String>, bool)> {
         let binary = self.binary()?;
         let mut full = vec![binary.display().to_string()];
         full.extend(self.exec_args(session, argv));
@@ -231,7 +258,9 @@ impl Transport for ApptainerTransport {
                 )));
             }
             if !std::path::Path::new(&self.config.image).exists() {
-                return Err(self.unavailable(format!("the image {} does not exist", self.config.image)));
+                return Err(
+                    self.unavailable(format!("the image {} does not exist", self.config.image))
+                );
             }
             Ok(())
         })

@@ -24,8 +24,8 @@ use bollard::errors::Error as DockerError;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    CreateContainerOptions, InspectContainerOptions, ListContainersOptions,
-    RemoveContainerOptions, StartContainerOptions,
+    CreateContainerOptions, InspectContainerOptions, ListContainersOptions, RemoveContainerOptions,
+    StartContainerOptions,
 };
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -41,7 +41,13 @@ pub const ATTACH_SUBCOMMAND: &str = "__docker-attach";
 /// Capabilities a shell needs for ordinary work as root in its container (file ownership,
 /// permission bits, switching user, signalling its own processes).
 const SHELL_CAPABILITIES: &[&str] = &[
-    "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
 ];
 
 /// Longer than any command may run: bollard's timeout covers a whole attached exec.
@@ -174,17 +180,23 @@ impl DockerTransport {
         HashMap::from([
             ("paddock.managed".to_owned(), "true".to_owned()),
             ("paddock.backend".to_owned(), self.config.name.clone()),
-            ("paddock.session".to_owned(), base_session(session).to_owned()),
+            (
+                "paddock.session".to_owned(),
+                base_session(session).to_owned(),
+            ),
             ("paddock.config".to_owned(), self.config_digest.clone()),
         ])
     }
 
     fn create_body(&self, session: &str) -> ContainerCreateBody {
         let c = &self.config;
-        let workdir = c
-            .workdir
-            .clone()
-            .unwrap_or_else(|| if c.workspace.is_some() { "/workspace".into() } else { "/tmp".into() });
+        let workdir = c.workdir.clone().unwrap_or_else(|| {
+            if c.workspace.is_some() {
+                "/workspace".into()
+            } else {
+                "/tmp".into()
+            }
+        });
         let binds = c
             .workspace
             .as_ref()
@@ -217,7 +229,8 @@ impl DockerTransport {
         }
     }
 
-    /// Removes this backend's containers that stopped or were made with other settings.
+    /// Removes this backend's containers that stopped or were made with other settings. A
+    /// container just created by another engine (state `created`) is left alone.
     async fn sweep(&self, docker: &Docker) {
         let filters = HashMap::from([(
             "label".to_owned(),
@@ -235,19 +248,30 @@ impl DockerTransport {
             return;
         };
         for container in list {
-            let running = container.state.as_ref().is_some_and(|s| s.as_ref() == "running");
+            let state = container
+                .state
+                .as_ref()
+                .map(|s| s.as_ref().to_owned())
+                .unwrap_or_default();
+            let ended = state == "exited" || state == "dead";
             let current = container
                 .labels
                 .as_ref()
                 .and_then(|l| l.get("paddock.config"))
                 .is_some_and(|d| *d == self.config_digest);
-            if running && current {
+            if !ended && current {
                 continue;
             }
             if let Some(id) = container.id {
                 tracing::info!(backend = %self.config.name, container = %id, "removing a stale container");
                 let _ = docker
-                    .remove_container(&id, Some(RemoveContainerOptions { force: true, ..Default::default() }))
+                    .remove_container(
+                        &id,
+                        Some(RemoveContainerOptions {
+                            force: true,
+                            ..Default::default()
+                        }),
+                    )
                     .await;
             }
         }
@@ -261,7 +285,10 @@ impl DockerTransport {
         }
         let docker = self.client().await?;
         self.swept.get_or_init(|| self.sweep(docker)).await;
-        match docker.inspect_container(&name, None::<InspectContainerOptions>).await {
+        match docker
+            .inspect_container(&name, None::<InspectContainerOptions>)
+            .await
+        {
             Ok(info) => {
                 let current = info
                     .config
@@ -272,7 +299,13 @@ impl DockerTransport {
                 let running = info.state.as_ref().and_then(|s| s.running).unwrap_or(false);
                 if !current {
                     docker
-                        .remove_container(&name, Some(RemoveContainerOptions { force: true, ..Default::default() }))
+                        .remove_container(
+                            &name,
+                            Some(RemoveContainerOptions {
+                                force: true,
+                                ..Default::default()
+                            }),
+                        )
                         .await
                         .map_err(|e| self.lost(e))?;
                     self.create(docker, session, &name).await?;
@@ -294,7 +327,10 @@ impl DockerTransport {
             name: Some(name.to_owned()),
             ..Default::default()
         };
-        match docker.create_container(Some(options), self.create_body(session)).await {
+        match docker
+            .create_container(Some(options), self.create_body(session))
+            .await
+        {
             Ok(_) => {}
             // Another engine created it a moment ago.
             Err(e) if status_of(&e) == Some(409) => {}
@@ -311,7 +347,10 @@ impl DockerTransport {
     }
 
     async fn start(&self, docker: &Docker, name: &str) -> Result<()> {
-        match docker.start_container(name, None::<StartContainerOptions>).await {
+        match docker
+            .start_container(name, None::<StartContainerOptions>)
+            .await
+        {
             Ok(()) => Ok(()),
             Err(e) if status_of(&e) == Some(304) => Ok(()),
             Err(e) => Err(self.unavailable(format!("starting container {name} failed: {e}"))),
@@ -324,11 +363,15 @@ impl DockerTransport {
         }
     }
 
-    async fn exec_once(&self, name: &str, run: &TargetRun, sink: &OutputSink) -> std::result::Result<i32, DockerError> {
-        let docker = self
-            .client
-            .get()
-            .ok_or_else(|| DockerError::IOError { err: std::io::Error::other("not connected") })?;
+    async fn exec_once(
+        &self,
+        name: &str,
+        run: &TargetRun,
+        sink: &OutputSink,
+    ) -> std::result::Result<i32, DockerError> {
+        let docker = self.client.get().ok_or_else(|| DockerError::IOError {
+            err: std::io::Error::other("not connected"),
+        })?;
         let exec = docker
             .create_exec(
                 name,
@@ -353,7 +396,11 @@ impl DockerTransport {
                 }),
             )
             .await?;
-        if let StartExecResults::Attached { mut output, mut input } = started {
+        if let StartExecResults::Attached {
+            mut output,
+            mut input,
+        } = started
+        {
             if let Some(data) = run.stdin.clone() {
                 tokio::spawn(async move {
                     let _ = input.write_all(&data).await;
@@ -401,7 +448,12 @@ impl Transport for DockerTransport {
         Box::pin(async move { self.ensure_container(session).await.map(|_| ()) })
     }
 
-    fn run<'a>(&'a self, session: &'a str, run: TargetRun, sink: OutputSink) -> BackendFuture<'a, i32> {
+    fn run<'a>(
+        &'a self,
+        session: &'a str,
+        run: TargetRun,
+        sink: OutputSink,
+    ) -> BackendFuture<'a, i32> {
         Box::pin(async move {
             let mut attempt = 0;
             loop {
@@ -424,16 +476,26 @@ impl Transport for DockerTransport {
         })
     }
 
-    fn attach_argv(&self, session: &str, argv: &[String], pty: bool) -> Result<(Vec<String>, bool)> {
+    fn attach_argv(
+        &self,
+        session: &str,
+        argv: &[String],
+        pty: bool,
+    ) -> Result<(Vec<String>, bool)> {
         let spec = AttachSpec {
             socket: self.config.socket.clone(),
             container: self.container_name(session),
             argv: argv.to_vec(),
             tty: pty,
         };
-        let json = serde_json::to_string(&spec).map_err(|e| BackendError::Io(std::io::Error::other(e)))?;
+        let json =
+            serde_json::to_string(&spec).map_err(|e| BackendError::Io(std::io::Error::other(e)))?;
         Ok((
-            vec![self.exe.display().to_string(), ATTACH_SUBCOMMAND.to_owned(), json],
+            vec![
+                self.exe.display().to_string(),
+                ATTACH_SUBCOMMAND.to_owned(),
+                json,
+            ],
             false,
         ))
     }
@@ -457,7 +519,13 @@ impl Transport for DockerTransport {
             let name = self.container_name(session);
             self.forget(&name);
             match docker
-                .remove_container(&name, Some(RemoveContainerOptions { force: true, ..Default::default() }))
+                .remove_container(
+                    &name,
+                    Some(RemoveContainerOptions {
+                        force: true,
+                        ..Default::default()
+                    }),
+                )
                 .await
             {
                 Ok(()) => Ok(()),
@@ -472,7 +540,8 @@ impl Transport for DockerTransport {
 /// status attached (what a background supervisor runs for a docker backend).
 pub fn attach_main(spec_json: &str) -> ExitCode {
     let result = (|| -> std::result::Result<i32, String> {
-        let spec: AttachSpec = serde_json::from_str(spec_json).map_err(|e| format!("bad attach spec: {e}"))?;
+        let spec: AttachSpec =
+            serde_json::from_str(spec_json).map_err(|e| format!("bad attach spec: {e}"))?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -489,7 +558,9 @@ pub fn attach_main(spec_json: &str) -> ExitCode {
 }
 
 async fn attach(spec: AttachSpec) -> std::result::Result<i32, String> {
-    let docker = connect(&spec.socket).await.map_err(|e| format!("cannot reach dockerd at {}: {e}", spec.socket))?;
+    let docker = connect(&spec.socket)
+        .await
+        .map_err(|e| format!("cannot reach dockerd at {}: {e}", spec.socket))?;
     let exec = docker
         .create_exec(
             &spec.container,
@@ -516,7 +587,11 @@ async fn attach(spec: AttachSpec) -> std::result::Result<i32, String> {
         )
         .await
         .map_err(|e| e.to_string())?;
-    if let StartExecResults::Attached { mut output, mut input } = started {
+    if let StartExecResults::Attached {
+        mut output,
+        mut input,
+    } = started
+    {
         // stdin: a blocking reader thread feeds the exec; EOF half-closes it.
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
         std::thread::spawn(move || {
@@ -546,11 +621,16 @@ async fn attach(spec: AttachSpec) -> std::result::Result<i32, String> {
         // The supervisor reads our stdout through a pipe: blocking writes are fine here.
         let mut stdout = std::io::stdout();
         while let Some(item) = output.next().await {
-            let message = item.map_err(|e| format!("dockerd went away: {e}"))?.into_bytes();
+            let message = item
+                .map_err(|e| format!("dockerd went away: {e}"))?
+                .into_bytes();
             let _ = std::io::Write::write_all(&mut stdout, &message);
             let _ = std::io::Write::flush(&mut stdout);
         }
     }
-    let inspected = docker.inspect_exec(&exec.id).await.map_err(|e| e.to_string())?;
+    let inspected = docker
+        .inspect_exec(&exec.id)
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(inspected.exit_code.map_or(255, |c| c as i32))
 }

@@ -293,6 +293,7 @@ async fn run_pty(
 
 /// Bytes in, capped text out: UTF-8 decoded incrementally, invalid bytes replaced.
 pub struct Utf8Capped {
+    cap: usize,
     pending: Vec<u8>,
     text: CappedText,
 }
@@ -300,9 +301,20 @@ pub struct Utf8Capped {
 impl Utf8Capped {
     pub fn new(cap: usize) -> Self {
         Self {
+            cap,
             pending: Vec::new(),
             text: CappedText::new(cap),
         }
+    }
+
+    /// Forgets everything pushed so far (a transport retrying a command).
+    pub fn clear(&mut self) {
+        *self = Self::new(self.cap);
+    }
+
+    /// What was pushed so far, without finishing.
+    pub fn peek(&self) -> String {
+        self.text.render()
     }
 
     pub fn push(&mut self, bytes: &[u8]) {

@@ -355,7 +355,9 @@ impl ProcessRegistry {
                     stderr = %String::from_utf8_lossy(&out.stderr),
                     "the kill command on the target failed"
                 ),
-                Ok(Err(err)) => tracing::warn!(id = %record.id, %err, "could not run the kill command"),
+                Ok(Err(err)) => {
+                    tracing::warn!(id = %record.id, %err, "could not run the kill command")
+                }
                 Err(_) => tracing::warn!(id = %record.id, "the kill command timed out"),
             }
         }

@@ -51,7 +51,10 @@ impl SshTransport {
         let control_dir = if preferred.as_os_str().len() + 42 < 100 {
             preferred
         } else {
-            PathBuf::from(format!("/tmp/paddock-ssh-{}", rustix::process::getuid().as_raw()))
+            PathBuf::from(format!(
+                "/tmp/paddock-ssh-{}",
+                rustix::process::getuid().as_raw()
+            ))
         };
         Self {
             config,
@@ -67,11 +70,7 @@ impl SshTransport {
     }
 
     fn describe(&self) -> String {
-        format!(
-            "{}:{}",
-            self.destination(),
-            self.config.port.unwrap_or(22)
-        )
+        format!("{}:{}", self.destination(), self.config.port.unwrap_or(22))
     }
 
     /// The ssh arguments before the destination.
@@ -172,13 +171,20 @@ impl Transport for SshTransport {
         &self.config.env
     }
 
-    fn run<'a>(&'a self, _session: &'a str, run: TargetRun, sink: OutputSink) -> BackendFuture<'a, i32> {
+    fn run<'a>(
+        &'a self,
+        _session: &'a str,
+        run: TargetRun,
+        sink: OutputSink,
+    ) -> BackendFuture<'a, i32> {
         Box::pin(async move {
             self.prepare()?;
             let args = self.args_for(&run.argv, run.pty);
             let exit = run_client(&self.config.program, &args, run.stdin, false, sink)
                 .await
-                .map_err(|e| self.unavailable(format!("cannot run {}: {e}", self.config.program.display())))?;
+                .map_err(|e| {
+                    self.unavailable(format!("cannot run {}: {e}", self.config.program.display()))
+                })?;
             // ssh answers 255 for its own failures and says why on its stderr (the command's
             // stderr is merged into stdout on the far side, so this stream is ssh's alone).
             if exit.status == SSH_FAILURE && !exit.stderr.trim().is_empty() {
@@ -188,7 +194,12 @@ impl Transport for SshTransport {
         })
     }
 
-    fn attach_argv(&self, _session: &str, argv: &[String], pty: bool) -> Result<(Vec<String>, bool)> {
+    fn attach_argv(
+        &self,
+        _session: &str,
+        argv: &[String],
+        pty: bool,
+    ) -> Result<(Vec<String>, bool)> {
         self.prepare()?;
         let mut full = vec![self.config.program.display().to_string()];
         full.extend(self.args_for(argv, pty));
@@ -197,7 +208,8 @@ impl Transport for SshTransport {
 
     fn health(&self) -> BackendFuture<'_, ()> {
         Box::pin(async move {
-            let sink = std::sync::Arc::new(std::sync::Mutex::new(crate::local::Utf8Capped::new(4096)));
+            let sink =
+                std::sync::Arc::new(std::sync::Mutex::new(crate::local::Utf8Capped::new(4096)));
             let run = TargetRun {
                 argv: vec!["bash".into(), "-c".into(), "echo paddock-ok".into()],
                 stdin: None,
@@ -208,7 +220,10 @@ impl Transport for SshTransport {
             if status == 0 && text.contains("paddock-ok") {
                 Ok(())
             } else {
-                Err(self.unavailable(format!("bash on the host answered {status}: {}", text.trim())))
+                Err(self.unavailable(format!(
+                    "bash on the host answered {status}: {}",
+                    text.trim()
+                )))
             }
         })
     }
@@ -216,7 +231,8 @@ impl Transport for SshTransport {
     fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
         Box::pin(async move {
             crate::shell::check_session(session)?;
-            let sink = std::sync::Arc::new(std::sync::Mutex::new(crate::local::Utf8Capped::new(4096)));
+            let sink =
+                std::sync::Arc::new(std::sync::Mutex::new(crate::local::Utf8Capped::new(4096)));
             let dir = format!("{}/sessions/{session}", self.state_root());
             let run = TargetRun {
                 argv: vec!["rm".into(), "-rf".into(), "--".into(), dir],

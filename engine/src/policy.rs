@@ -459,18 +459,30 @@ impl Policy {
                 ),
                 ("binds", config.binds.first().map(Spanned::span)),
                 ("workdir", config.workdir.as_ref().map(Spanned::span)),
-                ("known_hosts_file", config.known_hosts_file.as_ref().map(Spanned::span)),
-                ("host_key_checking", config.host_key_checking.as_ref().map(Spanned::span)),
+                (
+                    "known_hosts_file",
+                    config.known_hosts_file.as_ref().map(Spanned::span),
+                ),
+                (
+                    "host_key_checking",
+                    config.host_key_checking.as_ref().map(Spanned::span),
+                ),
                 (
                     "connect_timeout_seconds",
                     config.connect_timeout_seconds.as_ref().map(Spanned::span),
                 ),
                 ("pids_limit", config.pids_limit.as_ref().map(Spanned::span)),
                 ("read_only", config.read_only.as_ref().map(Spanned::span)),
-                ("tmp_size_mb", config.tmp_size_mb.as_ref().map(Spanned::span)),
+                (
+                    "tmp_size_mb",
+                    config.tmp_size_mb.as_ref().map(Spanned::span),
+                ),
                 ("socket", config.socket.as_ref().map(Spanned::span)),
                 ("binary", config.binary.as_ref().map(Spanned::span)),
-                ("writable_tmpfs", config.writable_tmpfs.as_ref().map(Spanned::span)),
+                (
+                    "writable_tmpfs",
+                    config.writable_tmpfs.as_ref().map(Spanned::span),
+                ),
                 ("overlay", config.overlay.as_ref().map(Spanned::span)),
                 ("env", None),
             ];

@@ -83,7 +83,8 @@ pub trait Transport: Send + Sync + 'static {
         sink: OutputSink,
     ) -> BackendFuture<'a, i32>;
     /// The host program a background supervisor runs for `argv` on the session's target.
-    fn attach_argv(&self, session: &str, argv: &[String], pty: bool) -> Result<(Vec<String>, bool)>;
+    fn attach_argv(&self, session: &str, argv: &[String], pty: bool)
+    -> Result<(Vec<String>, bool)>;
     fn health(&self) -> BackendFuture<'_, ()>;
     /// Ends what the session holds on the target (its container or instance; for ssh, its
     /// state directory: the shared connection stays for other sessions).
@@ -118,7 +119,14 @@ impl<T: Transport> RemoteEnvironment<T> {
         &self.transport
     }
 
-    fn command_argv(&self, run_id: &str, request_command: &str, session: &str, workdir: &str, env: &BTreeMap<String, String>) -> Vec<String> {
+    fn command_argv(
+        &self,
+        run_id: &str,
+        request_command: &str,
+        session: &str,
+        workdir: &str,
+        env: &BTreeMap<String, String>,
+    ) -> Vec<String> {
         let mut argv = vec![
             "env".to_owned(),
             format!("PADDOCK_RUN={run_id}"),
@@ -158,10 +166,17 @@ impl<T: Transport> RemoteEnvironment<T> {
             stdin: None,
             pty: false,
         };
-        match tokio::time::timeout(KILL_COMMAND_TIMEOUT, self.transport.run(session, run, sink)).await {
+        match tokio::time::timeout(KILL_COMMAND_TIMEOUT, self.transport.run(session, run, sink))
+            .await
+        {
             Ok(Ok(_)) => {}
-            Ok(Err(err)) => tracing::warn!(backend = self.transport.name(), %err, "could not end a timed-out command"),
-            Err(_) => tracing::warn!(backend = self.transport.name(), "the kill command itself timed out"),
+            Ok(Err(err)) => {
+                tracing::warn!(backend = self.transport.name(), %err, "could not end a timed-out command")
+            }
+            Err(_) => tracing::warn!(
+                backend = self.transport.name(),
+                "the kill command itself timed out"
+            ),
         }
     }
 
@@ -175,7 +190,13 @@ impl<T: Transport> RemoteEnvironment<T> {
             .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_default();
-        let argv = self.command_argv(&run_id, &request.command, &request.session, &workdir, &request.env);
+        let argv = self.command_argv(
+            &run_id,
+            &request.command,
+            &request.session,
+            &workdir,
+            &request.env,
+        );
         let sink: OutputSink = Arc::new(Mutex::new(Utf8Capped::new(request.max_output_chars)));
         let run = TargetRun {
             argv,
@@ -210,7 +231,7 @@ impl<T: Transport> RemoteEnvironment<T> {
         if request.pty {
             text = text.replace("\r\n", "\n");
         }
-        if !timed_out && status == 126 && text.starts_with("paddock: cannot change into workdir") {
+        if !timed_out && status == 126 && text.contains("paddock: cannot change into workdir") {
             return Err(BackendError::Workdir {
                 path: workdir,
                 reason: "does not exist or is not a directory on the backend".into(),
@@ -241,11 +262,19 @@ impl<T: Transport> RemoteEnvironment<T> {
             .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_default();
-        let argv = self.command_argv(&id, &request.command, &request.session, &workdir, &request.env);
-        let (argv, local_pty) = self.transport.attach_argv(&request.session, &argv, request.pty)?;
-        let (kill_argv, _) = self
+        let argv = self.command_argv(
+            &id,
+            &request.command,
+            &request.session,
+            &workdir,
+            &request.env,
+        );
+        let (argv, local_pty) = self
             .transport
-            .attach_argv(&request.session, &Self::kill_argv(&id), false)?;
+            .attach_argv(&request.session, &argv, request.pty)?;
+        let (kill_argv, _) =
+            self.transport
+                .attach_argv(&request.session, &Self::kill_argv(&id), false)?;
         let launch = RemoteLaunch {
             argv,
             kill_argv,
@@ -254,16 +283,35 @@ impl<T: Transport> RemoteEnvironment<T> {
         // The client runs on this machine with a minimal environment; the command's own
         // environment travels in argv.
         let env = BTreeMap::from([
-            ("PATH".to_owned(), std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into())),
-            ("HOME".to_owned(), std::env::var("HOME").unwrap_or_else(|_| "/".into())),
+            (
+                "PATH".to_owned(),
+                std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
+            ),
+            (
+                "HOME".to_owned(),
+                std::env::var("HOME").unwrap_or_else(|_| "/".into()),
+            ),
         ]);
         ProcessRegistry::new(self.state_root.join("processes"))
-            .start(&self.supervisor_exe, id, &request, &host_state, env, Some(launch))
+            .start(
+                &self.supervisor_exe,
+                id,
+                &request,
+                &host_state,
+                env,
+                Some(launch),
+            )
             .await
     }
 
     /// Files under `dir` on the target (python_execute's artifacts).
-    async fn collect(&self, session: &str, dir: &str, max_files: usize, inline_bytes: u64) -> Result<Vec<RemoteFile>> {
+    async fn collect(
+        &self,
+        session: &str,
+        dir: &str,
+        max_files: usize,
+        inline_bytes: u64,
+    ) -> Result<Vec<RemoteFile>> {
         let command = format!(
             "__p_dir={}; case $__p_dir in /*) ;; *) __p_dir=$__p_start/$__p_dir ;; esac\nset -- \"$__p_dir\" {} {}\n{}",
             script::shell_quote(dir),
@@ -296,7 +344,9 @@ impl<T: Transport> RemoteEnvironment<T> {
             .filter(|l| l.starts_with('{'))
             .map(|l| {
                 serde_json::from_str(l).map_err(|e| {
-                    BackendError::Io(std::io::Error::other(format!("unreadable file listing line ({e}): {l}")))
+                    BackendError::Io(std::io::Error::other(format!(
+                        "unreadable file listing line ({e}): {l}"
+                    )))
                 })
             })
             .collect()
@@ -356,7 +406,12 @@ impl<T: Transport> Environment for RemoteEnvironment<T> {
         format!("{}/python", self.transport.state_root())
     }
 
-    fn write_file<'a>(&'a self, session: &'a str, path: &'a str, contents: Vec<u8>) -> BackendFuture<'a, ()> {
+    fn write_file<'a>(
+        &'a self,
+        session: &'a str,
+        path: &'a str,
+        contents: Vec<u8>,
+    ) -> BackendFuture<'a, ()> {
         Box::pin(RemoteEnvironment::write_file(self, session, path, contents))
     }
 

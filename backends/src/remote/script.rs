@@ -30,6 +30,9 @@ const REAP_FUNCTION: &str = r#"__paddock_reap() {
 pub fn command_script() -> String {
     format!(
         r#"exec 2>&1
+# A terminal on the far side starts 0x0 and raw when the client has no terminal itself (ssh -tt,
+# docker tty): give it the local backend's size and modes (^D is end of input).
+if [ -t 0 ]; then stty sane rows 40 cols 120 2>/dev/null; fi
 __p_root=$1; __p_session=$2; __p_run=$3; __p_cmd=$4; __p_workdir=$5; __p_home=$6
 shift 6
 __p_start=$PWD
@@ -42,7 +45,7 @@ __p_state=$__p_root/sessions/$__p_session
 if [ -f "$__p_state/env.sh" ]; then . "$__p_state/env.sh" >/dev/null 2>&1; fi
 export PADDOCK_RUN=$__p_run
 if [ -n "$__p_workdir" ]; then
-    builtin cd -- "$__p_workdir" || {{ echo "paddock: cannot change into workdir $__p_workdir"; exit 126; }}
+    builtin cd -- "$__p_workdir" 2>/dev/null || {{ echo "paddock: cannot change into workdir $__p_workdir"; exit 126; }}
 elif [ -f "$__p_state/cwd" ]; then
     IFS= read -r __p_cwd < "$__p_state/cwd"
     builtin cd -- "$__p_cwd" 2>/dev/null || {{ echo "paddock: the session's directory $__p_cwd no longer exists; starting in $__p_home"; builtin cd -- "$__p_home"; }}
@@ -120,7 +123,16 @@ mod tests {
 
     #[test]
     fn quoting_survives_a_real_shell() {
-        let words = ["plain", "", "it's", "a b", "$(id)", "`x`", "new\nline", "\\"];
+        let words = [
+            "plain",
+            "",
+            "it's",
+            "a b",
+            "$(id)",
+            "`x`",
+            "new\nline",
+            "\\",
+        ];
         let line = words
             .iter()
             .map(|w| shell_quote(w))
@@ -140,7 +152,11 @@ mod tests {
 
     #[test]
     fn scripts_parse_in_bash() {
-        for script in [command_script(), kill_script(), COLLECT_FILES_SCRIPT.to_owned()] {
+        for script in [
+            command_script(),
+            kill_script(),
+            COLLECT_FILES_SCRIPT.to_owned(),
+        ] {
             let status = std::process::Command::new("bash")
                 .args(["-n", "-c", &script])
                 .status()

@@ -34,7 +34,6 @@ pub struct Environments {
     skip_approval_in_containers: bool,
 }
 
-
 /// The state directory: `$PADDOCK_HOME`, else `$XDG_STATE_HOME/paddock`, else
 /// `~/.local/state/paddock`.
 pub fn state_root() -> PathBuf {
@@ -60,8 +59,11 @@ impl Environments {
         let mut backends = BTreeMap::new();
         backends.insert(
             "local".to_owned(),
-            Arc::new(LocalEnvironment::new("local", state_root.clone(), exe.clone()))
-                as Arc<dyn Environment>,
+            Arc::new(LocalEnvironment::new(
+                "local",
+                state_root.clone(),
+                exe.clone(),
+            )) as Arc<dyn Environment>,
         );
         for (name, config) in &policy.backends {
             backends.insert(
@@ -539,8 +541,9 @@ async fn python_on_backend(
     .map_err(backend_error)?;
     let out = env
         .exec(ExecRequest {
-            command: "mkdir -p artifacts && PADDOCK_ARTIFACTS=\"$PWD/artifacts\" python3 -u main.py"
-                .into(),
+            command:
+                "mkdir -p artifacts && PADDOCK_ARTIFACTS=\"$PWD/artifacts\" python3 -u main.py"
+                    .into(),
             session: session.clone(),
             workdir: Some(PathBuf::from(&remote_dir)),
             env: BTreeMap::new(),
@@ -560,7 +563,11 @@ async fn python_on_backend(
         )
         .await
         .map_err(backend_error)?;
-    let local = envs.state_root.join("python").join(run_id).join("artifacts");
+    let local = envs
+        .state_root
+        .join("python")
+        .join(run_id)
+        .join("artifacts");
     let mut artifacts = Vec::new();
     for file in files {
         let mut item = json!({

@@ -1,7 +1,7 @@
 //! Built-in tools.
 
-mod datetime;
 mod backend_config;
+mod datetime;
 pub mod environment;
 mod wait;
 

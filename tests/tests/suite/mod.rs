@@ -1,5 +1,6 @@
 mod approvals;
 mod asyncio_surface;
+mod backends_down;
 mod cli_input;
 mod codemode_limits;
 mod codemode_results;
