@@ -316,6 +316,17 @@ if want docker; then
         # A dockerd of ours that is alive but not answering yet is waited for, not doubled.
         dockerd_pid=$(cat "$DOCKERD_PIDFILE" 2>/dev/null || true)
         if ! pid_alive "$DOCKERD_PIDFILE" dockerd; then
+            # A dockerd that was killed (-9) leaves its pid file, and a new one refuses to start;
+            # its containerd lingers too, and a new dockerd would wait for it in vain.
+            rm -f "$DOCKERD_PIDFILE"
+            stale=/var/run/docker/containerd/containerd.pid
+            if [ -f "$stale" ] && kill -0 "$(cat "$stale")" 2>/dev/null; then
+                log "docker: ending the containerd a killed dockerd left behind"
+                kill "$(cat "$stale")" 2>/dev/null || true
+                for _ in $(seq 50); do kill -0 "$(cat "$stale")" 2>/dev/null || break; sleep 0.1; done
+                kill -9 "$(cat "$stale")" 2>/dev/null || true
+            fi
+            rm -f "$stale"
             # setsid: its own session, so it outlives the caller's process group.
             setsid dockerd --pidfile "$DOCKERD_PIDFILE" </dev/null >>"$STEP_LOG" 2>&1 3>&- 4>&- 9>&- &
             dockerd_pid=$!

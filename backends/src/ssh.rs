@@ -15,8 +15,11 @@ use crate::remote::script::shell_quote;
 use crate::remote::{OutputSink, TargetRun, Transport};
 use crate::{BackendError, BackendFuture, Result};
 
-/// The exit status ssh reports for its own failures (connection, authentication, host key).
-const SSH_FAILURE: i32 = 255;
+/// What the remote login shell prints on ssh's stderr channel once the command ended:
+/// `paddock-exit:STATUS`. The command's own stderr is merged into stdout on the far side, so
+/// this line is how a command that exited 255 is told apart from a connection that died (ssh
+/// answers 255 then too, and with `LogLevel=ERROR` often says nothing).
+const EXIT_MARKER: &str = "paddock-exit:";
 
 /// `[backends.NAME]` of kind ssh.
 #[derive(Debug, Clone)]
@@ -117,17 +120,21 @@ impl SshTransport {
         args
     }
 
-    /// ssh's arguments for running `argv` remotely (one quoted command line).
-    fn args_for(&self, argv: &[String], pty: bool) -> Vec<String> {
+    /// ssh's arguments for running `argv` remotely (one quoted command line), optionally
+    /// followed by the exit marker.
+    fn args_for(&self, argv: &[String], pty: bool, marker: bool) -> Vec<String> {
         let mut args = self.options(pty);
         args.push(self.destination());
         args.push("--".into());
-        args.push(
-            argv.iter()
-                .map(|w| shell_quote(w))
-                .collect::<Vec<_>>()
-                .join(" "),
-        );
+        let mut line = argv
+            .iter()
+            .map(|w| shell_quote(w))
+            .collect::<Vec<_>>()
+            .join(" ");
+        if marker {
+            line.push_str(&format!("; echo \"{EXIT_MARKER}$?\" >&2"));
+        }
+        args.push(line);
         args
     }
 
@@ -179,18 +186,32 @@ impl Transport for SshTransport {
     ) -> BackendFuture<'a, i32> {
         Box::pin(async move {
             self.prepare()?;
-            let args = self.args_for(&run.argv, run.pty);
+            let args = self.args_for(&run.argv, run.pty, true);
             let exit = run_client(&self.config.program, &args, run.stdin, false, sink)
                 .await
                 .map_err(|e| {
                     self.unavailable(format!("cannot run {}: {e}", self.config.program.display()))
                 })?;
-            // ssh answers 255 for its own failures and says why on its stderr (the command's
-            // stderr is merged into stdout on the far side, so this stream is ssh's alone).
-            if exit.status == SSH_FAILURE && !exit.stderr.trim().is_empty() {
-                return Err(self.unavailable(exit.stderr.trim().to_owned()));
+            let reported = exit
+                .stderr
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix(EXIT_MARKER))
+                .filter_map(|n| n.parse::<i32>().ok())
+                .next_back();
+            match reported {
+                Some(status) => Ok(status),
+                None => {
+                    let said = exit.stderr.trim();
+                    Err(self.unavailable(if said.is_empty() {
+                        format!(
+                            "the connection ended before the command did (ssh exit {})",
+                            exit.status
+                        )
+                    } else {
+                        said.to_owned()
+                    }))
+                }
             }
-            Ok(exit.status)
         })
     }
 
@@ -202,7 +223,7 @@ impl Transport for SshTransport {
     ) -> Result<(Vec<String>, bool)> {
         self.prepare()?;
         let mut full = vec![self.config.program.display().to_string()];
-        full.extend(self.args_for(argv, pty));
+        full.extend(self.args_for(argv, pty, false));
         Ok((full, false))
     }
 
