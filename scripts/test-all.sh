@@ -3,7 +3,10 @@
 # Builds once (release profile, used by both the binary and the tests), then runs every test
 # against the real binary, then the lint gate. What the suites need is installed here when
 # missing: python3 with the jsonschema package (an independent validator of `paddock tools`
-# output), and tmux (a real terminal for the approval prompt). No services yet: the Docker/SSH/Apptainer backends arrive with issue 5/8.
+# output), and tmux (a real terminal for the approval prompt). The Docker, SSH and Apptainer
+# backends are tested against real services: scripts/test-services.sh installs and starts
+# dockerd, a private sshd and Apptainer (idempotent; ~40 s the first time, ~2 s after).
+# PADDOCK_SKIP_BACKENDS=docker,ssh,apptainer leaves named backends out (their tests say so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +32,20 @@ python3 -c 'import jsonschema' || { echo "jsonschema is still missing" >&2; exit
 
 # rustpython-ruff_* 0.16.5 declares rust 1.96 but builds on 1.95: see README "Building".
 CARGO_FLAGS=(--release --ignore-rust-version --locked)
+
+step "test services (dockerd, sshd, apptainer)"
+if [ "${PADDOCK_SKIP_BACKENDS:-}" != "docker,ssh,apptainer" ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "scripts/test-services.sh needs root (apt, dockerd, /opt/apptainer); run as root," >&2
+        echo "or set PADDOCK_SKIP_BACKENDS=docker,ssh,apptainer to test the local backend only" >&2
+        exit 1
+    fi
+    PADDOCK_TEST_POLICY=$(scripts/test-services.sh)
+    export PADDOCK_TEST_POLICY
+fi
+if [ -n "${PADDOCK_SKIP_BACKENDS:-}" ]; then
+    echo "NOTE: backends left out of this run: $PADDOCK_SKIP_BACKENDS" >&2
+fi
 
 step "build (release; the first build compiles RustPython: 10-15 minutes)"
 cargo build "${CARGO_FLAGS[@]}" --workspace --all-targets

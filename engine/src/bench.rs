@@ -248,7 +248,12 @@ pub async fn run(
 }
 
 /// `paddock bench`.
-pub async fn run_cli(iterations: usize, seconds: f64, json_only: bool) -> ExitCode {
+pub async fn run_cli(
+    iterations: usize,
+    seconds: f64,
+    json_only: bool,
+    backends: Option<std::path::PathBuf>,
+) -> ExitCode {
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(err) => {
@@ -259,7 +264,11 @@ pub async fn run_cli(iterations: usize, seconds: f64, json_only: bool) -> ExitCo
             return ExitCode::from(2);
         }
     };
-    match run(exe, iterations.max(10), seconds.clamp(0.2, 60.0)).await {
+    let figures = match backends {
+        Some(policy) => backend_latency(exe, &policy, iterations.clamp(10, 200)).await,
+        None => run(exe, iterations.max(10), seconds.clamp(0.2, 60.0)).await,
+    };
+    match figures {
         Ok(figures) => {
             let mut out = std::io::stdout().lock();
             if json_only {
@@ -278,4 +287,141 @@ pub async fn run_cli(iterations: usize, seconds: f64, json_only: bool) -> ExitCo
             ExitCode::from(1)
         }
     }
+}
+
+/// Per-command latency of `terminal true` on each backend of `policy_path`, beside the bare
+/// tool (`docker exec`, `ssh` over a ControlMaster, `apptainer exec instance://`), interleaved in
+/// one run so both see the same machine load.
+pub async fn backend_latency(
+    exe: std::path::PathBuf,
+    policy_path: &std::path::Path,
+    samples: usize,
+) -> Result<Value, String> {
+    let policy = Policy::load(policy_path).map_err(|e| e.to_string())?;
+    let mut figures = serde_json::Map::new();
+    for (name, config) in &policy.backends {
+        let kind = config.kind.get_ref().as_str();
+        let session = "bench";
+        let bare: Vec<String> = match kind {
+            "docker" => vec![
+                "docker".into(),
+                "exec".into(),
+                format!("paddock-{name}-{session}"),
+                "true".into(),
+            ],
+            "ssh" => {
+                let mut argv = vec![
+                    "ssh".to_owned(),
+                    "-o".into(),
+                    "BatchMode=yes".into(),
+                    "-o".into(),
+                    "ControlMaster=auto".into(),
+                    "-o".into(),
+                    format!("ControlPath=/tmp/paddock-bench-{name}-%C"),
+                    "-o".into(),
+                    "ControlPersist=60".into(),
+                    "-o".into(),
+                    "LogLevel=ERROR".into(),
+                ];
+                if let Some(port) = &config.port {
+                    argv.extend(["-p".into(), port.get_ref().to_string()]);
+                }
+                if let Some(key) = &config.identity_file {
+                    argv.extend(["-i".into(), key.get_ref().clone()]);
+                }
+                if let Some(file) = &config.known_hosts_file {
+                    argv.extend([
+                        "-o".into(),
+                        format!("UserKnownHostsFile={}", file.get_ref()),
+                    ]);
+                }
+                let host = config
+                    .host
+                    .as_ref()
+                    .map(|h| h.get_ref().clone())
+                    .unwrap_or_default();
+                argv.push(match &config.user {
+                    Some(user) => format!("{}@{host}", user.get_ref()),
+                    None => host,
+                });
+                argv.push("true".into());
+                argv
+            }
+            "apptainer" | "singularity" => vec![
+                config
+                    .binary
+                    .as_ref()
+                    .map_or_else(|| "apptainer".to_owned(), |b| b.get_ref().clone()),
+                "exec".into(),
+                format!("instance://paddock-{name}-{session}"),
+                "true".into(),
+            ],
+            _ => continue,
+        };
+        let options = EngineOptions {
+            session: Some(session.into()),
+            backend: Some(name.clone()),
+            exe: Some(exe.clone()),
+        };
+        let engine = Engine::with_options(
+            policy.clone(),
+            Registry::with_builtins(),
+            Arc::default(),
+            options,
+        )
+        .map_err(|e| e.to_string())?;
+        // Warm-up: brings up the container, instance or master connection.
+        for _ in 0..2 {
+            let out = engine
+                .call_tool("terminal", json!({"command": "true"}))
+                .await
+                .map_err(|e| format!("{name}: {e}"))?;
+            if out["exit_code"] != json!(0) {
+                return Err(format!("{name}: terminal failed: {out}"));
+            }
+            let _ = tokio::process::Command::new(&bare[0])
+                .args(&bare[1..])
+                .output()
+                .await;
+        }
+        let (mut bare_ms, mut paddock_ms) = (Vec::new(), Vec::new());
+        for _ in 0..samples {
+            let t = Instant::now();
+            let out = tokio::process::Command::new(&bare[0])
+                .args(&bare[1..])
+                .output()
+                .await
+                .map_err(|e| format!("{}: {e}", bare[0]))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "{name}: the bare tool failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            bare_ms.push(ms(t.elapsed()));
+            let t = Instant::now();
+            engine
+                .call_tool("terminal", json!({"command": "true"}))
+                .await
+                .map_err(|e| format!("{name}: {e}"))?;
+            paddock_ms.push(ms(t.elapsed()));
+        }
+        bare_ms.sort_by(f64::total_cmp);
+        paddock_ms.sort_by(f64::total_cmp);
+        let (b, p) = (percentile(&bare_ms, 0.5), percentile(&paddock_ms, 0.5));
+        figures.insert(
+            name.clone(),
+            json!({
+                "kind": kind,
+                "bare_tool": bare.join(" "),
+                "samples": samples,
+                "bare_p50_ms": b,
+                "paddock_p50_ms": p,
+                "bare_p90_ms": percentile(&bare_ms, 0.9),
+                "paddock_p90_ms": percentile(&paddock_ms, 0.9),
+                "ratio": p / b,
+            }),
+        );
+    }
+    Ok(Value::Object(figures))
 }

@@ -86,6 +86,10 @@ enum Command {
         /// Print the figures as JSON only.
         #[arg(long)]
         json: bool,
+        /// Instead: per-command latency of each docker/ssh/apptainer backend of this policy,
+        /// beside the bare tool (e.g. the file scripts/test-services.sh prints).
+        #[arg(long, value_name = "POLICY")]
+        backends: Option<PathBuf>,
     },
     /// Internal: become the sandbox zygote.
     #[command(name = "__sandbox-zygote", hide = true)]
@@ -248,7 +252,8 @@ async fn dispatch(command: Command) -> ExitCode {
             iterations,
             seconds,
             json,
-        } => crate::bench::run_cli(iterations, seconds, json).await,
+            backends,
+        } => crate::bench::run_cli(iterations, seconds, json, backends).await,
         Command::Zygote | Command::Supervise { .. } | Command::DockerAttach { .. } => {
             ExitCode::from(2)
         }
