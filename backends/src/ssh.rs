@@ -186,12 +186,26 @@ impl Transport for SshTransport {
     ) -> BackendFuture<'a, i32> {
         Box::pin(async move {
             self.prepare()?;
-            let args = self.args_for(&run.argv, run.pty, true);
+            // With a terminal (-tt) the far side's stderr is the terminal too: the marker would
+            // land in the output. There ssh's 255 is taken as its own failure (a command that
+            // itself exits 255 in PTY mode is reported as such an error, saying so).
+            let args = self.args_for(&run.argv, run.pty, !run.pty);
             let exit = run_client(&self.config.program, &args, run.stdin, false, sink)
                 .await
                 .map_err(|e| {
                     self.unavailable(format!("cannot run {}: {e}", self.config.program.display()))
                 })?;
+            if run.pty {
+                return if exit.status == 255 {
+                    Err(self.unavailable(format!(
+                        "ssh answered 255: the connection failed (or the command itself exited \
+                         255) {}",
+                        exit.stderr.trim()
+                    )))
+                } else {
+                    Ok(exit.status)
+                };
+            }
             let reported = exit
                 .stderr
                 .lines()

@@ -118,12 +118,19 @@ fn killing_sshd_or_dockerd_mid_command_is_a_clear_error_and_the_engine_serves_on
     if skipped("ssh") {
         eprintln!("SKIPPED: the ssh outage (PADDOCK_SKIP_BACKENDS)");
     } else {
-        // Every sshd: the listener and the connection the command runs over.
-        kill_mid_command("ssh", "pkill -KILL -x sshd");
+        // The private sshd of the test services (listener and the connections it serves, the
+        // command's among them); a system sshd is left alone.
+        kill_mid_command(
+            "ssh",
+            "kill -KILL $(cat /tmp/paddock-services/ssh/sshd.pid) && pkill -KILL -f 'sshd: paddock-ci'",
+        );
     }
     if skipped("docker") {
         eprintln!("SKIPPED: the docker outage (PADDOCK_SKIP_BACKENDS)");
     } else {
-        kill_mid_command("docker", "pkill -KILL -x dockerd");
+        kill_mid_command(
+            "docker",
+            "kill -KILL $(cat /tmp/paddock-services/dockerd.pid 2>/dev/null || pgrep -x dockerd)",
+        );
     }
 }
