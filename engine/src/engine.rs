@@ -90,6 +90,12 @@ impl Engine {
             exe,
             prefork: *policy.codemode.prefork.get_ref(),
             max_concurrency: (*policy.codemode.max_concurrency.get_ref()).max(1),
+            degraded: policy
+                .codemode
+                .degraded
+                .iter()
+                .map(|f| f.get_ref().clone())
+                .collect(),
         };
         registry.set_filter(policy.tool_filter());
         let (enabled, disabled) = policy.toolset_selection();

@@ -41,6 +41,9 @@ pub struct CodemodeConfig {
     pub max_concurrency: Spanned<usize>,
     /// Confined children kept forked ahead of need.
     pub prefork: Spanned<usize>,
+    /// Kernel features the script sandbox may run without, for old kernels: `namespaces`,
+    /// `landlock`. Empty (the default): a missing feature means no script runs.
+    pub degraded: Vec<Spanned<String>>,
 }
 
 impl Default for CodemodeConfig {
@@ -54,6 +57,7 @@ impl Default for CodemodeConfig {
             exclude: Vec::new(),
             max_concurrency: Spanned::new(0..0, 8),
             prefork: Spanned::new(0..0, 2),
+            degraded: Vec::new(),
         }
     }
 }
@@ -404,6 +408,10 @@ impl Policy {
             "approval.mode",
             &["ask", "deny", "allow"],
         )?;
+        for feature in &self.codemode.degraded {
+            // seccomp is never optional: it is the layer that holds when the others are gone.
+            one_of(feature, "codemode.degraded", &["namespaces", "landlock"])?;
+        }
         let t = *self.approval.timeout_seconds.get_ref();
         if !(t.is_finite() && t > 0.0) {
             return Err(invalid(

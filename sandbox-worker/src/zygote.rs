@@ -36,6 +36,18 @@ pub fn run_main() -> Result<(), SandboxError> {
     let control = confine::take_inherited_fd().map_err(SandboxError::Control)?;
     let sandbox = interpreter::build()?;
     confine::prepare_in_zygote().map_err(|e| SandboxError::RuntimeInit(e.to_string()))?;
+    // Fail closed: a zygote that cannot isolate itself says why and forks nothing.
+    if let Err(err) = confine::isolate_zygote() {
+        let reason = err.to_string();
+        let _ = send(
+            &control,
+            &Message::ConfinementFailed {
+                reason: reason.clone(),
+            },
+            None,
+        );
+        return Err(SandboxError::RuntimeInit(reason));
+    }
     send(
         &control,
         &Message::ZygoteReady {
@@ -174,7 +186,8 @@ pub struct ZygoteProcess {
 
 impl ZygoteProcess {
     /// Starts `exe __sandbox-zygote` and waits until its interpreter is ready.
-    pub fn spawn(exe: &Path) -> Result<Self, SandboxError> {
+    /// `degraded`: kernel features the policy lets the sandbox run without.
+    pub fn spawn(exe: &Path, degraded: &[String]) -> Result<Self, SandboxError> {
         let (ours, theirs) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -187,6 +200,11 @@ impl ZygoteProcess {
             .arg(ZYGOTE_SUBCOMMAND)
             .env_clear()
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_default())
+            .env("PADDOCK_SANDBOX_ALLOW_DEGRADED", degraded.join(","))
+            .env(
+                "PADDOCK_SANDBOX_SIMULATE_MISSING",
+                std::env::var("PADDOCK_SANDBOX_SIMULATE_MISSING").unwrap_or_default(),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
@@ -205,6 +223,12 @@ impl ZygoteProcess {
             Some(Message::ZygoteReady { init_ms }) => {
                 zygote.init_ms = init_ms;
                 Ok(zygote)
+            }
+            Some(Message::ConfinementFailed { reason }) => {
+                let _ = zygote.process.wait();
+                Err(SandboxError::RuntimeInit(format!(
+                    "the sandbox could not be confined, so no script runs: {reason}"
+                )))
             }
             Some(other) => Err(SandboxError::Protocol(format!(
                 "zygote sent {other:?} first"

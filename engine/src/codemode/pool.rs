@@ -49,6 +49,8 @@ pub struct PoolConfig {
     pub prefork: usize,
     /// Scripts running at once.
     pub max_concurrency: usize,
+    /// Kernel features the sandbox may run without (`[codemode] degraded`; empty = none).
+    pub degraded: Vec<String>,
 }
 
 impl PoolConfig {
@@ -57,6 +59,7 @@ impl PoolConfig {
             exe: std::env::current_exe()?,
             prefork,
             max_concurrency: max_concurrency.max(1),
+            degraded: Vec::new(),
         })
     }
 }
@@ -86,8 +89,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl ZygoteLink {
-    fn start(exe: &std::path::Path) -> Result<Arc<Self>, PoolError> {
-        let process = ZygoteProcess::spawn(exe)?;
+    fn start(exe: &std::path::Path, degraded: &[String]) -> Result<Arc<Self>, PoolError> {
+        let process = ZygoteProcess::spawn(exe, degraded)?;
         tracing::debug!(
             pid = process.pid(),
             init_ms = process.init_ms,
@@ -380,7 +383,8 @@ impl SandboxPool {
             return Ok(link.clone());
         }
         let exe = self.inner.config.exe.clone();
-        let link = tokio::task::spawn_blocking(move || ZygoteLink::start(&exe))
+        let degraded = self.inner.config.degraded.clone();
+        let link = tokio::task::spawn_blocking(move || ZygoteLink::start(&exe, &degraded))
             .await
             .map_err(|e| PoolError::Join(e.to_string()))??;
         *slot = Some(link.clone());

@@ -9,6 +9,12 @@ use super::ConfineError;
 /// Handles every file-system (ABI 5) and TCP (ABI 4) right with no rule, and scopes abstract
 /// UNIX sockets and signals (ABI 6). Requires full enforcement.
 pub fn restrict_everything() -> Result<&'static str, ConfineError> {
+    if super::simulated_missing("landlock") {
+        return Err(ConfineError::Missing {
+            feature: "landlock",
+            reason: "simulated (PADDOCK_SANDBOX_SIMULATE_MISSING)".into(),
+        });
+    }
     let not_enforced = |e: landlock::RulesetError| ConfineError::LandlockNotEnforced(e.to_string());
     let status = landlock::Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)

@@ -1,5 +1,8 @@
 //! Confinement of a sandbox child, and every other piece of `unsafe` in Paddock.
 //!
+//! The zygote, once, after building the interpreter: new namespaces (user when not root,
+//! mount, net, ipc, uts) and an empty read-only root ([`namespaces`]); every child inherits them.
+//!
 //! A forked child confines itself before it ever reads a script, in this order (fail closed:
 //! any step that fails aborts the child, which reports `ConfinementFailed`):
 //!
@@ -19,6 +22,7 @@
 
 mod heap;
 mod landlock_rules;
+mod namespaces;
 mod process;
 mod seccomp;
 
@@ -45,6 +49,49 @@ pub enum ConfineError {
     LandlockNotEnforced(String),
     #[error("seccomp filter could not be built: {0}")]
     Seccomp(String),
+    /// A kernel feature the sandbox relies on is missing; the message names it, and whether a
+    /// policy may accept running without it.
+    #[error("the kernel feature '{feature}' is missing: {reason}")]
+    Missing {
+        feature: &'static str,
+        reason: String,
+    },
+}
+
+/// `PADDOCK_SANDBOX_SIMULATE_MISSING=namespaces,landlock,seccomp`: behave as if the kernel
+/// lacked these (tests of the fail-closed path; it can only make the sandbox refuse to start).
+pub fn simulated_missing(feature: &str) -> bool {
+    std::env::var("PADDOCK_SANDBOX_SIMULATE_MISSING")
+        .unwrap_or_default()
+        .split(',')
+        .any(|f| f.trim() == feature)
+}
+
+/// Features the operator's policy lets the sandbox run without (`[codemode] degraded`); the
+/// engine passes exactly that list, clearing whatever its own environment held.
+fn degraded_allowed(feature: &str) -> bool {
+    std::env::var("PADDOCK_SANDBOX_ALLOW_DEGRADED")
+        .unwrap_or_default()
+        .split(',')
+        .any(|f| f.trim() == feature)
+}
+
+/// The zygote's isolation, described for every child's report.
+static ISOLATION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Isolates the zygote (see [`namespaces`]); must run while it is single-threaded. Missing
+/// namespaces are an error unless the policy allows running without them.
+pub fn isolate_zygote() -> Result<(), ConfineError> {
+    let report = match namespaces::isolate() {
+        Ok(report) => report.to_owned(),
+        Err(err) if degraded_allowed("namespaces") => {
+            tracing::warn!(%err, "running WITHOUT namespaces: the policy allows this degraded mode");
+            format!("DEGRADED (no namespaces: {err})")
+        }
+        Err(err) => return Err(err),
+    };
+    let _ = ISOLATION.set(report);
+    Ok(())
 }
 
 /// Work done once in the zygote so that each child only applies ready-made filters.
@@ -75,14 +122,21 @@ pub fn confine_child(
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(step("no_new_privs")(io::Error::last_os_error()));
     }
-    let landlock = landlock_rules::restrict_everything()?;
+    let landlock = match landlock_rules::restrict_everything() {
+        Ok(status) => status.to_owned(),
+        Err(err) if degraded_allowed("landlock") => format!("DEGRADED (no landlock: {err})"),
+        Err(err) => return Err(err),
+    };
     start_watchdog().map_err(step("start watchdog"))?;
     set_rlimits().map_err(step("rlimits"))?;
     let syscalls = seccomp::install()?;
     Ok(format!(
-        "uid={} no_new_privs landlock={landlock} rlimits(nproc=0,fsize=0,core=0,nofile=16) \
-         seccomp(allow {syscalls} syscalls, default ENOSYS)",
-        if was_root { "nobody" } else { "unchanged" }
+        "namespaces={} uid={} no_new_privs landlock={landlock} \
+         rlimits(nproc=0,fsize=0,core=0,nofile=16,as={}MiB) seccomp(allow {syscalls} syscalls, \
+         default ENOSYS)",
+        ISOLATION.get().map_or("none", String::as_str),
+        if was_root { "nobody" } else { "unchanged" },
+        ADDRESS_SPACE_LIMIT >> 20
     ))
 }
 
@@ -98,9 +152,14 @@ fn drop_root() -> io::Result<()> {
     Ok(())
 }
 
+/// Address-space ceiling of a child: far above what a script's heap cap allows (the counting
+/// allocator enforces that), low enough that no mapping trick reaches the machine's memory.
+const ADDRESS_SPACE_LIMIT: u64 = 4 << 30;
+
 fn set_rlimits() -> io::Result<()> {
     use nix::sys::resource::{Resource, setrlimit};
     for (resource, limit) in [
+        (Resource::RLIMIT_AS, ADDRESS_SPACE_LIMIT),
         (Resource::RLIMIT_NPROC, 0),
         (Resource::RLIMIT_FSIZE, 0),
         (Resource::RLIMIT_CORE, 0),

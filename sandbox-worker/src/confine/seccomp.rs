@@ -125,6 +125,12 @@ fn programs() -> Result<&'static Programs, ConfineError> {
 /// Installs the kill-list, then the allow-list (last: it also forbids installing filters), on
 /// every thread of the process. Returns the number of allowed syscalls.
 pub fn install() -> Result<usize, ConfineError> {
+    if super::simulated_missing("seccomp") {
+        return Err(ConfineError::Missing {
+            feature: "seccomp",
+            reason: "simulated (PADDOCK_SANDBOX_SIMULATE_MISSING)".into(),
+        });
+    }
     let (kill, allow) = programs()?;
     for filter in [kill, allow] {
         seccompiler::apply_filter_all_threads(filter)

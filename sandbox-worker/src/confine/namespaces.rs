@@ -1,0 +1,112 @@
+//! The zygote's isolation, entered once after the interpreter is built and inherited by every
+//! child it forks: new user (when not root), mount, network, IPC and UTS namespaces, and an
+//! empty, read-only root file system. A child therefore has no network interface but a down
+//! loopback, no view of the host's files even if Landlock failed, no System V IPC shared with
+//! the host, and no host name.
+//!
+//! No PID namespace: the zygote forks many children, and the first one would be the namespace's
+//! init (its death would stop all later forks). Signals and ptrace on anything outside are
+//! refused by Landlock's signal scope and seccomp instead.
+
+use std::io;
+
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use nix::sched::{CloneFlags, unshare};
+
+use super::ConfineError;
+
+fn step(step: &'static str) -> impl FnOnce(nix::errno::Errno) -> ConfineError {
+    move |errno| ConfineError::Step {
+        step,
+        source: io::Error::from(errno),
+    }
+}
+
+/// Enters the namespaces and the empty root. The caller must be single-threaded (a user
+/// namespace cannot be entered otherwise). Returns what was set up.
+pub fn isolate() -> Result<&'static str, ConfineError> {
+    if crate::confine::simulated_missing("namespaces") {
+        return Err(ConfineError::Missing {
+            feature: "namespaces",
+            reason: "simulated (PADDOCK_SANDBOX_SIMULATE_MISSING)".into(),
+        });
+    }
+    let uid = nix::unistd::geteuid();
+    let gid = nix::unistd::getegid();
+    let user_ns = !uid.is_root();
+    if user_ns {
+        // An ordinary user gets the rights to mount inside a namespace of its own; the map
+        // keeps its uid, so nothing it owns changes hands.
+        unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| ConfineError::Missing {
+            feature: "namespaces",
+            reason: format!("unshare(CLONE_NEWUSER): {e} (unprivileged user namespaces off?)"),
+        })?;
+        std::fs::write("/proc/self/setgroups", "deny").map_err(|source| ConfineError::Step {
+            step: "user namespace: setgroups",
+            source,
+        })?;
+        std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1")).map_err(|source| {
+            ConfineError::Step {
+                step: "user namespace: uid_map",
+                source,
+            }
+        })?;
+        std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1")).map_err(|source| {
+            ConfineError::Step {
+                step: "user namespace: gid_map",
+                source,
+            }
+        })?;
+    }
+    unshare(
+        CloneFlags::CLONE_NEWNS
+            | CloneFlags::CLONE_NEWNET
+            | CloneFlags::CLONE_NEWIPC
+            | CloneFlags::CLONE_NEWUTS,
+    )
+    .map_err(|e| ConfineError::Missing {
+        feature: "namespaces",
+        reason: format!("unshare(mount, net, ipc, uts): {e}"),
+    })?;
+    // Nothing done below reaches the host's mount table.
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(step("make / private"))?;
+    // An empty tmpfs becomes the root: pivot onto it and drop the old root entirely.
+    mount(
+        Some("paddock-empty-root"),
+        "/tmp",
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("size=16k,mode=0555"),
+    )
+    .map_err(step("mount the empty root"))?;
+    nix::unistd::chdir("/tmp").map_err(step("enter the empty root"))?;
+    nix::unistd::pivot_root(".", ".").map_err(step("pivot_root"))?;
+    umount2(".", MntFlags::MNT_DETACH).map_err(step("detach the old root"))?;
+    nix::unistd::chdir("/").map_err(step("chdir /"))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REMOUNT
+            | MsFlags::MS_BIND
+            | MsFlags::MS_RDONLY
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV
+            | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(step("make the root read-only"))?;
+    let _ = nix::unistd::sethostname("paddock-sandbox");
+    Ok(if user_ns {
+        "user+mount+net+ipc+uts, empty read-only root"
+    } else {
+        "mount+net+ipc+uts, empty read-only root"
+    })
+}
