@@ -100,6 +100,18 @@ enum Command {
     /// A background command's link to a docker exec (run by its supervisor).
     #[command(name = "__docker-attach", hide = true)]
     DockerAttach { spec: String },
+    /// The local backend's sandbox: confine, then exec the command.
+    #[command(name = "__sandbox-exec", hide = true)]
+    SandboxExec {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Hostile probes run under chosen confinement layers (the hostile test suites).
+    #[command(name = "__sandbox-probe", hide = true)]
+    SandboxProbe {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -152,6 +164,16 @@ pub fn run_main() -> ExitCode {
     };
     if let Command::Supervise { dir } = &cli.command {
         return paddock_backends::supervisor::run_main(dir);
+    }
+    if let Command::SandboxExec { args } = &cli.command {
+        return ExitCode::from(
+            u8::try_from(paddock_sandbox_worker::confine::shell::main(args)).unwrap_or(125),
+        );
+    }
+    if let Command::SandboxProbe { args } = &cli.command {
+        return ExitCode::from(
+            u8::try_from(paddock_sandbox_worker::confine::probes::main(args)).unwrap_or(125),
+        );
     }
     if let Command::DockerAttach { spec } = &cli.command {
         init_logging();
@@ -254,9 +276,11 @@ async fn dispatch(command: Command) -> ExitCode {
             json,
             backends,
         } => crate::bench::run_cli(iterations, seconds, json, backends).await,
-        Command::Zygote | Command::Supervise { .. } | Command::DockerAttach { .. } => {
-            ExitCode::from(2)
-        }
+        Command::Zygote
+        | Command::Supervise { .. }
+        | Command::DockerAttach { .. }
+        | Command::SandboxExec { .. }
+        | Command::SandboxProbe { .. } => ExitCode::from(2),
     }
 }
 

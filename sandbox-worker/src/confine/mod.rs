@@ -23,8 +23,10 @@
 mod heap;
 mod landlock_rules;
 mod namespaces;
+pub mod probes;
 mod process;
 mod seccomp;
+pub mod shell;
 
 use std::io;
 
