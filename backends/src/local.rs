@@ -30,9 +30,64 @@ pub const TIMEOUT_EXIT_CODE: i32 = 124;
 pub struct LocalEnvironment {
     name: String,
     state_root: PathBuf,
-    /// The `paddock` binary, re-executed as `paddock __supervise DIR` for background commands.
+    /// The `paddock` binary, re-executed as `paddock __supervise DIR` for background commands
+    /// and as `paddock __sandbox-exec` for sandboxed ones.
     supervisor_exe: PathBuf,
+    sandbox: Option<LocalSandbox>,
 }
+
+/// `sandbox = "read-only" | "workspace-write"` of a local backend (`none` is no sandbox).
+#[derive(Debug, Clone)]
+pub struct LocalSandbox {
+    pub mode: String,
+    pub workspace: PathBuf,
+    /// Keep the host's network (default: none).
+    pub network: bool,
+    /// Paths inside the workspace that stay read-only.
+    pub protected: Vec<String>,
+}
+
+/// The name of the sandbox subcommand of the `paddock` binary.
+pub const SANDBOX_SUBCOMMAND: &str = "__sandbox-exec";
+
+/// What a sandboxed command never sees: sockets (/run holds docker.sock and D-Bus), host keys,
+/// password hashes, and the credentials of the user running Paddock.
+pub fn masked_paths(home: &std::path::Path) -> Vec<PathBuf> {
+    let mut masks: Vec<PathBuf> = [
+        "/run",
+        "/var/run",
+        "/etc/shadow",
+        "/etc/gshadow",
+        "/etc/ssh",
+        "/root/.ssh",
+        "/var/lib/docker",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    for rel in [
+        ".ssh",
+        ".aws",
+        ".azure",
+        ".config/gcloud",
+        ".kube",
+        ".docker",
+        ".gnupg",
+        ".netrc",
+        ".npmrc",
+        ".pypirc",
+        ".git-credentials",
+        ".cargo/credentials.toml",
+        ".config/gh",
+    ] {
+        masks.push(home.join(rel));
+    }
+    masks
+}
+
+/// Paths inside a workspace a sandboxed command may read but never change: what would run
+/// later outside the sandbox (git hooks and config) and Paddock's own files.
+pub const PROTECTED_PATHS: &[&str] = &[".git/hooks", ".git/config", ".paddock", "paddock.toml"];
 
 impl LocalEnvironment {
     pub fn new(name: impl Into<String>, state_root: PathBuf, supervisor_exe: PathBuf) -> Self {
@@ -40,7 +95,68 @@ impl LocalEnvironment {
             name: name.into(),
             state_root,
             supervisor_exe,
+            sandbox: None,
         }
+    }
+
+    /// Runs every command of this backend in the given sandbox.
+    pub fn with_sandbox(mut self, sandbox: LocalSandbox) -> Self {
+        self.sandbox = Some(sandbox);
+        self
+    }
+
+    /// The program and arguments that run `bash -c WRAPPER ...` for one command: bash itself,
+    /// or bash inside `paddock __sandbox-exec PROFILE`.
+    fn shell_argv(
+        &self,
+        state: &std::path::Path,
+        session: &str,
+        command: &str,
+        workdir: &str,
+        tag: &str,
+    ) -> Result<(PathBuf, Vec<String>)> {
+        let bash = crate::shell::bash_path().to_path_buf();
+        let shell_args = vec![
+            "-c".to_owned(),
+            WRAPPER.to_owned(),
+            "paddock".to_owned(),
+            state.display().to_string(),
+            command.to_owned(),
+            workdir.to_owned(),
+            tag.to_owned(),
+        ];
+        let Some(sandbox) = &self.sandbox else {
+            return Ok((bash, shell_args));
+        };
+        // The session keeps its own /tmp between commands, apart from the host's.
+        let tmp = self.state_root.join("sandbox-tmp").join(session);
+        let python = self.state_root.join("python");
+        for dir in [&tmp, &python] {
+            std::fs::create_dir_all(dir).map_err(|e| BackendError::State {
+                path: dir.display().to_string(),
+                reason: e.to_string(),
+            })?;
+        }
+        let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
+        let mut masked = masked_paths(&home);
+        // Paddock's own state: other sessions, approvals, processes.
+        masked.push(self.state_root.clone());
+        let profile = serde_json::json!({
+            "mode": sandbox.mode,
+            "workspace": sandbox.workspace,
+            "writable": [state, python],
+            "tmp_dir": tmp,
+            "protected": sandbox.protected,
+            "masked": masked,
+            "network": sandbox.network,
+        });
+        let mut args = vec![
+            SANDBOX_SUBCOMMAND.to_owned(),
+            profile.to_string(),
+            bash.display().to_string(),
+        ];
+        args.extend(shell_args);
+        Ok((self.supervisor_exe.clone(), args))
     }
 
     pub fn registry(&self) -> ProcessRegistry {
@@ -64,19 +180,20 @@ impl LocalEnvironment {
         };
         let env = command_env(&request.env, &request.session);
         if request.pty {
-            return run_pty(&request, &state, &workdir, &env).await;
+            let tag = crate::remote::new_run_id("t");
+            let argv =
+                self.shell_argv(&state, &request.session, &request.command, &workdir, &tag)?;
+            return run_pty(&request, &state, argv, &tag, &env).await;
         }
         let started = Instant::now();
         let (reader, writer) = std::io::pipe()?;
         let writer_err = writer.try_clone()?;
-        let mut command = tokio::process::Command::new(crate::shell::bash_path());
+        let tag = crate::remote::new_run_id("t");
+        let (program, args) =
+            self.shell_argv(&state, &request.session, &request.command, &workdir, &tag)?;
+        let mut command = tokio::process::Command::new(program);
         command
-            .arg("-c")
-            .arg(WRAPPER)
-            .arg("paddock")
-            .arg(&state)
-            .arg(&request.command)
-            .arg(&workdir)
+            .args(&args)
             .env_clear()
             .envs(&env)
             .current_dir(home_dir())
@@ -128,6 +245,7 @@ impl LocalEnvironment {
         }
         let ended = Ended {
             pgid,
+            tag,
             status,
             timed_out,
             started,
@@ -139,6 +257,7 @@ impl LocalEnvironment {
 /// A command that has exited (or was killed at its deadline).
 struct Ended {
     pgid: Option<i32>,
+    tag: String,
     status: std::process::ExitStatus,
     timed_out: bool,
     started: Instant,
@@ -156,7 +275,7 @@ impl Ended {
         if let Some(pgid) = self.pgid {
             let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
         }
-        crate::shell::commit_state(state, self.pgid.map(|p| p as u32));
+        crate::shell::commit_state(state, &self.tag);
         let exit_code = if self.timed_out {
             text.push_str(&format!(
                 "\n[paddock: command timed out after {} s and was killed]",
@@ -221,7 +340,8 @@ pub fn command_env(extra: &BTreeMap<String, String>, session: &str) -> BTreeMap<
 async fn run_pty(
     request: &ExecRequest,
     state: &std::path::Path,
-    workdir: &str,
+    (program, args): (PathBuf, Vec<String>),
+    tag: &str,
     env: &BTreeMap<String, String>,
 ) -> Result<ExecOutput> {
     let started = Instant::now();
@@ -229,13 +349,8 @@ async fn run_pty(
         pty_process::open().map_err(|e| BackendError::Spawn(std::io::Error::other(e)))?;
     pty.resize(pty_process::Size::new(40, 120))
         .map_err(|e| BackendError::Spawn(std::io::Error::other(e)))?;
-    let mut child = pty_process::Command::new(crate::shell::bash_path())
-        .arg("-c")
-        .arg(WRAPPER)
-        .arg("paddock")
-        .arg(state)
-        .arg(&request.command)
-        .arg(workdir)
+    let mut child = pty_process::Command::new(program)
+        .args(&args)
         .env_clear()
         .envs(env.iter().chain(std::iter::once((
             &"TERM".to_owned(),
@@ -284,6 +399,7 @@ async fn run_pty(
     let text = output.finish().replace("\r\n", "\n");
     let ended = Ended {
         pgid,
+        tag: tag.to_owned(),
         status,
         timed_out,
         started,
@@ -387,14 +503,32 @@ impl Environment for LocalEnvironment {
                 });
             }
             let env = command_env(&request.env, &request.session);
+            let id = ProcessRegistry::new_id();
+            let local_argv = if self.sandbox.is_some() {
+                let workdir = request
+                    .workdir
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                let (program, args) =
+                    self.shell_argv(&state, &request.session, &request.command, &workdir, &id)?;
+                Some(
+                    std::iter::once(program.display().to_string())
+                        .chain(args)
+                        .collect(),
+                )
+            } else {
+                None
+            };
             self.registry()
                 .start(
                     &self.supervisor_exe,
-                    ProcessRegistry::new_id(),
+                    id,
                     &request,
                     &state,
                     env,
                     None,
+                    local_argv,
                 )
                 .await
         })

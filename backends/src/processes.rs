@@ -64,6 +64,9 @@ pub struct ProcessSpec {
     /// local shell, and how to end the process tree on the target.
     #[serde(default)]
     pub remote: Option<crate::remote::RemoteLaunch>,
+    /// Set for a sandboxed local backend: the whole argv (sandbox, then bash and the wrapper).
+    #[serde(default)]
+    pub local_argv: Option<Vec<String>>,
 }
 
 /// Where a process is in its life.
@@ -147,6 +150,7 @@ impl ProcessRegistry {
         shell_state: &Path,
         env: std::collections::BTreeMap<String, String>,
         remote: Option<crate::remote::RemoteLaunch>,
+        local_argv: Option<Vec<String>>,
     ) -> Result<ProcessRecord> {
         let dir = self.root.join(&id);
         let state_err = |e: std::io::Error| BackendError::State {
@@ -160,6 +164,7 @@ impl ProcessRegistry {
             shell_state: shell_state.to_path_buf(),
             env,
             remote,
+            local_argv,
         };
         write_json_atomic(&dir.join("spec.json"), &spec).map_err(state_err)?;
         for fifo in ["stdin", "control"] {

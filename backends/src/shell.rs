@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 
 use crate::{BackendError, Result};
 
-/// `bash -c WRAPPER paddock STATE_DIR COMMAND WORKDIR`
-pub const WRAPPER: &str = r#"__paddock_state=$1; __paddock_cmd=$2; __paddock_workdir=$3
+/// `bash -c WRAPPER paddock STATE_DIR COMMAND WORKDIR TAG`: the new state is written as
+/// `env.sh.TAG` and `cwd.TAG` (a tag rather than `$$`: inside the sandbox's PID namespace every
+/// shell is PID 2).
+pub const WRAPPER: &str = r#"__paddock_state=$1; __paddock_cmd=$2; __paddock_workdir=$3; __paddock_tag=${4:-$$}
 if [ -f "$__paddock_state/env.sh" ]; then . "$__paddock_state/env.sh" >/dev/null 2>&1; fi
 if [ -n "$__paddock_workdir" ]; then
     builtin cd -- "$__paddock_workdir" || { echo "paddock: cannot change into workdir $__paddock_workdir" >&2; exit 126; }
@@ -21,9 +23,9 @@ elif [ -f "$__paddock_state/cwd" ]; then
 fi
 __paddock_save() {
     __paddock_status=$?
-    { export -p; declare -f; alias -p; } > "$__paddock_state/env.sh.$$" 2>/dev/null
+    { export -p; declare -f; alias -p; } > "$__paddock_state/env.sh.$__paddock_tag" 2>/dev/null
     if [ -z "$__paddock_workdir" ]; then
-        pwd -P > "$__paddock_state/cwd.$$" 2>/dev/null
+        pwd -P > "$__paddock_state/cwd.$__paddock_tag" 2>/dev/null
     fi
     return $__paddock_status
 }
@@ -72,11 +74,10 @@ pub fn check_command(command: &str) -> Result<()> {
     Ok(())
 }
 
-/// Moves the state a finished shell (`shell_pid`) wrote into place.
-pub fn commit_state(state_dir: &Path, shell_pid: Option<u32>) {
-    let Some(pid) = shell_pid else { return };
+/// Moves the state a finished shell (run with `tag`) wrote into place.
+pub fn commit_state(state_dir: &Path, tag: &str) {
     for name in ["env.sh", "cwd"] {
-        let written = state_dir.join(format!("{name}.{pid}"));
+        let written = state_dir.join(format!("{name}.{tag}"));
         if written.exists() {
             let _ = std::fs::rename(&written, state_dir.join(name));
         }

@@ -76,6 +76,16 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
             client.args(args);
             (client, request.pty && launch.local_pty)
         }
+        // A sandboxed local command: `paddock __sandbox-exec PROFILE bash -c WRAPPER ...`.
+        None if spec.local_argv.is_some() => {
+            let argv = spec.local_argv.clone().unwrap_or_default();
+            let (program, args) = argv
+                .split_first()
+                .ok_or_else(|| std::io::Error::other("the local launch has no program"))?;
+            let mut shell = std::process::Command::new(program);
+            shell.args(args);
+            (shell, request.pty)
+        }
         None => {
             let mut shell = std::process::Command::new(crate::shell::bash_path());
             shell
@@ -84,7 +94,8 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
                 .arg("paddock")
                 .arg(&spec.shell_state)
                 .arg(&request.command)
-                .arg(&workdir);
+                .arg(&workdir)
+                .arg(&spec.id);
             (shell, request.pty)
         }
     };
@@ -234,7 +245,7 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGKILL,
     );
-    crate::shell::commit_state(&spec.shell_state, u32::try_from(pid).ok());
+    crate::shell::commit_state(&spec.shell_state, &spec.id);
     let ended_at_ms = now_ms();
     let duration_ms = started.elapsed().as_millis() as u64;
     write_json_atomic(

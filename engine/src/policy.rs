@@ -135,7 +135,8 @@ impl Default for ApprovalConfig {
 pub struct BackendConfig {
     /// `local`, `docker`, `ssh`, `apptainer` (`singularity` is an alias).
     pub kind: Spanned<String>,
-    /// local: `none`, `read-only` or `workspace-write`.
+    /// local: `none`, `read-only` or `workspace-write` (the default for a declared local
+    /// backend; the implicit `local` of a policy that declares none has no sandbox).
     pub sandbox: Option<Spanned<String>>,
     /// local, docker: the directory commands may change.
     pub workspace: Option<Spanned<String>>,
@@ -495,7 +496,7 @@ impl Policy {
                 ("env", None),
             ];
             let applies: &[&str] = match kind {
-                "local" => &["sandbox", "workspace", "workdir"],
+                "local" => &["sandbox", "workspace", "workdir", "network"],
                 "docker" => &[
                     "image",
                     "network",
@@ -565,7 +566,7 @@ impl Policy {
                     &["yes", "accept-new", "no"],
                 )?;
             }
-            if kind == "apptainer"
+            if (kind == "apptainer" || kind == "local")
                 && let Some(network) = &config.network
             {
                 one_of(network, &key("network"), &["none", "host"])?;

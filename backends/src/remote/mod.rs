@@ -300,6 +300,7 @@ impl<T: Transport> RemoteEnvironment<T> {
                 &host_state,
                 env,
                 Some(launch),
+                None,
             )
             .await
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use paddock_backends::Environment;
 use paddock_backends::apptainer::{ApptainerConfig, ApptainerTransport};
 use paddock_backends::docker::{DockerConfig, DockerTransport};
-use paddock_backends::local::LocalEnvironment;
+use paddock_backends::local::{LocalEnvironment, LocalSandbox, PROTECTED_PATHS};
 use paddock_backends::remote::RemoteEnvironment;
 use paddock_backends::ssh::{SshConfig, SshTransport};
 use toml::Spanned;
@@ -140,10 +140,27 @@ pub fn build(
                 exe.to_path_buf(),
             ))
         }
-        _ => Arc::new(LocalEnvironment::new(
-            name,
-            state_root.to_path_buf(),
-            exe.to_path_buf(),
-        )),
+        _ => {
+            let local = LocalEnvironment::new(name, state_root.to_path_buf(), exe.to_path_buf());
+            let mode = string(&config.sandbox).unwrap_or_else(|| "workspace-write".into());
+            if mode == "none" {
+                return Arc::new(local);
+            }
+            // The workspace is relative to where Paddock runs (the project), not to the policy.
+            let workspace = config.workspace.as_ref().map_or(".", |w| w.get_ref());
+            let workspace = if workspace.starts_with('/') || workspace.starts_with("~/") {
+                host_path(policy, workspace)
+            } else {
+                std::env::current_dir()
+                    .unwrap_or_else(|_| PathBuf::from("/"))
+                    .join(workspace)
+            };
+            Arc::new(local.with_sandbox(LocalSandbox {
+                mode,
+                workspace,
+                network: string(&config.network).is_some_and(|n| n == "host"),
+                protected: PROTECTED_PATHS.iter().map(|p| (*p).to_owned()).collect(),
+            }))
+        }
     }
 }

@@ -1,8 +1,598 @@
-//! The local backend's sandbox for shell commands: `paddock __sandbox-exec` (being written).
+//! The local backend's sandbox for shell commands: `paddock __sandbox-exec PROFILE_JSON ARGV...`.
+//!
+//! A fresh, single-threaded process (so every step is an ordinary system call, no
+//! async-signal-safety puzzle after a fork) confines itself and becomes a small tree:
+//!
+//! ```text
+//! __sandbox-exec (outside; waits, forwards TERM/INT/HUP, answers the status)
+//!   └─ init, PID 1 of a new PID namespace (mounts a fresh /proc, forwards signals, reaps)
+//!        └─ the command (bash), confined: Landlock, capabilities dropped, rlimits, seccomp
+//! ```
+//!
+//! When the command ends, init exits and the kernel kills everything left in the namespace:
+//! daemons that called `setsid` die with the command. Layers, in order:
+//!
+//! 1. namespaces: user (when not root), mount, PID, IPC, UTS, and network unless allowed;
+//! 2. the file-system view: a private /tmp, tmpfs over /run and /var/run (sockets), /dev/null
+//!    over secrets (`~/.ssh`, cloud credentials, /etc/shadow), the workspace and the writable
+//!    directories put back, protected paths inside the workspace (`.git/hooks`, ...) bound
+//!    read-only; a fresh /proc showing only the namespace's processes;
+//! 3. in the command: rlimits, no_new_privs, every capability dropped, Landlock (read and
+//!    execute everywhere, write only to the workspace, /tmp, the writable directories and
+//!    /dev's terminals and null; no TCP unless the network is allowed; signal and abstract
+//!    UNIX socket scopes), then a seccomp deny-list (mount, namespaces, ptrace, bpf, io_uring,
+//!    userfaultfd, keyrings, module loading, TIOCSTI/TIOCLINUX) and exec.
+//!
+//! Fail closed: any step that fails ends it with status 125 and a message naming the step;
+//! the command does not run.
 
-/// Confines itself per the profile in `args`, then execs the command; answers a status only
-/// when it could not.
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus, Scope, path_beneath_rules,
+};
+use nix::mount::{MsFlags, mount};
+use nix::sched::{CloneFlags, unshare};
+use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Pid};
+use seccompiler::{
+    SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+    TargetArch,
+};
+use serde::{Deserialize, Serialize};
+
+/// Exit status when the sandbox itself could not be set up.
+pub const EXIT_SANDBOX_FAILED: i32 = 125;
+
+/// What a sandboxed command may do.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShellProfile {
+    /// `read-only` or `workspace-write`.
+    pub mode: String,
+    /// The directory a workspace-write command may change (absolute).
+    pub workspace: PathBuf,
+    /// Other directories the command must be able to write (its session's state).
+    #[serde(default)]
+    pub writable: Vec<PathBuf>,
+    /// Paths inside the workspace that stay read-only (`.git/hooks`, ...).
+    #[serde(default)]
+    pub protected: Vec<String>,
+    /// Directories and files hidden behind an empty tmpfs or /dev/null.
+    #[serde(default)]
+    pub masked: Vec<PathBuf>,
+    /// Keep the host's network (default: none, loopback only, down).
+    #[serde(default)]
+    pub network: bool,
+    /// A host directory shown as /tmp (the session's own, kept between commands); without
+    /// one, /tmp is an empty tmpfs of `tmp_mb` MiB.
+    #[serde(default)]
+    pub tmp_dir: Option<PathBuf>,
+    #[serde(default = "default_tmp_mb")]
+    pub tmp_mb: u64,
+}
+
+fn default_tmp_mb() -> u64 {
+    512
+}
+
+fn fail(step: &str, err: impl std::fmt::Display) -> i32 {
+    use std::io::Write;
+    let _ = writeln!(
+        io::stderr(),
+        "paddock sandbox: {step}: {err}; the command was not run"
+    );
+    EXIT_SANDBOX_FAILED
+}
+
+/// `__sandbox-exec PROFILE_JSON PROGRAM ARGS...`.
 pub fn main(args: &[String]) -> i32 {
-    let _ = args;
-    2
+    let Some((profile, argv)) = args.split_first() else {
+        return fail("usage", "__sandbox-exec PROFILE_JSON PROGRAM [ARGS...]");
+    };
+    let profile: ShellProfile = match serde_json::from_str(profile) {
+        Ok(p) => p,
+        Err(e) => return fail("profile", e),
+    };
+    if argv.is_empty() {
+        return fail("usage", "no program to run");
+    }
+    match run(&profile, argv) {
+        Ok(status) => status,
+        Err((step, err)) => fail(step, err),
+    }
+}
+
+type StepResult<T> = std::result::Result<T, (&'static str, String)>;
+
+fn at<E: std::fmt::Display>(step: &'static str) -> impl FnOnce(E) -> (&'static str, String) {
+    move |e| (step, e.to_string())
+}
+
+fn run(profile: &ShellProfile, argv: &[String]) -> StepResult<i32> {
+    if crate::confine::simulated_missing("namespaces") {
+        return Err((
+            "namespaces",
+            "simulated missing (PADDOCK_SANDBOX_SIMULATE_MISSING)".into(),
+        ));
+    }
+    let workspace = profile
+        .workspace
+        .canonicalize()
+        .map_err(at("the workspace"))?;
+    enter_namespaces(profile.network)?;
+    let tmp_dir = match &profile.tmp_dir {
+        Some(dir) => Some(
+            nix::fcntl::open(
+                dir.as_path(),
+                nix::fcntl::OFlag::O_PATH
+                    | nix::fcntl::OFlag::O_DIRECTORY
+                    | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .map_err(|e| ("open the session's /tmp", format!("{}: {e}", dir.display())))?,
+        ),
+        None => None,
+    };
+    // Opened in the new mount namespace (a bind from another one is refused) and before
+    // anything is masked, to be put back at their own paths afterwards.
+    let mut keep: Vec<(PathBuf, OwnedFd)> = Vec::new();
+    for dir in std::iter::once(&workspace).chain(profile.writable.iter()) {
+        let fd = nix::fcntl::open(
+            dir.as_path(),
+            nix::fcntl::OFlag::O_PATH
+                | nix::fcntl::OFlag::O_DIRECTORY
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|e| {
+            (
+                "open a writable directory",
+                format!("{}: {e}", dir.display()),
+            )
+        })?;
+        keep.push((dir.clone(), fd));
+    }
+
+    build_file_view(profile, &workspace, &keep, tmp_dir.as_ref())?;
+
+    // Signals the outside sends (timeouts) are taken synchronously and passed on.
+    let mut forwarded = SigSet::empty();
+    for sig in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGCHLD,
+    ] {
+        forwarded.add(sig);
+    }
+    forwarded.thread_block().map_err(at("block signals"))?;
+    // SAFETY: this process is single-threaded (a fresh exec of the paddock binary that started
+    // no thread), so the child may run arbitrary code after fork.
+    match unsafe { nix::unistd::fork() }.map_err(at("fork init"))? {
+        ForkResult::Parent { child } => Ok(wait_and_forward(child, &forwarded, false)),
+        ForkResult::Child => {
+            let status = match init(profile, &workspace, argv, &forwarded) {
+                Ok(status) => status,
+                Err((step, err)) => fail(step, err),
+            };
+            super::exit_immediately(status)
+        }
+    }
+}
+
+fn enter_namespaces(network: bool) -> StepResult<()> {
+    let uid = nix::unistd::geteuid();
+    let gid = nix::unistd::getegid();
+    if !uid.is_root() {
+        unshare(CloneFlags::CLONE_NEWUSER).map_err(at("unshare(CLONE_NEWUSER)"))?;
+        std::fs::write("/proc/self/setgroups", "deny").map_err(at("setgroups deny"))?;
+        std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1")).map_err(at("uid_map"))?;
+        std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1")).map_err(at("gid_map"))?;
+    }
+    let mut flags = CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS;
+    if !network {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    unshare(flags).map_err(at("unshare(mount, pid, ipc, uts, net)"))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(at("make / private"))?;
+    Ok(())
+}
+
+fn bind_fd(fd: &OwnedFd, target: &Path, read_only: bool) -> StepResult<()> {
+    let source = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    mount(
+        Some(source.as_str()),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| {
+        (
+            "bind a directory back",
+            format!("{}: {e}", target.display()),
+        )
+    })?;
+    if read_only {
+        mount(
+            None::<&str>,
+            target,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+            None::<&str>,
+        )
+        .map_err(|e| {
+            (
+                "make a path read-only",
+                format!("{}: {e}", target.display()),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+fn build_file_view(
+    profile: &ShellProfile,
+    workspace: &Path,
+    keep: &[(PathBuf, OwnedFd)],
+    tmp_dir: Option<&OwnedFd>,
+) -> StepResult<()> {
+    let tmpfs = |target: &Path, options: &str| {
+        mount(
+            Some("paddock-sandbox"),
+            target,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some(options),
+        )
+        .map_err(|e| ("mount a tmpfs", format!("{}: {e}", target.display())))
+    };
+    match tmp_dir {
+        Some(fd) => bind_fd(fd, Path::new("/tmp"), false)?,
+        None => tmpfs(
+            Path::new("/tmp"),
+            &format!("size={}m,mode=1777", profile.tmp_mb),
+        )?,
+    }
+    for masked in &profile.masked {
+        let Ok(meta) = std::fs::metadata(masked) else {
+            continue;
+        };
+        if meta.is_dir() {
+            tmpfs(masked, "size=64k,mode=0755")?;
+        } else {
+            mount(
+                Some("/dev/null"),
+                masked.as_path(),
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(|e| ("mask a file", format!("{}: {e}", masked.display())))?;
+        }
+    }
+    // The workspace and writable directories come back at their paths (they may lie under a
+    // masked or private directory); in read-only mode the workspace comes back read-only.
+    for (path, fd) in keep {
+        std::fs::create_dir_all(path)
+            .map_err(|e| ("recreate a mount point", format!("{}: {e}", path.display())))?;
+        let read_only = path == workspace && profile.mode == "read-only";
+        bind_fd(fd, path, read_only)?;
+    }
+    for rel in &profile.protected {
+        let path = workspace.join(rel);
+        if path
+            .symlink_metadata()
+            .is_ok_and(|m| m.is_dir() || m.is_file())
+        {
+            let fd = nix::fcntl::open(
+                path.as_path(),
+                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .map_err(|e| ("open a protected path", format!("{}: {e}", path.display())))?;
+            bind_fd(&fd, &path, true)?;
+        }
+    }
+    Ok(())
+}
+
+/// PID 1 of the namespace.
+fn init(
+    profile: &ShellProfile,
+    workspace: &Path,
+    argv: &[String],
+    forwarded: &SigSet,
+) -> StepResult<i32> {
+    super::die_with_parent(nix::unistd::getppid().as_raw()).map_err(at("die with parent"))?;
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(at("mount a fresh /proc"))?;
+    let _ = nix::unistd::sethostname("paddock-sandbox");
+    let program = CString::new(argv[0].as_str()).map_err(at("program name"))?;
+    let args: Vec<CString> = argv
+        .iter()
+        .map(|a| CString::new(a.as_str()))
+        .collect::<Result<_, _>>()
+        .map_err(at("arguments"))?;
+    let filter = deny_list()?;
+    // SAFETY: still single-threaded (init started no thread).
+    match unsafe { nix::unistd::fork() }.map_err(at("fork the command"))? {
+        ForkResult::Parent { child } => Ok(wait_and_forward(child, forwarded, true)),
+        ForkResult::Child => {
+            let result = (|| -> StepResult<std::convert::Infallible> {
+                forwarded.thread_unblock().map_err(at("unblock signals"))?;
+                confine_command(profile, workspace)?;
+                for program in &filter {
+                    seccompiler::apply_filter(program).map_err(at("seccomp"))?;
+                }
+                nix::unistd::execvp(&program, &args)
+                    .map_err(|e| ("exec", format!("{}: {e}", argv[0])))
+            })();
+            let status = match result {
+                Ok(never) => match never {},
+                Err((step, err)) => fail(step, err),
+            };
+            super::exit_immediately(status)
+        }
+    }
+}
+
+/// Waits for `child`, passing on TERM/INT/HUP; as PID 1 also reaps orphans. Answers the
+/// child's status the way a shell reports it.
+fn wait_and_forward(child: Pid, forwarded: &SigSet, reap_all: bool) -> i32 {
+    loop {
+        let Ok(signal) = forwarded.wait() else {
+            continue;
+        };
+        if signal != Signal::SIGCHLD {
+            let _ = kill(child, signal);
+            continue;
+        }
+        loop {
+            let target = if reap_all { Pid::from_raw(-1) } else { child };
+            match waitpid(target, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == child => return code,
+                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => return 128 + sig as i32,
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+fn confine_command(profile: &ShellProfile, workspace: &Path) -> StepResult<()> {
+    use nix::sys::resource::{Resource, setrlimit};
+    for (resource, limit) in [
+        (Resource::RLIMIT_CORE, 0),
+        (Resource::RLIMIT_NOFILE, 4096),
+        (Resource::RLIMIT_FSIZE, 4 << 30),
+        (Resource::RLIMIT_NPROC, 4096),
+    ] {
+        setrlimit(resource, limit, limit).map_err(at("rlimits"))?;
+    }
+    // SAFETY: integer-only prctl.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(("no_new_privs", io::Error::last_os_error().to_string()));
+    }
+    drop_capabilities()?;
+    let abi = ABI::V5;
+    let writable: Vec<PathBuf> = if profile.mode == "workspace-write" {
+        std::iter::once(workspace.to_path_buf())
+            .chain(profile.writable.iter().cloned())
+            .chain([PathBuf::from("/tmp")])
+            .collect()
+    } else {
+        profile
+            .writable
+            .iter()
+            .cloned()
+            .chain([PathBuf::from("/tmp")])
+            .collect()
+    };
+    let devices = [
+        "/dev/null",
+        "/dev/zero",
+        "/dev/tty",
+        "/dev/pts",
+        "/dev/ptmx",
+        "/dev/full",
+    ];
+    let mut ruleset = landlock::Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(at("landlock"))?;
+    if !profile.network {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(ABI::V4))
+            .map_err(at("landlock"))?;
+    }
+    let status = ruleset
+        .scope(Scope::from_all(ABI::V6))
+        .map_err(at("landlock"))?
+        .create()
+        .map_err(at("landlock"))?
+        .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))
+        .map_err(at("landlock"))?
+        .add_rules(path_beneath_rules(&writable, AccessFs::from_all(abi)))
+        .map_err(at("landlock"))?
+        .add_rules(path_beneath_rules(devices, AccessFs::from_all(abi)))
+        .map_err(at("landlock"))?
+        .restrict_self()
+        .map_err(at("landlock"))?;
+    if status.ruleset != RulesetStatus::FullyEnforced {
+        return Err((
+            "landlock",
+            format!("not fully enforced ({:?})", status.ruleset),
+        ));
+    }
+    Ok(())
+}
+
+/// Empties the bounding, ambient, inheritable, permitted and effective sets: even a command
+/// running as root keeps no capability across its exec.
+fn drop_capabilities() -> StepResult<()> {
+    for cap in 0..64 {
+        // SAFETY: integer-only prctl; EINVAL past the last capability is expected.
+        unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+    }
+    // SAFETY: integer-only prctl.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let header = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capset reads one header and two data structs (version 3) from valid memory.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) };
+    if rc != 0 {
+        return Err(("drop capabilities", io::Error::last_os_error().to_string()));
+    }
+    Ok(())
+}
+
+/// The seccomp deny-list of a sandboxed command: EPERM for what no build, test or script
+/// needs and every escape uses.
+fn deny_list() -> StepResult<[seccompiler::BpfProgram; 2]> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for nr in [
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_chroot,
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_open_tree,
+        libc::SYS_move_mount,
+        libc::SYS_fsopen,
+        libc::SYS_fsmount,
+        libc::SYS_fsconfig,
+        libc::SYS_mount_setattr,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_bpf,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        libc::SYS_userfaultfd,
+        libc::SYS_perf_event_open,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_kexec_load,
+        libc::SYS_kexec_file_load,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_acct,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_reboot,
+        libc::SYS_syslog,
+        libc::SYS_settimeofday,
+        libc::SYS_clock_settime,
+        libc::SYS_adjtimex,
+        libc::SYS_vhangup,
+    ] {
+        rules.insert(nr, Vec::new());
+    }
+    let ioctl_cmd = |cmd: u64| {
+        SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, cmd)
+            .and_then(|c| SeccompRule::new(vec![c]))
+    };
+    let tiocsti = ioctl_cmd(libc::TIOCSTI).map_err(at("seccomp rule"))?;
+    let tioclinux = ioctl_cmd(0x541C).map_err(at("seccomp rule"))?;
+    rules.insert(libc::SYS_ioctl, vec![tiocsti, tioclinux]);
+    // New namespaces through clone(2): one rule per flag, each matching when its bit is set.
+    let mut clone_rules = Vec::new();
+    for flag in [
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWPID,
+        libc::CLONE_NEWNET,
+        libc::CLONE_NEWIPC,
+        libc::CLONE_NEWUTS,
+        libc::CLONE_NEWCGROUP,
+    ] {
+        let flag = flag as u64;
+        let condition = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(flag),
+            flag,
+        )
+        .map_err(at("seccomp rule"))?;
+        clone_rules.push(SeccompRule::new(vec![condition]).map_err(at("seccomp rule"))?);
+    }
+    rules.insert(libc::SYS_clone, clone_rules);
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(at("seccomp architecture"))?;
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(at("seccomp filter"))?;
+    let deny: seccompiler::BpfProgram = filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| ("seccomp filter", e.to_string()))?;
+    // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone.
+    let clone3 = SeccompFilter::new(
+        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .map_err(at("seccomp filter"))?;
+    let clone3: seccompiler::BpfProgram = clone3
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| ("seccomp filter", e.to_string()))?;
+    Ok([clone3, deny])
 }

@@ -41,6 +41,26 @@ impl Target {
     /// The target for `backend`; `None` when the test command skips it.
     fn new(backend: &'static str) -> Option<Self> {
         let home = tempfile::tempdir().unwrap();
+        if backend == "sandboxed" {
+            // The local backend inside its workspace-write sandbox must keep the same contract.
+            let workspace = home.path().join("workspace");
+            std::fs::create_dir_all(&workspace).unwrap();
+            let policy = home.path().join("policy.toml");
+            std::fs::write(
+                &policy,
+                format!(
+                    "[backends.sandboxed]\nkind = \"local\"\nsandbox = \"workspace-write\"\nworkspace = \"{}\"\n",
+                    workspace.display()
+                ),
+            )
+            .unwrap();
+            return Some(Self {
+                home,
+                backend,
+                policy: Some(policy.display().to_string()),
+                sessions: Default::default(),
+            });
+        }
         if backend == "local" {
             return Some(Self {
                 home,
@@ -613,4 +633,5 @@ conformance!([
     unknown_process_ids_get_a_clear_answer,
     notify_on_complete_marks_an_unread_completion,
     python_execute_returns_output_and_artifacts_with_a_scrubbed_environment,
-]; local, docker, ssh, apptainer);
+];
+    local, sandboxed, docker, ssh, apptainer);
