@@ -99,6 +99,17 @@ impl LocalEnvironment {
         }
     }
 
+    /// The sandbox's test switch reaches it (the command environment drops `PADDOCK_*`).
+    fn sandbox_env(&self, mut env: BTreeMap<String, String>) -> BTreeMap<String, String> {
+        const SIMULATE: &str = "PADDOCK_SANDBOX_SIMULATE_MISSING";
+        if self.sandbox.is_some()
+            && let Ok(value) = std::env::var(SIMULATE)
+        {
+            env.insert(SIMULATE.to_owned(), value);
+        }
+        env
+    }
+
     /// Runs every command of this backend in the given sandbox.
     pub fn with_sandbox(mut self, sandbox: LocalSandbox) -> Self {
         self.sandbox = Some(sandbox);
@@ -178,7 +189,7 @@ impl LocalEnvironment {
             }
             None => String::new(),
         };
-        let env = command_env(&request.env, &request.session);
+        let env = self.sandbox_env(command_env(&request.env, &request.session));
         if request.pty {
             let tag = crate::remote::new_run_id("t");
             let argv =
@@ -502,7 +513,7 @@ impl Environment for LocalEnvironment {
                     reason: "does not exist or is not a directory".into(),
                 });
             }
-            let env = command_env(&request.env, &request.session);
+            let env = self.sandbox_env(command_env(&request.env, &request.session));
             let id = ProcessRegistry::new_id();
             let local_argv = if self.sandbox.is_some() {
                 let workdir = request
