@@ -7,4 +7,5 @@ mod codemode_results;
 mod confinement;
 mod conformance;
 mod definitions;
+mod hostile_shell;
 mod policies;
