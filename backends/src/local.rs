@@ -49,6 +49,8 @@ pub struct LocalSandbox {
 
 /// The name of the sandbox subcommand of the `paddock` binary.
 pub const SANDBOX_SUBCOMMAND: &str = "__sandbox-exec";
+/// The same sandbox as a small program of its own, looked for next to `paddock`.
+pub const SANDBOX_PROGRAM: &str = "paddock-sandbox-exec";
 
 /// What a sandboxed command never sees: sockets (/run holds docker.sock and D-Bus), host keys,
 /// password hashes, and the credentials of the user running Paddock.
@@ -161,13 +163,21 @@ impl LocalEnvironment {
             "masked": masked,
             "network": sandbox.network,
         });
-        let mut args = vec![
-            SANDBOX_SUBCOMMAND.to_owned(),
-            profile.to_string(),
-            bash.display().to_string(),
-        ];
+        // The small `paddock-sandbox-exec` next to the binary starts faster than the engine's
+        // own `__sandbox-exec` (same code, no interpreter linked in); either one confines.
+        let small = self.supervisor_exe.with_file_name(SANDBOX_PROGRAM);
+        let (program, mut args) = if small.is_file() {
+            (small, Vec::new())
+        } else {
+            (
+                self.supervisor_exe.clone(),
+                vec![SANDBOX_SUBCOMMAND.to_owned()],
+            )
+        };
+        args.push(profile.to_string());
+        args.push(bash.display().to_string());
         args.extend(shell_args);
-        Ok((self.supervisor_exe.clone(), args))
+        Ok((program, args))
     }
 
     pub fn registry(&self) -> ProcessRegistry {

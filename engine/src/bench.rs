@@ -86,7 +86,7 @@ pub async fn run(
     let options = EngineOptions {
         session: Some("bench".into()),
         backend: None,
-        exe: Some(exe),
+        exe: Some(exe.clone()),
     };
     let engine = Arc::new(
         Engine::with_options(policy, registry, Arc::default(), options)
@@ -193,6 +193,53 @@ pub async fn run(
         }
         terminal.push(ms(t.elapsed()));
     }
+    // The same command in the workspace-write sandbox, interleaved with the unconfined one.
+    let sandbox_dir = std::env::temp_dir().join(format!("paddock-bench-{}", std::process::id()));
+    let workspace = sandbox_dir.join("workspace");
+    std::fs::create_dir_all(&workspace).map_err(|e| e.to_string())?;
+    let policy_path = sandbox_dir.join("policy.toml");
+    std::fs::write(
+        &policy_path,
+        format!(
+            "[backends.local]\nkind = \"local\"\nsandbox = \"workspace-write\"\nworkspace = \"{}\"\n",
+            workspace.display()
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    let sandboxed_engine = Engine::with_options(
+        Policy::load(&policy_path).map_err(|e| e.to_string())?,
+        Registry::with_builtins(),
+        Arc::default(),
+        EngineOptions {
+            session: Some("bench".into()),
+            backend: None,
+            exe: Some(exe.clone()),
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let (mut unconfined, mut sandboxed) = (Vec::new(), Vec::new());
+    for _ in 0..40 {
+        let t = Instant::now();
+        engine
+            .call_tool("terminal", json!({"command": "true"}))
+            .await
+            .map_err(|e| e.to_string())?;
+        unconfined.push(ms(t.elapsed()));
+        let t = Instant::now();
+        let out = sandboxed_engine
+            .call_tool("terminal", json!({"command": "true"}))
+            .await
+            .map_err(|e| e.to_string())?;
+        if out["exit_code"] != json!(0) {
+            return Err(format!("sandboxed terminal failed: {out}"));
+        }
+        sandboxed.push(ms(t.elapsed()));
+    }
+    let _ = std::fs::remove_dir_all(&sandbox_dir);
+    unconfined.sort_by(f64::total_cmp);
+    sandboxed.sort_by(f64::total_cmp);
+    let (unconfined_p50, sandboxed_p50) =
+        (percentile(&unconfined, 0.5), percentile(&sandboxed, 0.5));
     bare.sort_by(f64::total_cmp);
     terminal.sort_by(f64::total_cmp);
     let (bare_p50, terminal_p50) = (percentile(&bare, 0.5), percentile(&terminal, 0.5));
@@ -244,6 +291,8 @@ pub async fn run(
         "terminal_ms": {"bare_bash_p50": bare_p50, "terminal_p50": terminal_p50,
                         "overhead_ratio": terminal_p50 / bare_p50,
                         "burst_100_concurrent": {"ok": burst_ok, "wall_ms": burst_ms}},
+        "terminal_workspace_write_ms": {"unconfined_p50": unconfined_p50, "sandboxed_p50": sandboxed_p50,
+                                        "added_ms": sandboxed_p50 - unconfined_p50},
     }))
 }
 
