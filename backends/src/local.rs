@@ -11,7 +11,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::output::CappedText;
-use crate::processes::{ProcessRecord, ProcessRegistry};
+use crate::processes::{ProcessRecord, ProcessRegistry, ProcessSpec};
 use crate::shell::{WRAPPER, check_command, session_dir};
 use crate::{
     BackendError, BackendFuture, BackgroundRequest, Environment, ExecOutput, ExecRequest,
@@ -544,12 +544,14 @@ impl Environment for LocalEnvironment {
             self.registry()
                 .start(
                     &self.supervisor_exe,
-                    id,
-                    &request,
-                    &state,
-                    env,
-                    None,
-                    local_argv,
+                    ProcessSpec {
+                        id,
+                        request,
+                        shell_state: state,
+                        env,
+                        remote: None,
+                        local_argv,
+                    },
                 )
                 .await
         })

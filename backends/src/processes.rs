@@ -141,31 +141,15 @@ impl ProcessRegistry {
         format!("p_{}", hex::encode(random))
     }
 
-    /// Starts a background command under a detached supervisor (`exe __supervise DIR`).
-    pub async fn start(
-        &self,
-        exe: &Path,
-        id: String,
-        request: &BackgroundRequest,
-        shell_state: &Path,
-        env: std::collections::BTreeMap<String, String>,
-        remote: Option<crate::remote::RemoteLaunch>,
-        local_argv: Option<Vec<String>>,
-    ) -> Result<ProcessRecord> {
+    /// Starts the command `spec` describes under a detached supervisor (`exe __supervise DIR`).
+    pub async fn start(&self, exe: &Path, spec: ProcessSpec) -> Result<ProcessRecord> {
+        let id = spec.id.clone();
         let dir = self.root.join(&id);
         let state_err = |e: std::io::Error| BackendError::State {
             path: dir.display().to_string(),
             reason: e.to_string(),
         };
         std::fs::create_dir_all(&dir).map_err(state_err)?;
-        let spec = ProcessSpec {
-            id: id.clone(),
-            request: request.clone(),
-            shell_state: shell_state.to_path_buf(),
-            env,
-            remote,
-            local_argv,
-        };
         write_json_atomic(&dir.join("spec.json"), &spec).map_err(state_err)?;
         for fifo in ["stdin", "control"] {
             nix::unistd::mkfifo(

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::local::{TIMEOUT_EXIT_CODE, Utf8Capped};
-use crate::processes::{ProcessRecord, ProcessRegistry};
+use crate::processes::{ProcessRecord, ProcessRegistry, ProcessSpec};
 use crate::shell::check_command;
 use crate::{
     BackendError, BackendFuture, BackgroundRequest, Environment, ExecOutput, ExecRequest,
@@ -295,12 +295,14 @@ impl<T: Transport> RemoteEnvironment<T> {
         ProcessRegistry::new(self.state_root.join("processes"))
             .start(
                 &self.supervisor_exe,
-                id,
-                &request,
-                &host_state,
-                env,
-                Some(launch),
-                None,
+                ProcessSpec {
+                    id,
+                    request,
+                    shell_state: host_state,
+                    env,
+                    remote: Some(launch),
+                    local_argv: None,
+                },
             )
             .await
     }

@@ -366,7 +366,8 @@ fn start_background(t: &Target, session: &str, command: &str, pty: bool) -> Stri
 }
 
 fn wait_for_log(t: &Target, session: &str, id: &str, needle: &str) -> Vec<String> {
-    for _ in 0..100 {
+    // Up to 15 s: an apptainer instance or a container may be starting on a loaded machine.
+    for _ in 0..300 {
         let v = t.process(session, json!({"action": "log", "session_id": id}));
         let lines: Vec<String> = v["lines"]
             .as_array()
