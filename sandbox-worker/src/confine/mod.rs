@@ -1,7 +1,8 @@
 //! Confinement of a sandbox child, and every other piece of `unsafe` in Paddock.
 //!
 //! The zygote, once, after building the interpreter: new namespaces (user when not root,
-//! mount, net, ipc, uts) and an empty read-only root ([`namespaces`]); every child inherits them.
+//! mount, net, ipc, uts) and an empty read-only root (module `namespaces`); every child
+//! inherits them.
 //!
 //! A forked child confines itself before it ever reads a script, in this order (fail closed:
 //! any step that fails aborts the child, which reports `ConfinementFailed`):
@@ -20,6 +21,7 @@
 //! The interpreter itself is built without host access (no `open`, `os`, sockets, `ctypes`);
 //! these layers are what holds if that ever stops being true.
 
+mod capabilities;
 mod heap;
 mod landlock_rules;
 mod namespaces;
@@ -81,7 +83,7 @@ fn degraded_allowed(feature: &str) -> bool {
 /// The zygote's isolation, described for every child's report.
 static ISOLATION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
-/// Isolates the zygote (see [`namespaces`]); must run while it is single-threaded. Missing
+/// Isolates the zygote (module `namespaces`); must run while it is single-threaded. Missing
 /// namespaces are an error unless the policy allows running without them.
 pub fn isolate_zygote() -> Result<(), ConfineError> {
     let report = match namespaces::isolate() {
@@ -111,19 +113,9 @@ pub fn confine_child(
     zygote_pid: i32,
     start_watchdog: impl FnOnce() -> io::Result<()>,
 ) -> Result<String, ConfineError> {
-    let was_root = nix::unistd::geteuid().is_root();
-    if was_root {
-        drop_root().map_err(step("drop root"))?;
-    }
-    die_with_parent(zygote_pid).map_err(step("die with parent"))?;
-    // SAFETY: PR_SET_DUMPABLE and PR_SET_NO_NEW_PRIVS take integer arguments only.
-    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
-        return Err(step("not dumpable")(io::Error::last_os_error()));
-    }
-    // SAFETY: as above.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(step("no_new_privs")(io::Error::last_os_error()));
-    }
+    let was_root = drop_privileges(zygote_pid)?;
+    // Without root the child still holds every capability of the zygote's user namespace.
+    capabilities::drop_all().map_err(step("drop capabilities"))?;
     let landlock = match landlock_rules::restrict_everything() {
         Ok(status) => status.to_owned(),
         Err(err) if degraded_allowed("landlock") => format!("DEGRADED (no landlock: {err})"),
@@ -133,13 +125,32 @@ pub fn confine_child(
     set_rlimits().map_err(step("rlimits"))?;
     let syscalls = seccomp::install()?;
     Ok(format!(
-        "namespaces={} uid={} no_new_privs landlock={landlock} \
+        "namespaces={} uid={} no_new_privs capabilities=none landlock={landlock} \
          rlimits(nproc=0,fsize=0,core=0,nofile=16,as={}MiB) seccomp(allow {syscalls} syscalls, \
          default ENOSYS)",
         ISOLATION.get().map_or("none", String::as_str),
         if was_root { "nobody" } else { "unchanged" },
         ADDRESS_SPACE_LIMIT >> 20
     ))
+}
+
+/// Steps 1–3 of [`confine_child`] (the hostile probes' `uid` layer): drop root when root, die
+/// with `parent`, not dumpable, `no_new_privs`. Answers whether the process was root.
+fn drop_privileges(parent: i32) -> Result<bool, ConfineError> {
+    let was_root = nix::unistd::geteuid().is_root();
+    if was_root {
+        drop_root().map_err(step("drop root"))?;
+    }
+    die_with_parent(parent).map_err(step("die with parent"))?;
+    // SAFETY: PR_SET_DUMPABLE and PR_SET_NO_NEW_PRIVS take integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(step("not dumpable")(io::Error::last_os_error()));
+    }
+    // SAFETY: as above.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(step("no_new_privs")(io::Error::last_os_error()));
+    }
+    Ok(was_root)
 }
 
 fn drop_root() -> io::Result<()> {

@@ -96,6 +96,30 @@ fn program(
         .map_err(|e: seccompiler::BackendError| ConfineError::Seccomp(e.to_string()))
 }
 
+/// `tgkill` stays allowed for `abort()` (the memory ceiling ends a child with SIGABRT), but
+/// only towards this process: a filter built per child, since the pid differs. Otherwise a
+/// child running as the engine's own user could signal the engine wherever Landlock's signal
+/// scope is missing.
+fn own_signals_only() -> Result<BpfProgram, ConfineError> {
+    use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition};
+    let arch = TargetArch::try_from(std::env::consts::ARCH)
+        .map_err(|e| ConfineError::Seccomp(format!("unsupported architecture: {e}")))?;
+    let pid = u64::from(std::process::id());
+    let other_process = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, pid)
+        .and_then(|c| SeccompRule::new(vec![c]))
+        .map_err(|e| ConfineError::Seccomp(e.to_string()))?;
+    let filter = SeccompFilter::new(
+        BTreeMap::from([(libc::SYS_tgkill, vec![other_process])]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(|e| ConfineError::Seccomp(e.to_string()))?;
+    filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| ConfineError::Seccomp(e.to_string()))
+}
+
 type Programs = (BpfProgram, BpfProgram);
 
 static PROGRAMS: std::sync::OnceLock<Result<Programs, String>> = std::sync::OnceLock::new();
@@ -132,7 +156,9 @@ pub fn install() -> Result<usize, ConfineError> {
         });
     }
     let (kill, allow) = programs()?;
-    for filter in [kill, allow] {
+    let own_signals = own_signals_only()?;
+    // The allow-list goes last: it refuses seccomp() itself.
+    for filter in [kill, &own_signals, allow] {
         seccompiler::apply_filter_all_threads(filter)
             .map_err(|e| ConfineError::Seccomp(format!("install failed: {e}")))?;
     }

@@ -396,7 +396,7 @@ fn confine_command(profile: &ShellProfile, workspace: &Path) -> StepResult<()> {
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(("no_new_privs", io::Error::last_os_error().to_string()));
     }
-    drop_capabilities()?;
+    super::capabilities::drop_all().map_err(at("drop capabilities"))?;
     let abi = ABI::V5;
     let writable: Vec<PathBuf> = if profile.mode == "workspace-write" {
         std::iter::once(workspace.to_path_buf())
@@ -446,52 +446,6 @@ fn confine_command(profile: &ShellProfile, workspace: &Path) -> StepResult<()> {
             "landlock",
             format!("not fully enforced ({:?})", status.ruleset),
         ));
-    }
-    Ok(())
-}
-
-/// Empties the bounding, ambient, inheritable, permitted and effective sets: even a command
-/// running as root keeps no capability across its exec.
-fn drop_capabilities() -> StepResult<()> {
-    for cap in 0..64 {
-        // SAFETY: integer-only prctl; EINVAL past the last capability is expected.
-        unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
-    }
-    // SAFETY: integer-only prctl.
-    unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL,
-            0,
-            0,
-            0,
-        )
-    };
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let header = Header {
-        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
-        pid: 0,
-    };
-    let data = [Data {
-        effective: 0,
-        permitted: 0,
-        inheritable: 0,
-    }; 2];
-    // SAFETY: capset reads one header and two data structs (version 3) from valid memory.
-    let rc = unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) };
-    if rc != 0 {
-        return Err(("drop capabilities", io::Error::last_os_error().to_string()));
     }
     Ok(())
 }

@@ -7,5 +7,6 @@ mod codemode_results;
 mod confinement;
 mod conformance;
 mod definitions;
+mod hostile_script;
 mod hostile_shell;
 mod policies;
