@@ -83,3 +83,99 @@ fn recursion_is_a_clean_error() {
         "{v}"
     );
 }
+
+/// `paddock run` with `PADDOCK_SANDBOX_SIMULATE_MISSING` (and an optional policy).
+fn run_without(feature: &str, policy: Option<&str>) -> serde_json::Value {
+    let mut args = vec!["run", "--timeout", "20"];
+    if let Some(policy) = policy {
+        args.extend(["--policy", policy]);
+    }
+    args.push("-");
+    paddock_tests::paddock_env(
+        &args,
+        &[("PADDOCK_SANDBOX_SIMULATE_MISSING", feature)],
+        Some(b"'ran'"),
+        std::time::Duration::from_secs(60),
+    )
+    .json()
+}
+
+#[test]
+fn a_missing_kernel_feature_stops_code_mode_and_names_the_feature() {
+    for feature in ["namespaces", "landlock", "seccomp"] {
+        let v = run_without(feature, None);
+        assert_eq!(v["ok"], json!(false), "{feature}: {v}");
+        assert_eq!(v["error_code"], json!("codemode:sandbox_failed"), "{v}");
+        let error = v["error"].as_str().unwrap();
+        assert!(
+            error.contains(&format!("the kernel feature '{feature}' is missing")),
+            "{error}"
+        );
+        assert_ne!(v["result"], json!("ran"), "{v}");
+    }
+}
+
+#[test]
+fn an_operator_may_accept_a_named_degraded_mode_but_never_without_seccomp() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = paddock_tests::write_file(
+        &dir,
+        "p.toml",
+        "[codemode]\ndegraded = [\"namespaces\", \"landlock\"]\n",
+    );
+    assert_eq!(
+        run_without("namespaces", Some(&policy))["result"],
+        json!("ran")
+    );
+    assert_eq!(
+        run_without("landlock", Some(&policy))["result"],
+        json!("ran")
+    );
+    // seccomp cannot be listed at all.
+    let bad = paddock_tests::write_file(&dir, "bad.toml", "[codemode]\ndegraded = [\"seccomp\"]\n");
+    let check = paddock_tests::paddock(&["policy", "check", &bad]);
+    assert_eq!(check.code, 2, "{}", check.stderr);
+    assert!(
+        check.stderr.contains("codemode.degraded"),
+        "{}",
+        check.stderr
+    );
+}
+
+#[test]
+fn scripts_run_for_an_ordinary_user_in_a_namespace_of_their_own() {
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    if !is_root {
+        // Already an ordinary user: the other tests of this suite are the proof.
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let _ = std::process::Command::new("chown")
+        .args(["65534:65534", home.path().to_str().unwrap()])
+        .status();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "env"])
+        .arg(format!("PADDOCK_HOME={}", home.path().display()))
+        .arg(paddock_tests::paddock_bin())
+        .args(["run", "--timeout", "20", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(b"try:\n    open('/etc/passwd')\n    r = 'opened'\nexcept PermissionError:\n    r = 'refused'\nr")?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(v["result"], json!("refused"), "{v}");
+}
