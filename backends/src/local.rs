@@ -159,6 +159,7 @@ impl LocalEnvironment {
             "workspace": sandbox.workspace,
             "writable": [state, python],
             "tmp_dir": tmp,
+            "readable": [&home],
             "protected": sandbox.protected,
             "masked": masked,
             "network": sandbox.network,

@@ -126,11 +126,24 @@ impl SshTransport {
         let mut args = self.options(pty);
         args.push(self.destination());
         args.push("--".into());
-        let mut line = argv
-            .iter()
-            .map(|w| shell_quote(w))
-            .collect::<Vec<_>>()
-            .join(" ");
+        // `env NAME=VALUE cmd` becomes the remote shell's own `NAME=VALUE cmd`: one exec less
+        // per command (the value is a hex run id, safe unquoted).
+        let argv = match argv {
+            [env, assignment, rest @ ..]
+                if env == "env"
+                    && assignment.split_once('=').is_some_and(|(name, value)| {
+                        !name.is_empty()
+                            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                            && value.chars().all(|c| c.is_ascii_alphanumeric())
+                    }) =>
+            {
+                std::iter::once(assignment.clone())
+                    .chain(rest.iter().map(|w| shell_quote(w)))
+                    .collect::<Vec<_>>()
+            }
+            _ => argv.iter().map(|w| shell_quote(w)).collect(),
+        };
+        let mut line = argv.join(" ");
         if marker {
             line.push_str(&format!("; echo \"{EXIT_MARKER}$?\" >&2"));
         }

@@ -60,6 +60,10 @@ pub struct ShellProfile {
     /// Other directories the command must be able to write (its session's state).
     #[serde(default)]
     pub writable: Vec<PathBuf>,
+    /// Directories that stay visible read-only even when they lie under the replaced /tmp
+    /// (the user's home: a shell and its tools start there).
+    #[serde(default)]
+    pub readable: Vec<PathBuf>,
     /// Paths inside the workspace that stay read-only (`.git/hooks`, ...).
     #[serde(default)]
     pub protected: Vec<String>,
@@ -159,7 +163,22 @@ fn run(profile: &ShellProfile, argv: &[String]) -> StepResult<i32> {
         keep.push((dir.clone(), fd));
     }
 
-    build_file_view(profile, &workspace, &keep, tmp_dir.as_ref())?;
+    let mut readable: Vec<(PathBuf, OwnedFd)> = Vec::new();
+    for dir in &profile.readable {
+        // Only what /tmp would hide needs putting back; elsewhere it is visible already.
+        if dir.starts_with("/tmp")
+            && let Ok(fd) = nix::fcntl::open(
+                dir.as_path(),
+                nix::fcntl::OFlag::O_PATH
+                    | nix::fcntl::OFlag::O_DIRECTORY
+                    | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+        {
+            readable.push((dir.clone(), fd));
+        }
+    }
+    build_file_view(profile, &workspace, &keep, &readable, tmp_dir.as_ref())?;
 
     // Signals the outside sends (timeouts) are taken synchronously and passed on.
     let mut forwarded = SigSet::empty();
@@ -251,6 +270,7 @@ fn build_file_view(
     profile: &ShellProfile,
     workspace: &Path,
     keep: &[(PathBuf, OwnedFd)],
+    readable: &[(PathBuf, OwnedFd)],
     tmp_dir: Option<&OwnedFd>,
 ) -> StepResult<()> {
     let tmpfs = |target: &Path, options: &str| {
@@ -269,6 +289,13 @@ fn build_file_view(
             Path::new("/tmp"),
             &format!("size={}m,mode=1777", profile.tmp_mb),
         )?,
+    }
+    // Read-only directories the new /tmp hid come back before the masks, which apply inside
+    // them too (a home under /tmp keeps its ~/.ssh hidden).
+    for (path, fd) in readable {
+        std::fs::create_dir_all(path)
+            .map_err(|e| ("recreate a mount point", format!("{}: {e}", path.display())))?;
+        bind_fd(fd, path, true)?;
     }
     for masked in &profile.masked {
         let Ok(meta) = std::fs::metadata(masked) else {
