@@ -254,6 +254,36 @@ impl Transport for SshTransport {
         Ok((full, false))
     }
 
+    /// Makes sure the backend's master connection exists before a background client starts:
+    /// a client that becomes the master itself (`ControlMaster=auto`, `ControlPersist`)
+    /// forks into the background and can swallow stdin written during that start.
+    fn ensure<'a>(&'a self, _session: &'a str) -> BackendFuture<'a, ()> {
+        Box::pin(async move {
+            self.prepare()?;
+            let mut check = self.options(false);
+            check.extend(["-O".into(), "check".into(), self.destination()]);
+            let alive = tokio::process::Command::new(&self.config.program)
+                .args(&check)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .await
+                .is_ok_and(|s| s.success());
+            if alive {
+                return Ok(());
+            }
+            let sink =
+                std::sync::Arc::new(std::sync::Mutex::new(crate::local::Utf8Capped::new(4096)));
+            let run = TargetRun {
+                argv: vec!["true".into()],
+                stdin: None,
+                pty: false,
+            };
+            self.run("ensure", run, sink).await.map(|_| ())
+        })
+    }
+
     fn health(&self) -> BackendFuture<'_, ()> {
         Box::pin(async move {
             let sink =
