@@ -232,6 +232,8 @@ impl LocalEnvironment {
         // Our copies of the write end went into the Command and are closed now.
         drop(command);
         let pgid = child.id().map(|p| p as i32);
+        // A caller that stops waiting (an MCP client cancelled the call) ends the command.
+        let mut cancel_guard = GroupGuard { pgid };
         if let (Some(data), Some(mut stdin)) = (request.stdin.clone(), child.stdin.take()) {
             tokio::spawn(async move {
                 let _ = stdin.write_all(&data).await;
@@ -265,6 +267,7 @@ impl LocalEnvironment {
                 _ => break,
             }
         }
+        cancel_guard.pgid = None;
         let ended = Ended {
             pgid,
             tag,
@@ -273,6 +276,24 @@ impl LocalEnvironment {
             started,
         };
         Ok(ended.finish(&request, &state, output.finish(), output.total_chars()))
+    }
+}
+
+/// Kills a foreground command's process group, and what escaped it, when the future running
+/// the command is dropped before the command ended.
+struct GroupGuard {
+    pgid: Option<i32>,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid {
+            let escaped = crate::procfs::descendants(pgid);
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+            for pid in escaped {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use crate::codemode::{Limits, MAX_SCRIPT_BYTES};
 use crate::engine::Engine;
 use crate::events::EventSink;
 use crate::policy::Policy;
-use crate::registry::{Registry, definitions};
+use crate::registry::definitions;
 
 #[derive(Parser)]
 #[command(
@@ -69,6 +69,21 @@ enum Command {
         policy: Option<PathBuf>,
         #[arg(long, value_enum, default_value_t = Format::Openai)]
         format: Format,
+    },
+    /// Serve Paddock's tools over MCP: stdio, or Streamable HTTP at http://ADDR/mcp.
+    Serve {
+        #[command(flatten)]
+        common: Common,
+        /// Listen on ADDR (e.g. 127.0.0.1:8931) instead of stdio. Beyond loopback only with
+        /// PADDOCK_MCP_TOKEN set (clients then send `Authorization: Bearer <token>`).
+        #[arg(long, value_name = "ADDR")]
+        http: Option<String>,
+        /// Also accept requests from this browser origin (e.g. https://app.example:443).
+        #[arg(long, value_name = "ORIGIN")]
+        allow_origin: Vec<String>,
+        /// Also accept this Host header (a name this server is reached by).
+        #[arg(long, value_name = "HOST")]
+        allow_host: Vec<String>,
     },
     /// Check policy files.
     Policy {
@@ -258,7 +273,13 @@ async fn dispatch(command: Command) -> ExitCode {
             common,
             backend,
         } => call(tool, args, common, backend).await,
-        Command::Tools { policy, format } => tools(policy, format),
+        Command::Tools { policy, format } => tools(policy, format).await,
+        Command::Serve {
+            common,
+            http,
+            allow_origin,
+            allow_host,
+        } => serve(common, http, allow_origin, allow_host).await,
         Command::Policy {
             command: PolicyCommand::Check { files },
         } => policy_check(&files),
@@ -403,7 +424,11 @@ async fn run_scripts(
         backend: None,
         exe: None,
     };
-    let engine = match Engine::with_options(policy, Registry::with_builtins(), events, options) {
+    let registry = match crate::mcp::registry_with_bridge(&policy).await {
+        Ok((registry, _bridge)) => registry,
+        Err(e) => return usage_error(&e),
+    };
+    let engine = match Engine::with_options(policy, registry, events, options) {
         Ok(e) => Arc::new(e),
         Err(e) => return usage_error(&e.to_string()),
     };
@@ -452,8 +477,11 @@ async fn call(tool: String, args: String, common: Common, backend: Option<String
         backend,
         exe: None,
     };
-    let engine =
-        match Engine::with_options(policy, Registry::with_builtins(), Arc::default(), options) {
+    let registry = match crate::mcp::registry_with_bridge(&policy).await {
+        Ok((registry, _bridge)) => registry,
+        Err(e) => return usage_error(&e),
+    };
+    let engine = match Engine::with_options(policy, registry, Arc::default(), options) {
             Ok(e) => e,
             Err(e) => return usage_error(&e.to_string()),
         };
@@ -474,12 +502,61 @@ async fn call(tool: String, args: String, common: Common, backend: Option<String
     }
 }
 
-fn tools(policy: Option<PathBuf>, format: Format) -> ExitCode {
+async fn serve(
+    common: Common,
+    http: Option<String>,
+    allow_origins: Vec<String>,
+    allow_hosts: Vec<String>,
+) -> ExitCode {
+    let policy = match load_policy(common.policy.as_deref()) {
+        Ok(p) => p,
+        Err(e) => return usage_error(&e),
+    };
+    let options = crate::engine::EngineOptions {
+        session: common.session.clone(),
+        backend: None,
+        exe: None,
+    };
+    let (shared, bridge) = match crate::mcp::build(policy, options).await {
+        Ok(built) => built,
+        Err(e) => return usage_error(&e),
+    };
+    let served = match http {
+        Some(addr) => {
+            let token = std::env::var("PADDOCK_MCP_TOKEN")
+                .ok()
+                .filter(|t| !t.is_empty());
+            let options = crate::mcp::http::HttpOptions {
+                addr,
+                token,
+                allow_origins,
+                allow_hosts,
+            };
+            crate::mcp::http::serve_http(shared, options).await
+        }
+        None => crate::mcp::serve_stdio(shared).await,
+    };
+    bridge.stop().await;
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(crate::mcp::ServeError::Setup(e)) => usage_error(&e),
+        Err(e) => {
+            tracing::error!(%e, "paddock serve stopped");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn tools(policy: Option<PathBuf>, format: Format) -> ExitCode {
     let policy = match load_policy(policy.as_deref()) {
         Ok(p) => p,
         Err(e) => return usage_error(&e),
     };
-    let engine = match Engine::new(policy, Registry::with_builtins(), Arc::default()) {
+    let registry = match crate::mcp::registry_with_bridge(&policy).await {
+        Ok((registry, _bridge)) => registry,
+        Err(e) => return usage_error(&e),
+    };
+    let engine = match Engine::new(policy, registry, Arc::default()) {
         Ok(e) => e,
         Err(e) => return usage_error(&e.to_string()),
     };

@@ -37,6 +37,14 @@ pub struct EngineOptions {
     pub exe: Option<std::path::PathBuf>,
 }
 
+/// Per-call additions from the caller: the MCP server passes its client as approver and a
+/// progress sink.
+#[derive(Clone, Default)]
+pub struct CallExtras {
+    pub approver: Option<Arc<dyn crate::approval::approvers::Approver>>,
+    pub progress: Option<crate::registry::ProgressSink>,
+}
+
 /// Registry + code mode + policy.
 pub struct Engine {
     policy: Policy,
@@ -143,7 +151,8 @@ impl Engine {
 
     /// Runs one script as a top-level `run_tools_script` call.
     pub async fn run_script(&self, code: &str, limits: &Limits) -> Result<Value, EngineError> {
-        self.run_script_in(code, limits, None).await
+        self.run_script_in(code, limits, None, CallExtras::default())
+            .await
     }
 
     async fn run_script_in(
@@ -151,6 +160,7 @@ impl Engine {
         code: &str,
         limits: &Limits,
         parent: Option<String>,
+        extras: CallExtras,
     ) -> Result<Value, EngineError> {
         if !self.policy.codemode.enabled {
             return Err(EngineError::CodemodeDisabled);
@@ -160,6 +170,8 @@ impl Engine {
             session: self.session.clone(),
             parent_call_id: parent,
             deadline: None,
+            approver: extras.approver,
+            progress: extras.progress,
         };
         let started = Instant::now();
         let events = self.registry().events().clone();
@@ -175,6 +187,16 @@ impl Engine {
 
     /// Calls any tool by name, `run_tools_script` included.
     pub async fn call_tool(&self, name: &str, args: Value) -> Result<Value, ToolError> {
+        self.call_tool_with(name, args, CallExtras::default()).await
+    }
+
+    /// As [`Engine::call_tool`], with who approves and where progress goes for this call.
+    pub async fn call_tool_with(
+        &self,
+        name: &str,
+        args: Value,
+        extras: CallExtras,
+    ) -> Result<Value, ToolError> {
         if name == RUN_TOOLS_SCRIPT {
             let Some(code) = args.get("code").and_then(Value::as_str) else {
                 return Err(ToolError::invalid_arguments(
@@ -182,7 +204,7 @@ impl Engine {
                 ));
             };
             return self
-                .run_script(code, &self.limits())
+                .run_script_in(code, &self.limits(), None, extras)
                 .await
                 .map_err(|e| ToolError::denied("tool:not_allowed", e.to_string()));
         }
@@ -191,6 +213,8 @@ impl Engine {
             session: self.session.clone(),
             parent_call_id: None,
             deadline: None,
+            approver: extras.approver,
+            progress: extras.progress,
         };
         self.registry().dispatch(name, args, ctx).await
     }

@@ -8,6 +8,8 @@
 //! - [`codemode`] — `run_tools_script`: script preparation, the sandbox pool, limits, results;
 //! - [`tools`] — the built-in tools;
 //! - [`events`] — ToolCallEvents;
+//! - [`mcp`] — `paddock serve` (MCP server, approvals by elicitation) and the bridge to other
+//!   MCP servers;
 //! - [`engine`] — the facade a library user or the CLI holds;
 //! - [`cli`] — the command line; [`bench`]: `paddock bench`.
 
@@ -20,6 +22,7 @@ pub mod cli;
 pub mod codemode;
 pub mod engine;
 pub mod events;
+pub mod mcp;
 pub mod policy;
 pub mod registry;
 pub mod tools;

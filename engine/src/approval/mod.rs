@@ -38,6 +38,9 @@ pub struct ApprovalGate {
     allowlist: GlobSet,
     deny: GlobSet,
     approver: Option<Arc<dyn Approver>>,
+    /// The policy named its approver: it is asked even when the call came with its own (an
+    /// MCP client's elicitation), because the operator chose it.
+    approver_named: bool,
     timeout: Duration,
     state: PathBuf,
     /// The policy file "always" answers are written into (none: the built-in policy).
@@ -66,9 +69,14 @@ impl ApprovalGate {
                 )
             })
             .collect();
+        let approver_named = a
+            .approver
+            .as_ref()
+            .is_some_and(|s| s.get_ref().as_str() != "mcp");
         let approver: Option<Arc<dyn Approver>> =
             match a.approver.as_ref().map(|s| s.get_ref().as_str()) {
-                Some("none") => None,
+                // The agent's MCP client (`paddock serve`); elsewhere nobody.
+                Some("none") | Some("mcp") => None,
                 Some("terminal") => Some(Arc::new(TerminalApprover)),
                 Some(program) => Some(Arc::new(CommandApprover {
                     program: program.to_owned(),
@@ -84,6 +92,7 @@ impl ApprovalGate {
             allowlist: globs(a.allowlist.iter().map(|s| s.get_ref().as_str())),
             deny: globs(a.deny.iter().map(|s| s.get_ref().as_str())),
             approver,
+            approver_named,
             timeout: Duration::from_secs_f64(*a.timeout_seconds.get_ref()),
             state: state_root.join("approvals"),
             policy_file: policy.source.clone(),
@@ -226,7 +235,12 @@ impl ApprovalGate {
         request: &ApprovalRequest,
         ctx: &CallContext,
     ) -> (Result<Answer, String>, String, Duration) {
-        let Some(approver) = &self.approver else {
+        let approver = if self.approver_named {
+            self.approver.as_ref()
+        } else {
+            ctx.approver.as_ref().or(self.approver.as_ref())
+        };
+        let Some(approver) = approver else {
             return (
                 Err(
                     "nobody is available to approve it (no approver configured and no terminal)"

@@ -259,8 +259,14 @@ impl CodeMode {
                             session: ctx.session.clone(),
                             parent_call_id: Some(ctx.call_id.clone()),
                             deadline: Some(deadline.clone()),
+                            approver: ctx.approver.clone(),
+                            progress: None,
                         };
                         let permitted = allowed.contains(&tool);
+                        let progress = ctx.progress.clone();
+                        if let Some(report) = &progress {
+                            report(format!("{tool} started"));
+                        }
                         in_flight.push(Box::pin(async move {
                             let result = if permitted {
                                 match serde_json::from_str::<Value>(&args_json) {
@@ -275,6 +281,9 @@ impl CodeMode {
                                 )))
                             };
                             let reply = tool_reply(&tool, result);
+                            if let Some(report) = &progress {
+                                report(format!("{tool} finished"));
+                            }
                             (id, tool, reply)
                         }));
                     }

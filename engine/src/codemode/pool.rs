@@ -224,6 +224,9 @@ pub struct ReadyChild {
 /// A child checked out for one script (its read half is handed out separately).
 pub struct Checkout {
     pub pid: i32,
+    /// Kill the child when this checkout is dropped: its script has not reported an end (the
+    /// run was cancelled, e.g. an MCP client gave up on the call).
+    armed: bool,
     writer: OwnedWriteHalf,
     link: Arc<ZygoteLink>,
     _permit: OwnedSemaphorePermit,
@@ -253,8 +256,21 @@ impl Checkout {
         self.link.exit_of(self.pid, wait).await
     }
 
-    pub fn forget_exit(&self) {
+    /// The conversation is over (the script ended, or the child was killed or died): stop
+    /// tracking its exit, and dropping no longer kills.
+    pub fn forget_exit(&mut self) {
+        self.armed = false;
         self.link.forget(self.pid);
+    }
+}
+
+impl Drop for Checkout {
+    fn drop(&mut self) {
+        if self.armed {
+            // The zygote has not reaped the child (its exit is unreported), so the pid is still
+            // this child's.
+            self.kill();
+        }
     }
 }
 
@@ -452,6 +468,7 @@ impl SandboxPool {
         self.spawn_refill();
         let checkout = Checkout {
             pid: child.pid,
+            armed: true,
             writer: child.writer,
             link: child.link,
             _permit: permit,

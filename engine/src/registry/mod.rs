@@ -111,7 +111,14 @@ pub struct CallContext {
     pub parent_call_id: Option<String>,
     /// The calling script's deadline; approvals pause it while a human decides.
     pub deadline: Option<Deadline>,
+    /// Who asks a human for this call when the policy names no approver (the MCP client).
+    pub approver: Option<Arc<dyn crate::approval::approvers::Approver>>,
+    /// Where a running script reports its nested calls (MCP progress notifications).
+    pub progress: Option<ProgressSink>,
 }
+
+/// Receives one progress message (`"<tool> started"`, `"<tool> finished"`).
+pub type ProgressSink = Arc<dyn Fn(String) + Send + Sync>;
 
 /// Kinds of tool failure; each maps to the exception a script sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

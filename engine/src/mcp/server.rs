@@ -1,0 +1,414 @@
+//! The MCP face of one engine: `tools/list` from the registry, `tools/call` through the engine
+//! with the client as approver, progress for scripts' nested calls, cancellation, and
+//! `notify_on_complete` as a log notification.
+
+// Logging notifications are deprecated by 2026-07-28 (SEP-2577) but are the one way a legacy
+// session can hear of a background process finishing.
+#![allow(deprecated)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest,
+    ElicitRequestParams, ElicitResult, Implementation, InputRequest, InputRequests,
+    InputRequiredResult, ListToolsResult, LoggingLevel, LoggingMessageNotificationParam,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler};
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use super::approvals::{
+    self, DeferredElicitation, LegacyElicitation, NoElicitation, Parked, ParkedCalls, Question,
+    RunningCall,
+};
+use super::progress::ProgressRelay;
+use crate::approval::approvers::Approver;
+use crate::codemode::RUN_TOOLS_SCRIPT;
+use crate::engine::{CallExtras, Engine};
+use crate::registry::{ToolError, ToolErrorKind, ToolSpec};
+
+/// How long `tools/list` may be cached by a client.
+const TOOLS_TTL_MS: u64 = 60_000;
+
+/// What every request of one `paddock serve` shares.
+pub struct Shared {
+    pub engine: Engine,
+    pub parked: Arc<ParkedCalls>,
+    /// How long a paused call waits for the client's retry (the policy's approval timeout).
+    pub approval_ttl: Duration,
+}
+
+/// The rmcp handler; cheap to clone (Streamable HTTP makes one per request).
+#[derive(Clone)]
+pub struct PaddockServer {
+    shared: Arc<Shared>,
+}
+
+impl PaddockServer {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
+    fn engine(&self) -> &Engine {
+        &self.shared.engine
+    }
+
+    /// Starts the engine call for a fresh request, with the approver this client allows.
+    fn start_call(
+        &self,
+        name: &str,
+        args: Value,
+        context: &RequestContext<RoleServer>,
+        modern: bool,
+    ) -> RunningCall {
+        let can_elicit = context
+            .client_capabilities()
+            .is_some_and(|c| c.elicitation.is_some());
+        let (questions_tx, questions) = mpsc::unbounded_channel::<Question>();
+        let approver: Arc<dyn Approver> = match (can_elicit, modern) {
+            (false, _) => Arc::new(NoElicitation),
+            (true, false) => Arc::new(LegacyElicitation {
+                peer: context.peer.clone(),
+            }),
+            (true, true) => Arc::new(DeferredElicitation {
+                questions: questions_tx,
+            }),
+        };
+        let progress = Arc::new(ProgressRelay::default());
+        let extras = CallExtras {
+            approver: Some(approver),
+            progress: Some(progress.sink()),
+        };
+        let shared = self.shared.clone();
+        let name = name.to_owned();
+        let task =
+            tokio::spawn(async move { shared.engine.call_tool_with(&name, args, extras).await });
+        RunningCall {
+            task,
+            questions,
+            progress,
+        }
+    }
+
+    /// Drives `call` until it ends, asks a question (2026-07-28: parked, `input_required`),
+    /// or the client cancels.
+    async fn drive(
+        &self,
+        mut call: RunningCall,
+        name: &str,
+        args: &Value,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        enum Step {
+            Done(Result<Result<Value, ToolError>, tokio::task::JoinError>),
+            Asked(Question),
+            Cancelled,
+        }
+        call.progress
+            .retarget(context.peer.clone(), context.meta.get_progress_token());
+        let step = tokio::select! {
+            () = context.ct.cancelled() => Step::Cancelled,
+            done = &mut call.task => Step::Done(done),
+            Some(question) = call.questions.recv() => Step::Asked(question),
+        };
+        match step {
+            Step::Cancelled => {
+                tracing::info!(tool = %name, "the client cancelled the call; ending it");
+                drop(call);
+                Err(ErrorData::internal_error("the call was cancelled", None))
+            }
+            Step::Done(Ok(result)) => {
+                self.after_call(name, args, &result, context);
+                Ok(CallToolResponse::Complete(tool_result(name, result)))
+            }
+            Step::Done(Err(join)) => Err(ErrorData::internal_error(
+                format!("the call of '{name}' failed unexpectedly: {join}"),
+                None,
+            )),
+            Step::Asked(question) => self.park(call, question, name, args),
+        }
+    }
+
+    /// Parks a call paused on `question`; the client gets the form and a handle.
+    fn park(
+        &self,
+        call: RunningCall,
+        question: Question,
+        name: &str,
+        args: &Value,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let form = ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: approvals::approval_message(&question.request),
+            requested_schema: approvals::approval_schema()
+                .map_err(|e| ErrorData::internal_error(e, None))?,
+        };
+        let handle = self.shared.parked.park(
+            Parked {
+                call,
+                question,
+                tool: name.to_owned(),
+                arguments_digest: approvals::digest(args),
+            },
+            self.shared.approval_ttl,
+        );
+        let mut requests = InputRequests::new();
+        requests.insert(
+            approvals::INPUT_KEY.to_owned(),
+            InputRequest::Elicitation(ElicitRequest::new(form)),
+        );
+        Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
+            Some(requests),
+            Some(handle),
+        )))
+    }
+
+    /// A retry of a parked call: deliver the answer, then carry on.
+    async fn resume(
+        &self,
+        handle: &str,
+        responses: Option<&rmcp::model::InputResponses>,
+        name: &str,
+        args: &Value,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let parked = self
+            .shared
+            .parked
+            .take(handle, name, &approvals::digest(args))
+            .map_err(|why| ErrorData::invalid_params(why, None))?;
+        let Some(response) = responses.and_then(|r| r.get(approvals::INPUT_KEY)) else {
+            // No answer in the retry: ask again rather than guess.
+            let Parked { call, question, .. } = parked;
+            return self.park(call, question, name, args);
+        };
+        let answer = match serde_json::from_value::<ElicitResult>(response.clone()) {
+            Ok(result) => Ok(approvals::answer_of(result.action, result.content.as_ref())),
+            Err(err) => Err(format!("the approval answer was not understood: {err}")),
+        };
+        let Parked { call, question, .. } = parked;
+        let _ = question.reply.send(answer);
+        self.drive(call, name, args, context).await
+    }
+
+    /// After a background `terminal` call with `notify_on_complete` in a legacy session: tell
+    /// the client when the process ends (`notifications/message`, logger `paddock.process`).
+    /// A 2026-07-28 client has no channel outside its requests; it polls with `process`.
+    fn after_call(
+        &self,
+        name: &str,
+        args: &Value,
+        result: &Result<Value, ToolError>,
+        context: &RequestContext<RoleServer>,
+    ) {
+        let wants = name == "terminal"
+            && args.get("background").and_then(Value::as_bool) == Some(true)
+            && args.get("notify_on_complete").and_then(Value::as_bool) == Some(true);
+        let Ok(value) = result else { return };
+        let Some(session_id) = value.get("session_id").and_then(Value::as_str) else {
+            return;
+        };
+        if !wants || is_modern(context) {
+            return;
+        }
+        let peer = context.peer.clone();
+        let shared = self.shared.clone();
+        let session_id = session_id.to_owned();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                if peer.is_transport_closed() {
+                    return;
+                }
+                let status = shared
+                    .engine
+                    .call_tool(
+                        "process",
+                        json!({"action": "poll", "session_id": session_id}),
+                    )
+                    .await;
+                let Ok(status) = status else { return };
+                let running = status.get("state").and_then(Value::as_str) == Some("running");
+                if running {
+                    continue;
+                }
+                let data = json!({
+                    "event": "process_completed",
+                    "session_id": session_id,
+                    "state": status.get("state"),
+                    "exit_code": status.get("exit_code"),
+                });
+                let note = LoggingMessageNotificationParam::new(LoggingLevel::Notice, data)
+                    .with_logger("paddock.process");
+                if let Err(err) = peer.notify_logging_message(note).await {
+                    tracing::debug!(%err, "completion notification not delivered");
+                }
+                return;
+            }
+        });
+    }
+}
+
+fn is_modern(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
+}
+
+impl ServerHandler for PaddockServer {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_logging()
+            .build();
+        let mut info = ServerConfig::new(capabilities).with_instructions(
+            "Paddock: sandboxed code execution. Prefer run_tools_script to chain several tool \
+             calls in one short Python script and return only what matters; terminal and \
+             process run shell commands; python_execute runs CPython. Dangerous commands ask \
+             the user for approval.",
+        );
+        info.server_info = Implementation::new("paddock", env!("CARGO_PKG_VERSION"));
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tools = self.engine().tool_specs().iter().map(mcp_tool).collect();
+        Ok(ListToolsResult::with_all_items(tools).with_ttl_ms(TOOLS_TTL_MS))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        if !self.engine().tool_specs().iter().any(|s| s.name == name) {
+            return Err(ErrorData::invalid_params(
+                format!("there is no tool named '{name}' (see tools/list)"),
+                None,
+            ));
+        }
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        if let Some(handle) = request.request_state.as_deref() {
+            return self
+                .resume(
+                    handle,
+                    request.input_responses.as_ref(),
+                    &name,
+                    &args,
+                    &context,
+                )
+                .await;
+        }
+        let call = self.start_call(&name, args.clone(), &context, is_modern(&context));
+        self.drive(call, &name, &args, &context).await
+    }
+}
+
+/// A registry spec as an MCP tool, with an output schema and hints.
+fn mcp_tool(spec: &ToolSpec) -> rmcp::model::Tool {
+    let input = match &spec.input_schema {
+        Value::Object(map) => map.clone(),
+        _ => Map::new(),
+    };
+    let output = match output_schema(&spec.name) {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    let read_only = matches!(
+        spec.name.as_str(),
+        "python_environment_info" | "current_datetime" | "wait"
+    );
+    let annotations = ToolAnnotations::new()
+        .read_only(read_only)
+        .destructive(!read_only && !spec.name.starts_with("mcp_"))
+        .open_world(spec.name.starts_with("mcp_"));
+    let mut tool = rmcp::model::Tool::new(
+        spec.name.clone(),
+        spec.description.clone(),
+        Arc::new(input),
+    )
+    .with_raw_output_schema(Arc::new(output))
+    .with_annotations(annotations);
+    if let Some(label) = &spec.label {
+        tool = tool.with_title(label.clone());
+    }
+    tool
+}
+
+/// What `structuredContent` of each tool looks like. Every result is an object; failures are
+/// `{"error", "error_code"}`, so those two are allowed everywhere.
+fn output_schema(tool: &str) -> Value {
+    let error = json!({
+        "error": {"type": ["string", "null"], "description": "what went wrong"},
+        "error_code": {"type": ["string", "null"], "description": "stable machine-readable code"}
+    });
+    let mut properties = match tool {
+        RUN_TOOLS_SCRIPT => json!({
+            "ok": {"type": "boolean"},
+            "result": {"description": "the script's return value"},
+            "output": {"type": "string", "description": "what the script printed"},
+        }),
+        "terminal" => json!({
+            "output": {"type": "string"},
+            "exit_code": {"type": ["integer", "null"]},
+            "session_id": {"type": "string", "description": "background process handle"},
+        }),
+        "python_execute" => json!({
+            "output": {"type": "string"},
+            "exit_code": {"type": ["integer", "null"]},
+            "artifacts": {"type": "array"},
+        }),
+        name if name.starts_with("mcp_") && !name.ends_with("__list_tools") => json!({
+            "ok": {"type": "boolean"},
+            "server": {"type": "string"},
+            "tool": {"type": "string"},
+            "is_error": {"type": "boolean"},
+            "result": {"description": "the structured content, else the joined text"},
+        }),
+        _ => json!({}),
+    };
+    if let (Value::Object(p), Value::Object(e)) = (&mut properties, error) {
+        p.extend(e);
+    }
+    json!({"type": "object", "properties": properties, "additionalProperties": true})
+}
+
+/// An engine answer as an MCP result: `structuredContent` plus the same JSON as compact text.
+fn tool_result(name: &str, result: Result<Value, ToolError>) -> CallToolResult {
+    let (value, is_error) = match result {
+        Ok(value) => {
+            let failed = name == RUN_TOOLS_SCRIPT
+                && value.get("ok").and_then(Value::as_bool) == Some(false);
+            let value = if value.is_object() {
+                value
+            } else {
+                json!({"result": value})
+            };
+            (value, failed)
+        }
+        Err(err) => {
+            let hint = match err.kind {
+                ToolErrorKind::Denied => " (denied)",
+                _ => "",
+            };
+            tracing::debug!(tool = %name, code = %err.code, "tool call failed{hint}");
+            (err.to_json(), true)
+        }
+    };
+    let text = value.to_string();
+    let mut out = if is_error {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    };
+    out.structured_content = Some(value);
+    out
+}
