@@ -7,6 +7,8 @@
 # backends are tested against real services: scripts/test-services.sh installs and starts
 # dockerd, a private sshd and Apptainer (idempotent; ~40 s the first time, ~2 s after).
 # PADDOCK_SKIP_BACKENDS=docker,ssh,apptainer leaves named backends out (their tests say so).
+# The MCP server is driven by the real Python `mcp` client and the official conformance suite,
+# installed by scripts/mcp-test-env.sh into /opt/paddock-mcp-test (PyPI and npm; ~1 min once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,6 +54,11 @@ cargo build "${CARGO_FLAGS[@]}" --workspace --all-targets
 
 step "tests"
 cargo test "${CARGO_FLAGS[@]}" --workspace --no-fail-fast
+
+step "MCP: paddock serve driven by the real Python mcp 2.3.0 client, and the conformance suite"
+MCP_ENV=$(scripts/mcp-test-env.sh)       # private venv (mcp, fastmcp, pytest) + Node 22; idempotent
+PADDOCK_BIN="$PWD/target/release/paddock" "$MCP_ENV/venv/bin/python" -m pytest tests/mcp -q -p no:cacheprovider
+PADDOCK_BIN="$PWD/target/release/paddock" tests/mcp/run-conformance.sh
 
 step "benchmarks compile"
 cargo bench --ignore-rust-version --locked --no-run -p paddock-benches

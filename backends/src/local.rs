@@ -404,6 +404,7 @@ async fn run_pty(
         .spawn(pts)
         .map_err(|e| BackendError::Spawn(std::io::Error::other(e)))?;
     let pgid = child.id().map(|p| p as i32);
+    let mut cancel_guard = GroupGuard { pgid };
     if let Some(data) = &request.stdin {
         pty.write_all(data).await?;
     }
@@ -439,6 +440,7 @@ async fn run_pty(
         Some(s) => s,
         None => child.wait().await?,
     };
+    cancel_guard.pgid = None;
     let text = output.finish().replace("\r\n", "\n");
     let ended = Ended {
         pgid,

@@ -160,21 +160,24 @@ impl<T: Transport> RemoteEnvironment<T> {
 
     /// Ends every process of `run_id` on the target.
     async fn kill_run(&self, session: &str, run_id: &str) {
+        Self::kill_run_on(&self.transport, session, run_id).await;
+    }
+
+    async fn kill_run_on(transport: &Arc<T>, session: &str, run_id: &str) {
         let sink = Arc::new(Mutex::new(Utf8Capped::new(4096)));
         let run = TargetRun {
             argv: Self::kill_argv(run_id),
             stdin: None,
             pty: false,
         };
-        match tokio::time::timeout(KILL_COMMAND_TIMEOUT, self.transport.run(session, run, sink))
-            .await
+        match tokio::time::timeout(KILL_COMMAND_TIMEOUT, transport.run(session, run, sink)).await
         {
             Ok(Ok(_)) => {}
             Ok(Err(err)) => {
-                tracing::warn!(backend = self.transport.name(), %err, "could not end a timed-out command")
+                tracing::warn!(backend = transport.name(), %err, "could not end a timed-out command")
             }
             Err(_) => tracing::warn!(
-                backend = self.transport.name(),
+                backend = transport.name(),
                 "the kill command itself timed out"
             ),
         }
@@ -209,6 +212,12 @@ impl<T: Transport> RemoteEnvironment<T> {
         // The client runs as its own task: after a timeout it must go on until the kill command
         // has ended the tree (its end is how we know the output is complete).
         let mut task = tokio::spawn(async move { transport.run(&session, run, task_sink).await });
+        // A caller that stops waiting (an MCP client cancelled the call) ends the run on the
+        // target, as a timeout would.
+        let mut cancel_guard = CancelGuard {
+            armed: Some((self.transport.clone(), request.session.clone(), run_id.clone())),
+            client: task.abort_handle(),
+        };
         let mut timed_out = false;
         let status = match tokio::time::timeout(request.timeout, &mut task).await {
             Ok(joined) => joined.map_err(|e| BackendError::Io(std::io::Error::other(e)))??,
@@ -222,6 +231,7 @@ impl<T: Transport> RemoteEnvironment<T> {
                 TIMEOUT_EXIT_CODE
             }
         };
+        cancel_guard.armed = None;
         let (mut text, chars) = {
             let mut out = sink
                 .lock()
@@ -381,6 +391,30 @@ impl<T: Transport> RemoteEnvironment<T> {
             ))));
         }
         Ok(())
+    }
+}
+
+/// Ends a foreground run on the target when its future is dropped before the run ended.
+struct CancelGuard<T: Transport> {
+    armed: Option<(Arc<T>, String, String)>,
+    client: tokio::task::AbortHandle,
+}
+
+impl<T: Transport> Drop for CancelGuard<T> {
+    fn drop(&mut self) {
+        let Some((transport, session, run_id)) = self.armed.take() else {
+            return;
+        };
+        let client = self.client.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    RemoteEnvironment::kill_run_on(&transport, &session, &run_id).await;
+                    client.abort();
+                });
+            }
+            Err(_) => client.abort(),
+        }
     }
 }
 

@@ -54,6 +54,7 @@ pub async fn build(policy: Policy, options: EngineOptions) -> Result<(Arc<Shared
         engine,
         parked: Arc::default(),
         approval_ttl,
+        quiet: Default::default(),
     });
     Ok((shared, bridge))
 }

@@ -13,11 +13,13 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest,
     ElicitRequestParams, ElicitResult, Implementation, InputRequest, InputRequests,
     InputRequiredResult, ListToolsResult, LoggingLevel, LoggingMessageNotificationParam,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, ToolAnnotations,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Map, Value, json};
+use std::sync::atomic::Ordering;
 use tokio::sync::mpsc;
 
 use super::approvals::{
@@ -39,6 +41,8 @@ pub struct Shared {
     pub parked: Arc<ParkedCalls>,
     /// How long a paused call waits for the client's retry (the policy's approval timeout).
     pub approval_ttl: Duration,
+    /// `logging/setLevel` above notice: completion notices are not sent.
+    pub quiet: std::sync::atomic::AtomicBool,
 }
 
 /// The rmcp handler; cheap to clone (Streamable HTTP makes one per request).
@@ -211,7 +215,7 @@ impl PaddockServer {
         let Some(session_id) = value.get("session_id").and_then(Value::as_str) else {
             return;
         };
-        if !wants || is_modern(context) {
+        if !wants || is_modern(context) || self.shared.quiet.load(Ordering::Relaxed) {
             return;
         }
         let peer = context.peer.clone();
@@ -272,6 +276,19 @@ impl ServerHandler for PaddockServer {
         );
         info.server_info = Implementation::new("paddock", env!("CARGO_PKG_VERSION"));
         info
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let quiet = !matches!(
+            request.level,
+            LoggingLevel::Debug | LoggingLevel::Info | LoggingLevel::Notice
+        );
+        self.shared.quiet.store(quiet, Ordering::Relaxed);
+        Ok(())
     }
 
     async fn list_tools(
