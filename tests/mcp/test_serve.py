@@ -572,3 +572,46 @@ async def test_notify_on_complete(paddock_factory, transport: str, mode: str) ->
         with anyio.move_on_after(10):
             await arrived.wait()
     assert arrived.is_set(), f"no notification named {session_id['id']} within 10 s; got {notifications}"
+
+
+# --- 9. bridged tools obey the policy like any other tool ---------------------------------------
+
+POLICY_ON_BRIDGED = """
+[codemode]
+exclude = ["mcp_notes__pid"]
+
+[tools]
+deny = ["mcp_notes__fail"]
+require_approval = ["mcp_notes__get"]
+"""
+
+
+@pytest.mark.parametrize("transport,mode", COMBOS)
+async def test_bridged_tools_obey_deny_exclude_and_require_approval(
+    paddock_factory, transport: str, mode: str
+) -> None:
+    p = paddock_factory(transport, mode, policy_extra=POLICY_ON_BRIDGED)
+    refuse = Elicitor("decline")
+    async with p.client(elicitation_callback=refuse) as c:
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        # deny: gone for the agent and for scripts.
+        assert "mcp_notes__fail" not in tools
+        assert "mcp_notes__fail(" not in (tools["run_tools_script"].description or "")
+        denied = await run_script(c, "await tools.mcp_notes__fail(message='x')")
+        assert denied["ok"] is False, denied
+        # exclude: the agent may call it, a script may not.
+        assert "mcp_notes__pid" in tools
+        assert "mcp_notes__pid(" not in (tools["run_tools_script"].description or "")
+        direct = await c.call_tool("mcp_notes__pid", {})
+        assert not direct.is_error and payload(direct)["ok"] is True, direct
+        excluded = await run_script(c, "await tools.mcp_notes__pid()")
+        assert excluded["ok"] is False, excluded
+        # require_approval: a human is asked; declined means not run.
+        r = await c.call_tool("mcp_notes__get", {"note_id": 1})
+        assert_denied(r)
+        assert len(refuse.asked) == 1 and "mcp_notes__get" in refuse.asked[0].message
+    approve = Elicitor("accept", "once")
+    async with p.client(elicitation_callback=approve) as c:
+        out = await run_script(c, "(await tools.mcp_notes__get(note_id=1))['ok']")
+        assert script_ok(out) is True
+        assert len(approve.asked) == 1
