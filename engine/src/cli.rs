@@ -482,9 +482,9 @@ async fn call(tool: String, args: String, common: Common, backend: Option<String
         Err(e) => return usage_error(&e),
     };
     let engine = match Engine::with_options(policy, registry, Arc::default(), options) {
-            Ok(e) => e,
-            Err(e) => return usage_error(&e.to_string()),
-        };
+        Ok(e) => e,
+        Err(e) => return usage_error(&e.to_string()),
+    };
     match engine.call_tool(&tool, args).await {
         Ok(value) => {
             let failed = value.get("ok").and_then(Value::as_bool) == Some(false);

@@ -170,8 +170,7 @@ impl<T: Transport> RemoteEnvironment<T> {
             stdin: None,
             pty: false,
         };
-        match tokio::time::timeout(KILL_COMMAND_TIMEOUT, transport.run(session, run, sink)).await
-        {
+        match tokio::time::timeout(KILL_COMMAND_TIMEOUT, transport.run(session, run, sink)).await {
             Ok(Ok(_)) => {}
             Ok(Err(err)) => {
                 tracing::warn!(backend = transport.name(), %err, "could not end a timed-out command")
@@ -215,7 +214,11 @@ impl<T: Transport> RemoteEnvironment<T> {
         // A caller that stops waiting (an MCP client cancelled the call) ends the run on the
         // target, as a timeout would.
         let mut cancel_guard = CancelGuard {
-            armed: Some((self.transport.clone(), request.session.clone(), run_id.clone())),
+            armed: Some((
+                self.transport.clone(),
+                request.session.clone(),
+                run_id.clone(),
+            )),
             client: task.abort_handle(),
         };
         let mut timed_out = false;
