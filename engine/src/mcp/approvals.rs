@@ -285,6 +285,69 @@ mod tests {
         );
     }
 
+    fn parked(tool: &str, args: &Value) -> (Parked, oneshot::Receiver<Result<Answer, String>>) {
+        let (_questions_tx, questions) = mpsc::unbounded_channel();
+        let (reply, answer) = oneshot::channel();
+        let call = RunningCall {
+            task: tokio::spawn(async { Ok(Value::Null) }),
+            questions,
+            progress: Arc::default(),
+        };
+        let request = ApprovalRequest {
+            kind: "command_approval",
+            tool: tool.into(),
+            subject: "rm -rf x".into(),
+            rule: None,
+            description: "test".into(),
+            session: "s".into(),
+            timeout_seconds: 1.0,
+        };
+        let parked = Parked {
+            call,
+            question: Question { request, reply },
+            tool: tool.into(),
+            arguments_digest: digest(args),
+        };
+        (parked, answer)
+    }
+
+    #[tokio::test]
+    async fn a_handle_is_single_use_and_bound_to_its_call() {
+        let table = Arc::new(ParkedCalls::default());
+        let args = json!({"command": "rm -rf x"});
+        let (call, _answer) = parked("terminal", &args);
+        let handle = table.park(call, Duration::from_secs(60));
+        assert!(
+            table
+                .take("paddock-approval-forged", "terminal", &digest(&args))
+                .is_err()
+        );
+        // Other arguments: refused, and the rightful retry still works.
+        let other = digest(&json!({"command": "ls"}));
+        assert!(table.take(&handle, "terminal", &other).is_err());
+        assert!(
+            table
+                .take(&handle, "python_execute", &digest(&args))
+                .is_err()
+        );
+        assert!(table.take(&handle, "terminal", &digest(&args)).is_ok());
+        assert!(table.take(&handle, "terminal", &digest(&args)).is_err());
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_handle_expires_as_a_deny() {
+        let table = Arc::new(ParkedCalls::default());
+        let args = json!({});
+        let (call, answer) = parked("terminal", &args);
+        let handle = table.park(call, Duration::from_millis(50));
+        let expired = tokio::time::timeout(Duration::from_secs(5), answer)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(expired.unwrap_err().contains("expired"));
+        assert!(table.take(&handle, "terminal", &digest(&args)).is_err());
+    }
+
     #[test]
     fn the_form_is_a_valid_elicitation_schema() {
         approval_schema().unwrap();
