@@ -136,7 +136,7 @@ class Paddock:
     # -- environment -----------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
         env = {"PADDOCK_HOME": str(self.home), "RUST_BACKTRACE": "1"}
-        for key in ("PATH", "HOME", "USER", "LOGNAME", "LANG", "RUST_LOG"):
+        for key in ("PATH", "HOME", "USER", "LOGNAME", "LANG", "RUST_LOG", "PADDOCK_MCP_HEARTBEAT_MS"):
             if key in os.environ:
                 env[key] = os.environ[key]
         if self.token is not None:

@@ -615,3 +615,26 @@ async def test_bridged_tools_obey_deny_exclude_and_require_approval(
         out = await run_script(c, "(await tools.mcp_notes__get(note_id=1))['ok']")
         assert script_ok(out) is True
         assert len(approve.asked) == 1
+
+
+# --- 10. a long call keeps telling the client it is alive ---------------------------------------
+
+
+@pytest.mark.parametrize("transport,mode", COMBOS)
+async def test_long_call_sends_heartbeats(
+    paddock_factory, transport: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Clients give up on a silent call (Claude Code after 300 s); the server's period is 30 s,
+    # shortened here.
+    monkeypatch.setenv("PADDOCK_MCP_HEARTBEAT_MS", "300")
+    p = paddock_factory(transport, mode)
+    seen: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(message or "")
+
+    async with p.client() as c:
+        r = await c.call_tool("terminal", {"command": "sleep 1.6; echo done"}, progress_callback=on_progress)
+    assert not r.is_error and "done" in payload(r)["output"], r
+    beats = [m for m in seen if "terminal still running" in m]
+    assert len(beats) >= 3, seen

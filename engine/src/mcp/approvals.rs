@@ -156,6 +156,9 @@ pub struct RunningCall {
     pub questions: mpsc::UnboundedReceiver<Question>,
     /// Points the call's progress at the request currently serving it.
     pub progress: Arc<super::progress::ProgressRelay>,
+    /// Reports that the call is still running.
+    pub heartbeat: crate::registry::ProgressSink,
+    pub started: std::time::Instant,
 }
 
 impl Drop for RunningCall {
@@ -292,6 +295,8 @@ mod tests {
             task: tokio::spawn(async { Ok(Value::Null) }),
             questions,
             progress: Arc::default(),
+            heartbeat: Arc::new(|_| {}),
+            started: std::time::Instant::now(),
         };
         let request = ApprovalRequest {
             kind: "command_approval",

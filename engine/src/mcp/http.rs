@@ -19,6 +19,9 @@ use tokio_util::sync::CancellationToken;
 use super::ServeError;
 use super::server::{PaddockServer, Shared};
 
+/// How long a legacy HTTP session may stay silent before it is closed.
+const SESSION_IDLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2 * 3600);
+
 /// Options of the HTTP endpoint.
 #[derive(Debug, Clone, Default)]
 pub struct HttpOptions {
@@ -66,9 +69,13 @@ pub async fn serve_http(shared: Arc<Shared>, options: HttpOptions) -> Result<(),
         .with_allowed_origins(origins)
         .enforce_origin_validation()
         .with_cancellation_token(stop.child_token());
+    // A legacy session without traffic ends after this long; rmcp's 5 minutes would cut off a
+    // long quiet call (heartbeats only flow when the client asked for progress).
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(SESSION_IDLE_LIMIT);
     let service = StreamableHttpService::new(
         move || Ok(PaddockServer::new(shared.clone())),
-        Arc::new(LocalSessionManager::default()),
+        Arc::new(sessions),
         config,
     );
     let token = options.token.map(Arc::new);

@@ -34,6 +34,16 @@ use crate::registry::{ToolError, ToolErrorKind, ToolSpec};
 
 /// How long `tools/list` may be cached by a client.
 const TOOLS_TTL_MS: u64 = 60_000;
+/// A progress notice this often while a call runs (when the client asked for progress);
+/// `PADDOCK_MCP_HEARTBEAT_MS` changes it (the tests use a short one).
+fn heartbeat_period() -> Duration {
+    std::env::var("PADDOCK_MCP_HEARTBEAT_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms >= 100)
+        .map(Duration::from_millis)
+        .unwrap_or(Duration::from_secs(30))
+}
 
 /// What every request of one `paddock serve` shares.
 pub struct Shared {
@@ -82,9 +92,10 @@ impl PaddockServer {
             }),
         };
         let progress = Arc::new(ProgressRelay::default());
+        let sink = progress.sink();
         let extras = CallExtras {
             approver: Some(approver),
-            progress: Some(progress.sink()),
+            progress: Some(sink.clone()),
         };
         let shared = self.shared.clone();
         let name = name.to_owned();
@@ -94,6 +105,8 @@ impl PaddockServer {
             task,
             questions,
             progress,
+            heartbeat: sink,
+            started: std::time::Instant::now(),
         }
     }
 
@@ -113,10 +126,20 @@ impl PaddockServer {
         }
         call.progress
             .retarget(context.peer.clone(), context.meta.get_progress_token());
-        let step = tokio::select! {
-            () = context.ct.cancelled() => Step::Cancelled,
-            done = &mut call.task => Step::Done(done),
-            Some(question) = call.questions.recv() => Step::Asked(question),
+        // A long call that says nothing looks dead to clients (Claude Code aborts a silent call
+        // after 300 s whatever its timeout) and lets an idle HTTP session expire.
+        let period = heartbeat_period();
+        let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        let step = loop {
+            tokio::select! {
+                () = context.ct.cancelled() => break Step::Cancelled,
+                done = &mut call.task => break Step::Done(done),
+                Some(question) = call.questions.recv() => break Step::Asked(question),
+                _ = heartbeat.tick() => {
+                    let secs = call.started.elapsed().as_secs();
+                    (call.heartbeat)(format!("{name} still running ({secs} s)"));
+                }
+            }
         };
         match step {
             Step::Cancelled => {
