@@ -93,11 +93,10 @@ impl Approver for LegacyElicitation {
                 message: approval_message(request),
                 requested_schema: approval_schema()?,
             };
-            let result = self
-                .peer
-                .create_elicitation(params)
-                .await
-                .map_err(|e| format!("the MCP client did not answer the approval request: {e}"))?;
+            let result =
+                self.peer.create_elicitation(params).await.map_err(|e| {
+                    format!("the MCP client did not answer the approval request: {e}")
+                })?;
             Ok(answer_of(result.action, result.content.as_ref()))
         })
     }
@@ -192,7 +191,11 @@ impl ParkedCalls {
         let expiring = handle.clone();
         tokio::spawn(async move {
             tokio::time::sleep(ttl).await;
-            let expired = calls.calls.lock().ok().and_then(|mut c| c.remove(&expiring));
+            let expired = calls
+                .calls
+                .lock()
+                .ok()
+                .and_then(|mut c| c.remove(&expiring));
             if let Some(parked) = expired {
                 tracing::info!(tool = %parked.tool, "an approval request expired unanswered; the call is ended");
                 let _ = parked
@@ -265,7 +268,10 @@ mod tests {
             Answer::Once
         );
         assert_eq!(
-            answer_of(ElicitationAction::Accept, Some(&json!({"decision": "deny"}))),
+            answer_of(
+                ElicitationAction::Accept,
+                Some(&json!({"decision": "deny"}))
+            ),
             Answer::Deny
         );
         assert_eq!(answer_of(ElicitationAction::Accept, None), Answer::Deny);

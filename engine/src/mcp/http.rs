@@ -43,9 +43,9 @@ pub async fn serve_http(shared: Arc<Shared>, options: HttpOptions) -> Result<(),
              authenticate, or bind 127.0.0.1"
         )));
     }
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-        ServeError::Setup(format!("cannot listen on {addr}: {e}"))
-    })?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| ServeError::Setup(format!("cannot listen on {addr}: {e}")))?;
     let bound = listener.local_addr()?;
 
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
@@ -72,12 +72,17 @@ pub async fn serve_http(shared: Arc<Shared>, options: HttpOptions) -> Result<(),
         config,
     );
     let token = options.token.map(Arc::new);
-    let router = axum::Router::new()
-        .nest_service("/mcp", service)
-        .layer(axum::middleware::from_fn(move |request: Request, next: Next| {
-            let token = token.clone();
-            async move { check_bearer(token.as_deref().map(String::as_str), request, next).await }
-        }));
+    let router =
+        axum::Router::new()
+            .nest_service("/mcp", service)
+            .layer(axum::middleware::from_fn(
+                move |request: Request, next: Next| {
+                    let token = token.clone();
+                    async move {
+                        check_bearer(token.as_deref().map(String::as_str), request, next).await
+                    }
+                },
+            ));
 
     announce(&format!("paddock: serving MCP on http://{bound}/mcp"));
     let shutdown = stop.clone();

@@ -45,7 +45,10 @@ pub async fn registry_with_bridge(policy: &Policy) -> Result<(Registry, Bridge),
 }
 
 /// An engine for `paddock serve`.
-pub async fn build(policy: Policy, options: EngineOptions) -> Result<(Arc<Shared>, Bridge), String> {
+pub async fn build(
+    policy: Policy,
+    options: EngineOptions,
+) -> Result<(Arc<Shared>, Bridge), String> {
     let (registry, bridge) = registry_with_bridge(&policy).await?;
     let approval_ttl = Duration::from_secs_f64(*policy.approval.timeout_seconds.get_ref());
     let engine = Engine::with_options(policy, registry, Arc::new(EventSink::default()), options)

@@ -330,13 +330,10 @@ fn mcp_tool(spec: &ToolSpec) -> rmcp::model::Tool {
         .read_only(read_only)
         .destructive(!read_only && !spec.name.starts_with("mcp_"))
         .open_world(spec.name.starts_with("mcp_"));
-    let mut tool = rmcp::model::Tool::new(
-        spec.name.clone(),
-        spec.description.clone(),
-        Arc::new(input),
-    )
-    .with_raw_output_schema(Arc::new(output))
-    .with_annotations(annotations);
+    let mut tool =
+        rmcp::model::Tool::new(spec.name.clone(), spec.description.clone(), Arc::new(input))
+            .with_raw_output_schema(Arc::new(output))
+            .with_annotations(annotations);
     if let Some(label) = &spec.label {
         tool = tool.with_title(label.clone());
     }
@@ -385,8 +382,8 @@ fn output_schema(tool: &str) -> Value {
 fn tool_result(name: &str, result: Result<Value, ToolError>) -> CallToolResult {
     let (value, is_error) = match result {
         Ok(value) => {
-            let failed = name == RUN_TOOLS_SCRIPT
-                && value.get("ok").and_then(Value::as_bool) == Some(false);
+            let failed =
+                name == RUN_TOOLS_SCRIPT && value.get("ok").and_then(Value::as_bool) == Some(false);
             let value = if value.is_object() {
                 value
             } else {
