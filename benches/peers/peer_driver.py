@@ -10,16 +10,20 @@ Run it with the Python of the peers venv made by scripts/bench-peers.sh:
 Peers and scenarios:
 
     monty    trivial, nested_call [calls=100 mode=sync|async], cpu [n=1000000],
-             gather [calls=50], script_size [lines=100], output [chars=1000]
+             gather [calls=50], script_size [lines=100], output [chars=1000],
+             throughput [concurrency=1 window=1.0], idle_memory [workers=4], startup
              (pydantic-monty 1.4.0 worker pool; trivial/script_size/output take a fresh
-             checkout per script unless session=reuse)
+             checkout per script unless session=reuse; startup is a fresh Python process
+             that makes a pool and runs one script)
     cpython  the same scenarios, each script a fresh `python3 -c` subprocess [python=PATH]
     hermes   terminal [command=true]   (Hermes Agent 0.19.0 terminal_tool, local backend)
     bash     terminal [command=true]   (bare `bash -c` through subprocess)
 
 Output (one line): on success
-    {"peer", "scenario", "method", "samples_ms", "unit": "ms", "params", "setup_ms",
+    {"peer", "scenario", "method", "samples_ms", "unit", "params", "setup_ms",
      "version", "wall_s"}
+where "unit" is "ms" except for throughput ("scripts/s": each sample is the rate over one
+window) and idle_memory ("kB": each sample is one idle worker); samples_ms keeps its name.
 and exit status 0; on failure
     {"peer", "scenario", "error", ["not_installed": true]}
 and exit status 1 (2 for a usage error). Nothing else is ever written to stdout: anything the
@@ -50,8 +54,10 @@ os.dup2(2, 1)
 sys.stdout = sys.stderr
 
 SCENARIOS = {
-    "monty": ["trivial", "nested_call", "cpu", "gather", "script_size", "output"],
-    "cpython": ["trivial", "nested_call", "cpu", "gather", "script_size", "output"],
+    "monty": ["trivial", "nested_call", "cpu", "gather", "script_size", "output",
+              "throughput", "idle_memory", "startup"],
+    "cpython": ["trivial", "nested_call", "cpu", "gather", "script_size", "output",
+                "throughput", "idle_memory", "startup"],
     "hermes": ["terminal"],
     "bash": ["terminal"],
 }
@@ -63,6 +69,8 @@ DEFAULTS = {
     "script_size": {"lines": 100},
     "output": {"chars": 1000},
     "terminal": {"command": "true"},
+    "throughput": {"concurrency": 1, "window": 1.0},
+    "idle_memory": {"workers": 4},
 }
 
 
@@ -116,6 +124,8 @@ def not_installed(peer: str, err: BaseException) -> Failure:
 
 
 def cpu_script(n: int) -> str:
+    # Byte for byte the loop `paddock bench` runs in its sandbox (engine/src/bench/scenarios/
+    # cpu.rs checks this file contains this line): module-level globals in every peer.
     return f"s = 0\nfor i in range({n}):\n    s += i * i\n"
 
 
@@ -161,6 +171,40 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return (time.perf_counter() - t) * 1000.0, value
 
 
+def private_kb(pid: int) -> int:
+    """Private (not shared) memory of a process in kB, as `paddock bench` reads it."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            fields[name] = int(parts[0])
+    return fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
+
+
+def child_pids() -> list[int]:
+    pids: list[int] = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        try:
+            pids += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return pids
+
+
+def windows(sampler: Sampler, window: float, one_window: Callable[[float], int]) -> list[float]:
+    """Throughput samples: `one_window(until)` runs scripts until `until` and returns how many
+    finished; each sample is that count over the window's real length, in scripts/s."""
+    for _ in range(sampler.warmup):
+        one_window(time.perf_counter() + min(window, 0.2))
+    out: list[float] = []
+    for _ in range(sampler.samples):
+        t = time.perf_counter()
+        done = one_window(t + window)
+        out.append(done / (time.perf_counter() - t))
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # monty
 
@@ -177,6 +221,12 @@ def measure_monty(scenario: str, p: dict[str, Any], sampler: Sampler) -> dict[st
     except ImportError as err:
         raise not_installed("monty", err) from err
 
+    if scenario == "throughput":
+        return measure_monty_throughput(m, p, sampler)
+    if scenario == "idle_memory":
+        return measure_monty_idle(m, p)
+    if scenario == "startup":
+        return measure_monty_startup(sampler)
     if scenario == "gather" or (scenario == "nested_call" and p.get("mode") == "async"):
         return measure_monty_async(m, scenario, p, sampler)
 
@@ -262,6 +312,100 @@ def measure_monty(scenario: str, p: dict[str, Any], sampler: Sampler) -> dict[st
     finally:
         pool.__exit__(None, None, None)
     return {"method": method, "samples_ms": samples, "setup_ms": setup_ms}
+
+
+def measure_monty_throughput(m: Any, p: dict[str, Any], sampler: Sampler) -> dict[str, Any]:
+    import asyncio
+
+    concurrency, window = int(p["concurrency"]), float(p["window"])
+
+    async def main() -> tuple[float, list[float]]:
+        t = time.perf_counter()
+        async with m.AsyncMonty(min_processes=2) as pool:
+            setup_ms = (time.perf_counter() - t) * 1000.0
+
+            async def worker(until: float) -> int:
+                done = 0
+                while time.perf_counter() < until:
+                    async with pool.checkout() as s:
+                        if await s.feed_run("1 + 1") != 2:
+                            raise Failure("1 + 1 did not return 2")
+                    done += 1
+                return done
+
+            async def one_window(until: float) -> int:
+                return sum(await asyncio.gather(*[worker(until) for _ in range(concurrency)]))
+
+            for _ in range(sampler.warmup):
+                await one_window(time.perf_counter() + min(window, 0.2))
+            out: list[float] = []
+            for _ in range(sampler.samples):
+                t = time.perf_counter()
+                done = await one_window(t + window)
+                out.append(done / (time.perf_counter() - t))
+            return setup_ms, out
+
+    setup_ms, samples = asyncio.run(main())
+    return {
+        "method": (
+            f"pydantic-monty 1.4.0 AsyncMonty pool (min_processes=2, max_processes = CPU count, "
+            f"its defaults): {concurrency} concurrent tasks each running `1 + 1` in a fresh "
+            f"checkout, over and over for {window:g} s; sample = scripts finished / window."
+        ),
+        "samples_ms": samples,
+        "unit": "scripts/s",
+        "setup_ms": setup_ms,
+    }
+
+
+def measure_monty_idle(m: Any, p: dict[str, Any]) -> dict[str, Any]:
+    workers = int(p["workers"])
+    t = time.perf_counter()
+    with m.Monty(min_processes=workers, max_processes=workers) as pool:
+        setup_ms = (time.perf_counter() - t) * 1000.0
+        with pool.checkout() as s:
+            s.feed_run("1 + 1")
+        time.sleep(0.5)  # let every worker finish starting
+        pids = child_pids()
+        samples = [float(private_kb(pid)) for pid in pids]
+    if not samples:
+        raise Failure("no worker processes found under the pool")
+    return {
+        "method": (
+            f"pydantic-monty 1.4.0 pool of {workers} workers (`monty subprocess`), one script run, "
+            "then idle for 0.5 s: Private_Clean + Private_Dirty of each worker from "
+            "/proc/PID/smaps_rollup; sample = one worker."
+        ),
+        "samples_ms": samples,
+        "unit": "kB",
+        "setup_ms": setup_ms,
+    }
+
+
+# A whole fresh Python process that makes a pool and runs one script: Monty's `paddock run`.
+_MONTY_START = """\
+import pydantic_monty as m
+with m.Monty(min_processes=1) as pool:
+    with pool.checkout() as s:
+        assert s.feed_run("1 + 1") == 2
+"""
+
+
+def measure_monty_startup(sampler: Sampler) -> dict[str, Any]:
+    def once() -> float:
+        ms, proc = timed(lambda: run_python(sys.executable, _MONTY_START))
+        if proc.returncode != 0:
+            raise Failure(proc.stderr.decode(errors="replace")[-500:])
+        return ms
+
+    return {
+        "method": (
+            f"a fresh `{sys.executable} -c` process that imports pydantic_monty, makes a pool "
+            "(min_processes=1), runs `1 + 1` in it and exits: host wall time from spawn to exit."
+        ),
+        "samples_ms": sampler.run(once),
+        "setup_ms": 0.0,
+    }
 
 
 def measure_monty_async(m: Any, scenario: str, p: dict[str, Any], sampler: Sampler) -> dict[str, Any]:
@@ -437,7 +581,61 @@ def measure_cpython(scenario: str, p: dict[str, Any], sampler: Sampler) -> dict[
         [py, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True, check=False
     ).stdout.decode().strip()
     fresh = f"each script a fresh `{py} -c` subprocess (CPython {version})"
-    if scenario == "trivial":
+    if scenario == "throughput":
+        concurrency, window = int(p["concurrency"]), float(p["window"])
+        from concurrent.futures import ThreadPoolExecutor
+
+        def worker(until: float) -> int:
+            done = 0
+            while time.perf_counter() < until:
+                proc = run_python(py, "1 + 1")
+                if proc.returncode != 0:
+                    raise Failure(proc.stderr.decode(errors="replace")[-500:])
+                done += 1
+            return done
+
+        with ThreadPoolExecutor(max_workers=concurrency) as threads:
+
+            def one_window(until: float) -> int:
+                return sum(threads.map(worker, [until] * concurrency))
+
+            samples = windows(sampler, window, one_window)
+        return {
+            "method": (
+                f"{concurrency} threads each spawning `1 + 1` as {fresh}, over and over for "
+                f"{window:g} s; sample = scripts finished / window."
+            ),
+            "samples_ms": samples,
+            "unit": "scripts/s",
+            "setup_ms": 0.0,
+            "version": "CPython " + version,
+        }
+    elif scenario == "idle_memory":
+        workers = int(p["workers"])
+        procs = [
+            subprocess.Popen([py, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+            for _ in range(workers)
+        ]
+        try:
+            time.sleep(0.5)
+            samples = [float(private_kb(proc.pid)) for proc in procs]
+        finally:
+            for proc in procs:
+                if proc.stdin is not None:
+                    proc.stdin.close()
+                proc.wait()
+        return {
+            "method": (
+                f"{workers} idle `{py} -c 'import sys; sys.stdin.read()'` processes (CPython "
+                f"{version}) after 0.5 s: Private_Clean + Private_Dirty from "
+                "/proc/PID/smaps_rollup; sample = one process."
+            ),
+            "samples_ms": samples,
+            "unit": "kB",
+            "setup_ms": 0.0,
+            "version": "CPython " + version,
+        }
+    elif scenario in ("trivial", "startup"):
 
         def once() -> float:
             ms, proc = timed(lambda: run_python(py, "1 + 1"))
@@ -677,7 +875,7 @@ def main(argv: list[str]) -> int:
             "scenario": scenario,
             "method": result["method"],
             "samples_ms": result["samples_ms"],
-            "unit": "ms",
+            "unit": result.get("unit", "ms"),
             "params": params,
             "setup_ms": result["setup_ms"],
             "version": result.get("version", ""),

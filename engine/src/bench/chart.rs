@@ -76,7 +76,7 @@ pub fn format_value(v: f64) -> String {
 }
 
 /// A tick label: short, with k/M suffixes for large round numbers.
-fn format_tick(v: f64) -> String {
+pub fn format_tick(v: f64) -> String {
     let a = v.abs();
     if a >= 1e6 && (v / 1e6).fract() == 0.0 {
         format!("{}M", v / 1e6)
