@@ -162,6 +162,8 @@ fn scenario_section(out: &mut String, s: &ScenarioReport, chart: Option<&str>) {
         }
     }
     let _ = writeln!(out, "\nMethod:\n");
+    // One line per contender and method; on a curve, one per contender (the points' methods
+    // differ only in the point), from the first point where it was measured.
     let mut seen: Vec<(&str, &str)> = Vec::new();
     for e in &s.entries {
         let (method, version) = match &e.outcome {
@@ -171,12 +173,24 @@ fn scenario_section(out: &mut String, s: &ScenarioReport, chart: Option<&str>) {
             Outcome::NotInstalled { reason } => (reason.as_str(), None),
             Outcome::Failed { error } => (error.as_str(), None),
         };
-        if seen.contains(&(e.contender.as_str(), method)) {
+        let key = (
+            e.contender.as_str(),
+            if curve.is_some() { "" } else { method },
+        );
+        if seen.contains(&key) {
             continue;
         }
-        seen.push((e.contender.as_str(), method));
+        seen.push(key);
         let version = version.map_or_else(String::new, |v| format!(" ({v})"));
-        let _ = writeln!(out, "- **{}**{version}: {method}", e.contender);
+        let point = match (curve, e.x) {
+            (Some(c), Some(x)) => format!(
+                " at {} {} (the other points alike)",
+                format_tick(x),
+                c.x_label
+            ),
+            _ => String::new(),
+        };
+        let _ = writeln!(out, "- **{}**{version}{point}: {method}", e.contender);
     }
     for note in &s.notes {
         let _ = writeln!(out, "- {note}");

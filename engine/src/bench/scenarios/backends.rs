@@ -157,8 +157,14 @@ async fn one_backend(
             paddock,
         ),
     );
+    let label = match kind.as_str() {
+        "ssh" => "ssh (ControlMaster)",
+        "docker" => "docker exec",
+        "apptainer" | "singularity" => "apptainer exec",
+        _ => "bare tool",
+    };
     r.push(
-        &argv[..argv.len().min(2)].join(" "),
+        label,
         Role::Peer,
         None,
         Outcome::measured(

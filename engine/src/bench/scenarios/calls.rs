@@ -95,7 +95,7 @@ pub async fn gather(b: &Bench) -> Result<ScenarioReport> {
         Better::Lower,
     )
     .curve("tool calls gathered", true);
-    let rounds = b.pick(1, 2);
+    let rounds = b.pick(1, 3);
     let per_round = b.pick(4, 8);
     for calls in [10usize, 50, 100, 500] {
         let x = Some(calls as f64);

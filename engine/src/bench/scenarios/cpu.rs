@@ -28,7 +28,7 @@ pub async fn cpu(b: &Bench) -> Result<ScenarioReport> {
         "import time\nt = time.perf_counter()\n{}(time.perf_counter() - t) * 1000",
         cpu_loop(N)
     );
-    let rounds = b.pick(1, 2);
+    let rounds = b.pick(1, 3);
     let per_round = b.pick(3, 5);
     let plans = [
         PeerPlan::new("cpython", "cpython", "cpu", per_round, 0).param("n", N),

@@ -29,7 +29,7 @@ pub async fn script_size(b: &Bench) -> Result<ScenarioReport> {
         Better::Lower,
     )
     .curve("lines", true);
-    let rounds = b.pick(1, 2);
+    let rounds = b.pick(1, 3);
     let per_round = b.pick(3, 5);
     for lines in [10usize, 100, 1000, 10_000] {
         let x = Some(lines as f64);
@@ -93,7 +93,7 @@ pub async fn output(b: &Bench) -> Result<ScenarioReport> {
         Better::Lower,
     )
     .curve("characters printed", true);
-    let rounds = b.pick(1, 2);
+    let rounds = b.pick(1, 3);
     let per_round = b.pick(3, 5);
     for chars in [100usize, 10_000, 1_000_000] {
         let x = Some(chars as f64);
