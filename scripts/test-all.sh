@@ -63,6 +63,13 @@ PADDOCK_BIN="$PWD/target/release/paddock" tests/mcp/run-conformance.sh
 step "benchmarks compile"
 cargo bench --ignore-rust-version --locked --no-run -p paddock-benches
 
+step "benchmarks: the quick set, beside the peers (docs/benchmarks.md)"
+# Peers are optional: one that cannot be installed is reported "not installed" by the bench.
+peers=$(scripts/bench-peers.sh) || peers=/nonexistent
+bench_out=$(mktemp -d)
+target/release/paddock bench --quick --peers "$peers" --out "$bench_out"
+rm -rf "$bench_out"
+
 step "format and lints"
 cargo fmt --all --check
 cargo clippy "${CARGO_FLAGS[@]}" --workspace --all-targets -- -D warnings

@@ -1,5 +1,7 @@
-//! Code-mode throughput: trivial-script latency, nested call round trip, gathers, scripts per
-//! second, idle child memory and the CPython loop ratio. Needs `target/release/paddock` built.
+//! `cargo bench -p paddock-benches`: the code-mode scenarios of `paddock bench --quick` (see
+//! the engine's `bench` module and docs/benchmarks.md), run against the built `paddock` binary,
+//! peers included when scripts/bench-peers.sh has installed them. Results go to
+//! `bench-results/` like `paddock bench`'s. Needs `target/release/paddock` built.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,17 +36,27 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(paddock_engine::bench::run(exe, 300, 2.0)) {
-        Ok(figures) => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&figures).unwrap_or_default()
-            );
-            ExitCode::SUCCESS
-        }
-        Err(err) => {
-            eprintln!("bench failed: {err}");
-            ExitCode::from(1)
-        }
-    }
+    let options = paddock_engine::bench::Options {
+        exe,
+        quick: true,
+        scenarios: [
+            "trivial",
+            "nested_call",
+            "gather",
+            "cpu",
+            "throughput",
+            "idle_memory",
+        ]
+        .map(String::from)
+        .to_vec(),
+        backends: None,
+        peers: None,
+        command: "cargo bench -p paddock-benches".into(),
+        progress: true,
+    };
+    runtime.block_on(paddock_engine::bench::run_cli(
+        options,
+        PathBuf::from("bench-results"),
+        false,
+    ))
 }

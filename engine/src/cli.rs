@@ -90,21 +90,28 @@ enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
-    /// Throughput benchmarks of the sandbox pool (see README "Benchmarks").
+    /// Benchmarks: named scenarios, side by side with the peers (see docs/benchmarks.md).
     Bench {
-        /// Trivial scripts timed for the latency figures.
-        #[arg(long, default_value_t = 300)]
-        iterations: usize,
-        /// Seconds per throughput measurement.
-        #[arg(long, default_value_t = 2.0)]
-        seconds: f64,
-        /// Print the figures as JSON only.
+        /// The quick set (fewer samples; what CI runs): under 2 minutes.
+        #[arg(long)]
+        quick: bool,
+        /// Directory for results.json, results.md and one SVG chart per scenario.
+        #[arg(long, value_name = "DIR", default_value = "bench-results")]
+        out: PathBuf,
+        /// Run only this scenario (repeatable); an unknown name lists them all.
+        #[arg(long = "scenario", value_name = "NAME")]
+        scenarios: Vec<String>,
+        /// Print the results as JSON on stdout instead of markdown.
         #[arg(long)]
         json: bool,
-        /// Instead: per-command latency of each docker/ssh/apptainer backend of this policy,
-        /// beside the bare tool (e.g. the file scripts/test-services.sh prints).
+        /// Also measure `terminal` on each docker/ssh/apptainer backend of this policy beside
+        /// the bare tool (e.g. the file scripts/test-services.sh prints).
         #[arg(long, value_name = "POLICY")]
         backends: Option<PathBuf>,
+        /// Peers installed by scripts/bench-peers.sh (default: $PADDOCK_PEERS_DIR, else
+        /// /opt/paddock-peers).
+        #[arg(long, value_name = "DIR")]
+        peers: Option<PathBuf>,
     },
     /// Internal: become the sandbox zygote.
     #[command(name = "__sandbox-zygote", hide = true)]
@@ -292,11 +299,13 @@ async fn dispatch(command: Command) -> ExitCode {
                 },
         } => policy_explain(&command, policy.as_deref(), &session),
         Command::Bench {
-            iterations,
-            seconds,
+            quick,
+            out,
+            scenarios,
             json,
             backends,
-        } => crate::bench::run_cli(iterations, seconds, json, backends).await,
+            peers,
+        } => bench(quick, out, scenarios, json, backends, peers).await,
         Command::Zygote
         | Command::Supervise { .. }
         | Command::DockerAttach { .. }
@@ -500,6 +509,30 @@ async fn call(tool: String, args: String, common: Common, backend: Option<String
             ExitCode::from(1)
         }
     }
+}
+
+async fn bench(
+    quick: bool,
+    out: PathBuf,
+    scenarios: Vec<String>,
+    json: bool,
+    backends: Option<PathBuf>,
+    peers: Option<PathBuf>,
+) -> ExitCode {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(err) => return usage_error(&format!("bench: cannot find this binary: {err}")),
+    };
+    let options = crate::bench::Options {
+        exe,
+        quick,
+        scenarios,
+        backends,
+        peers,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        progress: true,
+    };
+    crate::bench::run_cli(options, out, json).await
 }
 
 async fn serve(

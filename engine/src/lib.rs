@@ -11,7 +11,7 @@
 //! - [`mcp`] — `paddock serve` (MCP server, approvals by elicitation) and the bridge to other
 //!   MCP servers;
 //! - [`engine`] — the facade a library user or the CLI holds;
-//! - [`cli`] — the command line; [`bench`]: `paddock bench`.
+//! - [`cli`] — the command line; [`bench`]: `paddock bench` (scenarios, peers, report, charts).
 
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use paddock_sandbox_worker::wire::{HEADER_BYTES, Message, WireError, payload_len};
-use paddock_sandbox_worker::zygote::{ZygoteEvent, ZygoteProcess};
+use paddock_sandbox_worker::zygote::{ZygoteEvent, ZygoteProcess, ZygoteReader};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -89,60 +89,85 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl ZygoteLink {
+    /// Starts a zygote and the thread that reads its events. The zygote is spawned *on* that
+    /// thread because its PR_SET_PDEATHSIG fires when the thread that spawned it exits, not the
+    /// process: spawned from a tokio blocking thread, it was SIGKILLed (with any script running
+    /// in it) as soon as that thread retired after 10 s idle. The reader thread lives exactly as
+    /// long as the zygote.
     fn start(exe: &std::path::Path, degraded: &[String]) -> Result<Arc<Self>, PoolError> {
-        let process = ZygoteProcess::spawn(exe, degraded)?;
-        tracing::debug!(
-            pid = process.pid(),
-            init_ms = process.init_ms,
-            "sandbox zygote ready"
-        );
-        let reader = process.reader()?;
-        let link = Arc::new(Self {
-            process: Mutex::new(process),
-            pending_forks: Mutex::default(),
-            exits: Mutex::default(),
-            alive: AtomicBool::new(true),
-        });
-        let weak = Arc::downgrade(&link);
+        let (exe, degraded) = (exe.to_path_buf(), degraded.to_vec());
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("zygote-reader".into())
             .spawn(move || {
-                loop {
-                    let event = reader.next_event();
-                    let Some(link) = weak.upgrade() else { return };
-                    match event {
-                        Ok(Some(ZygoteEvent::Forked { pid, socket })) => {
-                            if let Some(tx) = lock(&link.pending_forks).pop_front() {
-                                let _ = tx.send(Ok((pid, socket)));
-                            }
-                        }
-                        Ok(Some(ZygoteEvent::ForkFailed { reason })) => {
-                            if let Some(tx) = lock(&link.pending_forks).pop_front() {
-                                let _ = tx.send(Err(reason));
-                            }
-                        }
-                        Ok(Some(ZygoteEvent::Exited { pid, code, signal })) => {
-                            link.record_exit(pid, ExitInfo { code, signal });
-                        }
-                        Ok(None) | Err(_) => {
-                            if let Err(err) = event {
-                                tracing::error!(%err, "sandbox zygote connection failed");
-                            } else {
-                                tracing::warn!(
-                                    "sandbox zygote exited; the next script starts a new one"
-                                );
-                            }
-                            link.alive.store(false, Ordering::SeqCst);
-                            for tx in lock(&link.pending_forks).drain(..) {
-                                let _ = tx.send(Err("the zygote exited".into()));
-                            }
-                            return;
-                        }
+                let started = ZygoteProcess::spawn(&exe, &degraded).and_then(|process| {
+                    let reader = process.reader()?;
+                    Ok((process, reader))
+                });
+                let (process, reader) = match started {
+                    Ok(started) => started,
+                    Err(err) => {
+                        let _ = started_tx.send(Err(PoolError::from(err)));
+                        return;
                     }
+                };
+                tracing::debug!(
+                    pid = process.pid(),
+                    init_ms = process.init_ms,
+                    "sandbox zygote ready"
+                );
+                let link = Arc::new(Self {
+                    process: Mutex::new(process),
+                    pending_forks: Mutex::default(),
+                    exits: Mutex::default(),
+                    alive: AtomicBool::new(true),
+                });
+                let weak = Arc::downgrade(&link);
+                // Nobody waits any more: dropping the link kills the zygote.
+                if started_tx.send(Ok(link)).is_err() {
+                    return;
                 }
+                Self::read_events(&reader, &weak);
             })
             .map_err(|e| PoolError::Join(e.to_string()))?;
-        Ok(link)
+        started_rx.recv().map_err(|_| {
+            PoolError::Join("the zygote thread ended before the zygote started".into())
+        })?
+    }
+
+    /// Dispatches the zygote's events until it exits or the link is dropped.
+    fn read_events(reader: &ZygoteReader, weak: &std::sync::Weak<Self>) {
+        loop {
+            let event = reader.next_event();
+            let Some(link) = weak.upgrade() else { return };
+            match event {
+                Ok(Some(ZygoteEvent::Forked { pid, socket })) => {
+                    if let Some(tx) = lock(&link.pending_forks).pop_front() {
+                        let _ = tx.send(Ok((pid, socket)));
+                    }
+                }
+                Ok(Some(ZygoteEvent::ForkFailed { reason })) => {
+                    if let Some(tx) = lock(&link.pending_forks).pop_front() {
+                        let _ = tx.send(Err(reason));
+                    }
+                }
+                Ok(Some(ZygoteEvent::Exited { pid, code, signal })) => {
+                    link.record_exit(pid, ExitInfo { code, signal });
+                }
+                Ok(None) | Err(_) => {
+                    if let Err(err) = event {
+                        tracing::error!(%err, "sandbox zygote connection failed");
+                    } else {
+                        tracing::warn!("sandbox zygote exited; the next script starts a new one");
+                    }
+                    link.alive.store(false, Ordering::SeqCst);
+                    for tx in lock(&link.pending_forks).drain(..) {
+                        let _ = tx.send(Err("the zygote exited".into()));
+                    }
+                    return;
+                }
+            }
+        }
     }
 
     fn record_exit(&self, pid: i32, info: ExitInfo) {

@@ -1,0 +1,233 @@
+//! The named scenarios, and how Paddock's samples are interleaved with the peers'.
+//!
+//! Interleaving: a peer driven through `peer_driver.py` cannot alternate with Paddock sample by
+//! sample (each driver call starts a Python and its peer), so those scenarios run in rounds:
+//! a chunk of Paddock's samples, then a chunk of each peer's, again. Peers run by the bench
+//! itself (bare `bash -c`, a bare `python3`, the bare backend tools) alternate sample by sample.
+
+mod backends;
+mod calls;
+mod cpu;
+mod growth;
+mod mcp;
+mod memory;
+mod scripts;
+mod terminal;
+
+use std::time::Instant;
+
+use super::peers::{PeerRequest, PeerSamples};
+use super::report::{Outcome, Role, ScenarioReport};
+use super::{Bench, BenchError, Result};
+
+/// Every scenario, in the order a full run takes them, with what it measures.
+pub const SCENARIOS: &[(&str, &str)] = &[
+    (
+        "trivial",
+        "latency of a trivial script through the warm pool (p50/p90/p99)",
+    ),
+    (
+        "nested_call",
+        "one tool call from inside a script, round trip",
+    ),
+    ("gather", "asyncio.gather of 10, 50, 100, 500 tool calls"),
+    (
+        "cpu",
+        "a CPU-bound loop in the sandbox against CPython and Monty",
+    ),
+    ("script_size", "scripts of 10, 100, 1000, 10000 lines"),
+    ("output", "scripts printing 100, 10k, 1M characters"),
+    (
+        "throughput",
+        "scripts per second at concurrency 1, 2, 8, 32",
+    ),
+    ("idle_memory", "private memory of an idle pre-forked child"),
+    (
+        "startup",
+        "a fresh `paddock run` process, and an engine built to its first script",
+    ),
+    (
+        "terminal",
+        "`terminal` per-command overhead against a bare `bash -c` and Hermes",
+    ),
+    ("terminal_burst", "100 concurrent `terminal` commands"),
+    (
+        "python_execute",
+        "`python_execute` against a bare `python3`",
+    ),
+    (
+        "mcp",
+        "an MCP `tools/call` round trip over stdio to `paddock serve`",
+    ),
+    (
+        "backends",
+        "`terminal` on each docker/ssh/apptainer backend against the bare tool (--backends POLICY)",
+    ),
+];
+
+/// The scenarios to run: `wanted` (validated) or every one; `backends` only when asked for by
+/// name or when a backends policy was given.
+pub fn select(wanted: &[String], have_backends: bool) -> Result<Vec<&'static str>> {
+    if wanted.is_empty() {
+        return Ok(SCENARIOS
+            .iter()
+            .map(|(name, _)| *name)
+            .filter(|name| *name != "backends" || have_backends)
+            .collect());
+    }
+    let mut out = Vec::new();
+    for name in wanted {
+        let Some((known, _)) = SCENARIOS.iter().find(|(n, _)| n == name) else {
+            return Err(BenchError::UnknownScenario {
+                name: name.clone(),
+                known: SCENARIOS
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        };
+        if !out.contains(known) {
+            out.push(*known);
+        }
+    }
+    Ok(out)
+}
+
+/// Runs one scenario. A Paddock failure becomes the report's `error`, so the other scenarios
+/// still run.
+pub async fn run(name: &'static str, b: &Bench) -> Vec<ScenarioReport> {
+    let started = Instant::now();
+    let result = match name {
+        "trivial" => scripts::trivial(b).await,
+        "nested_call" => calls::nested_call(b).await,
+        "gather" => calls::gather(b).await,
+        "cpu" => cpu::cpu(b).await,
+        "script_size" => growth::script_size(b).await,
+        "output" => growth::output(b).await,
+        "throughput" => scripts::throughput(b).await,
+        "idle_memory" => memory::idle_memory(b).await,
+        "startup" => scripts::startup(b).await,
+        "terminal" => terminal::terminal(b).await,
+        "terminal_burst" => terminal::burst(b).await,
+        "python_execute" => terminal::python_execute(b).await,
+        "mcp" => mcp::mcp(b).await,
+        "backends" => return backends::backends(b).await,
+        other => Err(BenchError::UnknownScenario {
+            name: other.into(),
+            known: String::new(),
+        }),
+    };
+    let mut report = result.unwrap_or_else(|err| {
+        let title = SCENARIOS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(name, |(_, about)| *about);
+        let mut failed = ScenarioReport::new(name, title, "", super::report::Better::Lower);
+        failed.error = Some(err.to_string());
+        failed
+    });
+    report.wall_s = started.elapsed().as_secs_f64();
+    vec![report]
+}
+
+/// One peer measured in rounds between Paddock's samples.
+pub struct PeerPlan<'a> {
+    /// Its name in the report.
+    pub contender: &'a str,
+    /// `samples` is per round.
+    pub request: PeerRequest<'a>,
+    /// Multiplies every sample (the driver reports ms; e.g. 1000 for µs).
+    pub scale: f64,
+}
+
+impl<'a> PeerPlan<'a> {
+    pub fn new(
+        contender: &'a str,
+        peer: &'a str,
+        scenario: &'a str,
+        samples: usize,
+        warmup: usize,
+    ) -> Self {
+        Self {
+            contender,
+            request: PeerRequest {
+                peer,
+                scenario,
+                params: Vec::new(),
+                samples,
+                warmup,
+            },
+            scale: 1.0,
+        }
+    }
+
+    pub fn param(mut self, key: &'a str, value: impl ToString) -> Self {
+        self.request.params.push((key, value.to_string()));
+        self
+    }
+
+    pub fn scale(mut self, scale: f64) -> Self {
+        self.scale = scale;
+        self
+    }
+}
+
+/// Runs `rounds` rounds of (Paddock's chunk, then each peer's chunk) and returns Paddock's
+/// samples and each peer's outcome, in `plans` order. A peer that fails or is missing is not
+/// asked again.
+pub async fn interleaved(
+    b: &Bench,
+    rounds: usize,
+    mut paddock: impl AsyncFnMut() -> Result<Vec<f64>>,
+    plans: &[PeerPlan<'_>],
+) -> Result<(Vec<f64>, Vec<Outcome>)> {
+    let mut mine = Vec::new();
+    let mut theirs: Vec<PeerSamples> = plans.iter().map(|_| PeerSamples::default()).collect();
+    for _ in 0..rounds.max(1) {
+        mine.extend(paddock().await?);
+        for (plan, samples) in plans.iter().zip(theirs.iter_mut()) {
+            if !samples.gave_up() {
+                samples.add(b.peers.run(&plan.request).await);
+            }
+        }
+    }
+    let outcomes = theirs
+        .into_iter()
+        .zip(plans)
+        .map(|(samples, plan)| samples.outcome(plan.scale))
+        .collect();
+    Ok((mine, outcomes))
+}
+
+/// Adds each peer's outcome to the report, at `x`.
+pub fn push_peers(
+    report: &mut ScenarioReport,
+    plans: &[PeerPlan<'_>],
+    outcomes: Vec<Outcome>,
+    x: Option<f64>,
+) {
+    for (plan, outcome) in plans.iter().zip(outcomes) {
+        report.push(plan.contender, Role::Peer, x, outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn selection_validates_names_and_keeps_backends_for_when_asked() {
+        let all = select(&[], false).unwrap();
+        assert!(!all.contains(&"backends"));
+        assert_eq!(all.len(), SCENARIOS.len() - 1);
+        assert!(select(&[], true).unwrap().contains(&"backends"));
+        assert_eq!(
+            select(&["cpu".into(), "trivial".into(), "cpu".into()], false).unwrap(),
+            vec!["cpu", "trivial"]
+        );
+        let err = select(&["nope".into()], false).unwrap_err().to_string();
+        assert!(err.contains("nope") && err.contains("trivial"), "{err}");
+    }
+}

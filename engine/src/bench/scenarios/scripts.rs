@@ -1,0 +1,300 @@
+//! Whole scripts: latency of a trivial one, scripts per second under concurrency, and what it
+//! costs to start from nothing.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+use super::{PeerPlan, interleaved, push_peers};
+use crate::bench::report::{Better, Outcome, Role, ScenarioReport};
+use crate::bench::{Bench, BenchError, PREFORK, Result, bench_engine, ms};
+use crate::policy::Policy;
+
+/// The trivial script of every contender.
+const TRIVIAL: &str = "1 + 1";
+
+fn is_two(result: &Value) -> bool {
+    result["result"] == json!(2)
+}
+
+pub async fn trivial(b: &Bench) -> Result<ScenarioReport> {
+    let mut r = ScenarioReport::new(
+        "trivial",
+        "Trivial script (`1 + 1`) latency",
+        "ms",
+        Better::Lower,
+    );
+    let rounds = b.pick(1, 4);
+    let per_round = b.pick(150, 250);
+    for _ in 0..20 {
+        b.script("trivial warm-up", TRIVIAL).await?;
+    }
+    let plans = [
+        PeerPlan::new("monty", "monty", "trivial", per_round, 20),
+        PeerPlan::new(
+            "cpython (new process)",
+            "cpython",
+            "trivial",
+            b.pick(15, 40),
+            2,
+        ),
+    ];
+    let (samples, peers) = interleaved(
+        b,
+        rounds,
+        async || {
+            let mut out = Vec::with_capacity(per_round);
+            for _ in 0..per_round {
+                let t = Instant::now();
+                let result = b.script("trivial", TRIVIAL).await?;
+                out.push(ms(t.elapsed()));
+                if !is_two(&result) {
+                    return Err(BenchError::unexpected("trivial", &result));
+                }
+                // Let the pool refill between samples: this measures the warm path, as an
+                // agent that calls now and then sees it (throughput measures the other case).
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            Ok(out)
+        },
+        &plans,
+    )
+    .await?;
+    r.push(
+        "paddock",
+        Role::Paddock,
+        None,
+        Outcome::measured(
+            format!(
+                "Engine::run_script(\"{TRIVIAL}\") in this process on the warm pool (built-in \
+                 policy, {PREFORK} pre-forked children), 3 ms pause between samples so each \
+                 finds an idle child: host wall time from call to result."
+            ),
+            None,
+            samples,
+        ),
+    );
+    push_peers(&mut r, &plans, peers, None);
+    r.note(format!(
+        "{rounds} round(s): Paddock's samples, then Monty's, then CPython's, again."
+    ));
+    Ok(r)
+}
+
+/// Scripts finished per second by `concurrency` tasks over `window`.
+async fn paddock_window(b: &Bench, concurrency: usize, window: Duration) -> Result<f64> {
+    let started = Instant::now();
+    let until = started + window;
+    let mut tasks = Vec::with_capacity(concurrency);
+    for _ in 0..concurrency {
+        let engine = Arc::clone(&b.engine);
+        let limits = b.limits.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            while Instant::now() < until {
+                let result = engine.run_script(TRIVIAL, &limits).await?;
+                if !is_two(&result) {
+                    return Err(BenchError::unexpected("throughput", &result));
+                }
+                done += 1;
+            }
+            Ok::<u64, BenchError>(done)
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.map_err(|e| BenchError::Unexpected {
+            what: "throughput task".into(),
+            result: e.to_string(),
+        })??;
+    }
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
+pub async fn throughput(b: &Bench) -> Result<ScenarioReport> {
+    let mut r = ScenarioReport::new(
+        "throughput",
+        "Trivial scripts per second by concurrency",
+        "scripts/s",
+        Better::Higher,
+    )
+    .curve("concurrent callers", true);
+    let windows = b.pick(2, 3);
+    let window = b.pick(0.6, 1.5);
+    for concurrency in [1usize, 2, 8, 32] {
+        let x = Some(concurrency as f64);
+        let plans = [
+            PeerPlan::new("monty", "monty", "throughput", windows, 1)
+                .param("concurrency", concurrency)
+                .param("window", window),
+            PeerPlan::new("cpython (new process)", "cpython", "throughput", windows, 0)
+                .param("concurrency", concurrency)
+                .param("window", window),
+        ];
+        let (samples, peers) = interleaved(
+            b,
+            1,
+            async || {
+                paddock_window(b, concurrency, Duration::from_secs_f64(0.2)).await?;
+                let mut out = Vec::with_capacity(windows);
+                for _ in 0..windows {
+                    out.push(
+                        paddock_window(b, concurrency, Duration::from_secs_f64(window)).await?,
+                    );
+                }
+                Ok(out)
+            },
+            &plans,
+        )
+        .await?;
+        let policy = b.engine.policy();
+        r.push(
+            "paddock",
+            Role::Paddock,
+            x,
+            Outcome::measured(
+                format!(
+                    "{concurrency} tasks in this process each running `{TRIVIAL}` through \
+                     Engine::run_script over and over for {window} s (built-in policy: \
+                     max_concurrency {}, {PREFORK} pre-forked children); sample = scripts \
+                     finished / window.",
+                    policy.codemode.max_concurrency.get_ref()
+                ),
+                None,
+                samples,
+            ),
+        );
+        push_peers(&mut r, &plans, peers, x);
+    }
+    r.note(format!(
+        "{windows} windows of {window} s per contender and concurrency (after a 0.2 s warm-up \
+         window); each system with its default limits (Paddock runs at most 8 scripts at once, \
+         Monty's pool at most one worker per CPU). This machine has {} cores.",
+        std::thread::available_parallelism().map_or(0, usize::from)
+    ));
+    Ok(r)
+}
+
+/// One fresh `paddock run -` process running the trivial script.
+async fn paddock_run_once(b: &Bench) -> Result<f64> {
+    let t = Instant::now();
+    let mut child = tokio::process::Command::new(&b.exe)
+        .args(["run", "-"])
+        .env_remove("PADDOCK_POLICY")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(BenchError::io("paddock run"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(TRIVIAL.as_bytes())
+            .await
+            .map_err(BenchError::io("paddock run: writing the script"))?;
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .map_err(|_| BenchError::Timeout {
+            what: "paddock run".into(),
+            seconds: 60,
+        })?
+        .map_err(BenchError::io("paddock run"))?;
+    let elapsed = ms(t.elapsed());
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    if !out.status.success() || !is_two(&result) {
+        return Err(BenchError::unexpected(
+            "paddock run",
+            &json!({"status": out.status.code(), "stdout": result,
+                    "stderr": String::from_utf8_lossy(&out.stderr)}),
+        ));
+    }
+    Ok(elapsed)
+}
+
+/// An engine built in this process, to the result of its first script.
+async fn engine_first_script(b: &Bench) -> Result<f64> {
+    let t = Instant::now();
+    let engine = bench_engine(b.exe.clone(), Policy::builtin())?;
+    let result = engine.run_script(TRIVIAL, &b.limits).await?;
+    let elapsed = ms(t.elapsed());
+    if !is_two(&result) {
+        return Err(BenchError::unexpected("engine start-up", &result));
+    }
+    // Dropping the engine stops its zygote and children (outside the timing).
+    drop(engine);
+    Ok(elapsed)
+}
+
+pub async fn startup(b: &Bench) -> Result<ScenarioReport> {
+    let mut r = ScenarioReport::new(
+        "startup",
+        "Start-up: from nothing to a first script's result",
+        "ms",
+        Better::Lower,
+    );
+    let rounds = b.pick(1, 3);
+    let per_round = b.pick(4, 6);
+    let plans = [
+        PeerPlan::new("monty", "monty", "startup", per_round, 1),
+        PeerPlan::new(
+            "cpython (new process)",
+            "cpython",
+            "startup",
+            per_round * 2,
+            1,
+        ),
+    ];
+    let mut in_process = Vec::new();
+    paddock_run_once(b).await?; // page cache
+    let (samples, peers) = interleaved(
+        b,
+        rounds,
+        async || {
+            let mut out = Vec::with_capacity(per_round);
+            for _ in 0..per_round {
+                out.push(paddock_run_once(b).await?);
+                in_process.push(engine_first_script(b).await?);
+            }
+            Ok(out)
+        },
+        &plans,
+    )
+    .await?;
+    r.push(
+        "paddock run",
+        Role::Paddock,
+        None,
+        Outcome::measured(
+            format!(
+                "a fresh `paddock run -` process given `{TRIVIAL}` on stdin (built-in policy): \
+                 host wall time from spawn to exit, which includes starting the sandbox zygote \
+                 and forking the first child."
+            ),
+            None,
+            samples,
+        ),
+    );
+    r.push(
+        "paddock engine in-process",
+        Role::Variant,
+        None,
+        Outcome::measured(
+            format!(
+                "Engine::with_options (built-in policy) then run_script(\"{TRIVIAL}\") in this \
+                 process, to the result: what a Rust library user waits for once."
+            ),
+            None,
+            in_process,
+        ),
+    );
+    push_peers(&mut r, &plans, peers, None);
+    r.note(format!(
+        "{rounds} round(s) of Paddock's processes (each followed by one in-process engine), \
+         then Monty's, then CPython's."
+    ));
+    Ok(r)
+}
