@@ -1,0 +1,126 @@
+//! `paddock-agent`: the small program that runs inside an environment (a container, an
+//! Apptainer instance, a remote host) and serves one Paddock session there over a Unix socket,
+//! so that a command costs a connection and a fork instead of a `docker exec`, an `apptainer
+//! exec` or an ssh round trip.
+//!
+//! - [`protocol`] — frames and messages, shared with the engine (versioned; two frozen messages);
+//! - [`server`] — the socket, a thread per connection, the lock that keeps one agent per session;
+//! - [`run`] — one program: pipes or a terminal, output frames, stdin frames, tree kills;
+//! - [`daemon`] — `serve --daemon`: start detached, answer once listening.
+//!
+//! What a command sees (the session's cwd, exports, functions, aliases) is kept by the same
+//! bash wrapper as before the agent: the engine sends the wrapper's argv, the agent runs it.
+
+#![forbid(unsafe_code)]
+#![deny(clippy::print_stdout)]
+
+pub mod daemon;
+pub mod protocol;
+pub mod run;
+pub mod server;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `serve` exits with this when another agent already serves the socket.
+pub const EXIT_ALREADY_RUNNING: i32 = 3;
+
+/// Errors of the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Protocol(#[from] protocol::ProtocolError),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("socket {path}: {source}")]
+    Socket {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("another agent already serves this socket")]
+    AlreadyRunning,
+    #[error("the agent did not start: {0}")]
+    StartFailed(String),
+    #[error("a lock was poisoned by a panicking thread")]
+    Poisoned,
+    #[error("usage: {0}")]
+    Usage(String),
+}
+
+const USAGE: &str =
+    "paddock-agent serve --socket PATH [--daemon] [--idle-exit SECONDS] | paddock-agent version";
+
+/// The program: `serve` or `version`. Returns the exit status.
+pub fn run_main(args: Vec<String>) -> i32 {
+    match dispatch(&args) {
+        Ok(()) => 0,
+        Err(AgentError::AlreadyRunning) => {
+            eprintln!("paddock-agent: another agent already serves this socket");
+            EXIT_ALREADY_RUNNING
+        }
+        Err(err) => {
+            eprintln!("paddock-agent: {err}");
+            if matches!(err, AgentError::Usage(_)) {
+                2
+            } else {
+                1
+            }
+        }
+    }
+}
+
+fn dispatch(args: &[String]) -> Result<(), AgentError> {
+    match args.first().map(String::as_str) {
+        Some("version") => {
+            // stdout is not a protocol channel for this subcommand.
+            #[expect(clippy::print_stdout, reason = "the answer of `version`")]
+            {
+                println!(
+                    "paddock-agent {} protocol {}",
+                    env!("CARGO_PKG_VERSION"),
+                    protocol::PROTOCOL_VERSION
+                );
+            }
+            Ok(())
+        }
+        Some("serve") => {
+            let mut socket = None;
+            let mut idle_exit = None;
+            let mut daemon = false;
+            let mut passed = Vec::new();
+            let mut rest = args[1..].iter();
+            while let Some(arg) = rest.next() {
+                match arg.as_str() {
+                    "--daemon" => daemon = true,
+                    "--socket" => {
+                        let value = rest.next().ok_or_else(|| AgentError::Usage(USAGE.into()))?;
+                        socket = Some(PathBuf::from(value));
+                        passed.extend([arg.clone(), value.clone()]);
+                    }
+                    "--idle-exit" => {
+                        let value = rest.next().ok_or_else(|| AgentError::Usage(USAGE.into()))?;
+                        let secs: u64 = value.parse().map_err(|_| {
+                            AgentError::Usage(format!(
+                                "--idle-exit {value}: not a number of seconds"
+                            ))
+                        })?;
+                        idle_exit = Some(Duration::from_secs(secs));
+                        passed.extend([arg.clone(), value.clone()]);
+                    }
+                    other => {
+                        return Err(AgentError::Usage(format!(
+                            "unknown argument {other}; {USAGE}"
+                        )));
+                    }
+                }
+            }
+            let socket = socket.ok_or_else(|| AgentError::Usage(USAGE.into()))?;
+            if daemon {
+                daemon::start_detached(&socket, &passed)
+            } else {
+                server::serve(&server::ServeOptions { socket, idle_exit })
+            }
+        }
+        _ => Err(AgentError::Usage(USAGE.into())),
+    }
+}

@@ -1,0 +1,248 @@
+//! The agent protocol: what the engine and `paddock-agent` say to each other over one Unix
+//! socket connection.
+//!
+//! A connection carries one conversation: the engine sends [`Request::Hello`], the agent answers
+//! [`Reply::Hello`] with its protocol version; if the versions differ the engine must not send
+//! anything but [`Request::Shutdown`] (both are frozen: every version decodes them alike, so an
+//! old agent in a long-lived container can always be told to go). Then one request: a
+//! [`Request::Run`] streams [`FrameKind::Output`] frames and ends with [`Reply::Exit`]; closing
+//! the connection before that ends the run's whole process tree.
+//!
+//! Frames: one byte of kind, a big-endian `u32` length, the payload. Control messages are JSON
+//! ([`FrameKind::Message`]); output and stdin are raw bytes, so a megabyte of output costs a
+//! megabyte. A frame longer than [`MAX_FRAME_BYTES`] is a protocol error, never an allocation.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+
+use serde::{Deserialize, Serialize};
+
+/// Bumped whenever a message changes shape. The engine replaces an agent that answers another.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Frames larger than this are refused (a corrupt or hostile peer cannot make us allocate more).
+pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+
+/// The socket's file name inside the directory the engine and the agent share.
+pub const SOCKET_NAME: &str = "agent.sock";
+
+/// What a frame carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// A JSON [`Request`] or [`Reply`].
+    Message = 0,
+    /// Bytes the command printed (stdout and stderr merged, or the terminal's output).
+    Output = 1,
+    /// Bytes for the command's stdin; an empty frame ends stdin.
+    Stdin = 2,
+}
+
+impl FrameKind {
+    fn from_byte(byte: u8) -> Option<Self> {
+        match byte {
+            0 => Some(Self::Message),
+            1 => Some(Self::Output),
+            2 => Some(Self::Stdin),
+            _ => None,
+        }
+    }
+}
+
+/// Errors of the protocol layer.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("agent connection: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("agent frame of {0} bytes is over the {MAX_FRAME_BYTES}-byte limit")]
+    TooLarge(usize),
+    #[error("agent frame of unknown kind {0}")]
+    UnknownKind(u8),
+    #[error("agent message is not valid JSON of the expected shape: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("agent protocol: expected {expected}, got {got}")]
+    Unexpected { expected: &'static str, got: String },
+}
+
+/// The engine's side of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    /// Frozen: the first message of every connection.
+    Hello { version: u32 },
+    /// Run one program; stdin frames follow when `stdin` is set.
+    Run(RunRequest),
+    /// Frozen: the agent ends its runs and exits.
+    Shutdown,
+}
+
+/// One program to run inside the environment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRequest {
+    pub argv: Vec<String>,
+    /// Added to the agent's own environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// A terminal (40 rows, 120 columns) instead of pipes.
+    #[serde(default)]
+    pub pty: bool,
+    /// Stdin frames follow; without them stdin is empty.
+    #[serde(default)]
+    pub stdin: bool,
+    /// Every process started under this id (`PADDOCK_RUN=<id>` in its environment) is ended
+    /// with the run when the connection drops early.
+    #[serde(default)]
+    pub run_id: Option<String>,
+}
+
+/// The agent's side of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reply {
+    /// Frozen: the answer to `Hello`.
+    Hello {
+        version: u32,
+        /// The agent's build (crate version), for error messages.
+        agent: String,
+        pid: u32,
+    },
+    /// The run ended; its exit status (128 + signal when killed by one).
+    Exit { code: i32 },
+    /// The request could not be carried out (the program could not start, a bad request).
+    Error { message: String },
+    /// `Shutdown` accepted.
+    Bye,
+}
+
+/// Writes one frame.
+pub fn write_frame(
+    writer: &mut impl Write,
+    kind: FrameKind,
+    payload: &[u8],
+) -> Result<(), ProtocolError> {
+    let len = u32::try_from(payload.len())
+        .ok()
+        .filter(|&n| n as usize <= MAX_FRAME_BYTES)
+        .ok_or(ProtocolError::TooLarge(payload.len()))?;
+    let mut header = [0u8; 5];
+    header[0] = kind as u8;
+    header[1..].copy_from_slice(&len.to_be_bytes());
+    writer.write_all(&header)?;
+    writer.write_all(payload)?;
+    writer.flush()?;
+    Ok(())
+}
+
+/// Writes one JSON message frame.
+pub fn write_message(
+    writer: &mut impl Write,
+    message: &impl Serialize,
+) -> Result<(), ProtocolError> {
+    let json = serde_json::to_vec(message)?;
+    write_frame(writer, FrameKind::Message, &json)
+}
+
+/// Reads one frame; `None` at a clean end of stream (between frames).
+pub fn read_frame(reader: &mut impl Read) -> Result<Option<(FrameKind, Vec<u8>)>, ProtocolError> {
+    let mut header = [0u8; 5];
+    let mut filled = 0;
+    while filled < header.len() {
+        match reader.read(&mut header[filled..]) {
+            Ok(0) if filled == 0 => return Ok(None),
+            Ok(0) => {
+                return Err(ProtocolError::Io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "connection closed inside a frame header",
+                )));
+            }
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let (kind, len) = parse_header(header)?;
+    let mut payload = vec![0u8; len];
+    reader.read_exact(&mut payload)?;
+    Ok(Some((kind, payload)))
+}
+
+/// Kind and length of a frame header, checked against the limits.
+pub fn parse_header(header: [u8; 5]) -> Result<(FrameKind, usize), ProtocolError> {
+    let kind = FrameKind::from_byte(header[0]).ok_or(ProtocolError::UnknownKind(header[0]))?;
+    let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    if len > MAX_FRAME_BYTES {
+        return Err(ProtocolError::TooLarge(len));
+    }
+    Ok((kind, len))
+}
+
+/// Reads a frame that must be a JSON message of type `T`.
+pub fn read_message<T: for<'de> Deserialize<'de>>(
+    reader: &mut impl Read,
+    expected: &'static str,
+) -> Result<T, ProtocolError> {
+    match read_frame(reader)? {
+        Some((FrameKind::Message, payload)) => Ok(serde_json::from_slice(&payload)?),
+        Some((kind, _)) => Err(ProtocolError::Unexpected {
+            expected,
+            got: format!("a {kind:?} frame"),
+        }),
+        None => Err(ProtocolError::Unexpected {
+            expected,
+            got: "the end of the connection".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip() {
+        let mut buf = Vec::new();
+        write_message(&mut buf, &Request::Hello { version: 7 }).unwrap();
+        write_frame(&mut buf, FrameKind::Output, b"hi\n").unwrap();
+        write_frame(&mut buf, FrameKind::Stdin, b"").unwrap();
+        let mut r = buf.as_slice();
+        let hello: Request = read_message(&mut r, "hello").unwrap();
+        assert_eq!(hello, Request::Hello { version: 7 });
+        assert_eq!(
+            read_frame(&mut r).unwrap(),
+            Some((FrameKind::Output, b"hi\n".to_vec()))
+        );
+        assert_eq!(
+            read_frame(&mut r).unwrap(),
+            Some((FrameKind::Stdin, vec![]))
+        );
+        assert_eq!(read_frame(&mut r).unwrap(), None);
+    }
+
+    #[test]
+    fn oversized_and_unknown_frames_are_refused_before_allocating() {
+        let mut header = [1u8, 0, 0, 0, 0];
+        header[1..].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(
+            read_frame(&mut header.as_slice()),
+            Err(ProtocolError::TooLarge(_))
+        ));
+        assert!(matches!(
+            read_frame(&mut [9u8, 0, 0, 0, 0].as_slice()),
+            Err(ProtocolError::UnknownKind(9))
+        ));
+        assert!(read_frame(&mut [1u8, 0, 0].as_slice()).is_err());
+    }
+
+    #[test]
+    fn the_frozen_messages_keep_their_wire_shape() {
+        // An old agent and a new engine must always agree on these two.
+        assert_eq!(
+            serde_json::to_string(&Request::Hello { version: 1 }).unwrap(),
+            r#"{"type":"hello","version":1}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Request::Shutdown).unwrap(),
+            r#"{"type":"shutdown"}"#
+        );
+    }
+}

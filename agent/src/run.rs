@@ -1,0 +1,261 @@
+//! One program run for one connection: spawned with pipes or a terminal, its output streamed as
+//! frames, stdin fed from frames, its whole tree ended when the connection drops early.
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::AgentError;
+use crate::protocol::{FrameKind, Reply, RunRequest, read_frame, write_message};
+
+/// After the program exits, how long its output may take to drain (a grandchild that kept the
+/// pipe open is not waited for longer).
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(1000);
+/// Between TERM and KILL when a run is ended early.
+const KILL_GRACE: Duration = Duration::from_millis(500);
+/// The terminal size every PTY run starts with (the local backend's).
+const PTY_ROWS: u16 = 40;
+const PTY_COLS: u16 = 120;
+
+/// The writing half of a connection, shared by the output pump and the final reply.
+type SharedWriter = Arc<Mutex<UnixStream>>;
+
+fn send(writer: &SharedWriter, kind: FrameKind, payload: &[u8]) -> Result<(), AgentError> {
+    let mut stream = writer.lock().map_err(|_| AgentError::Poisoned)?;
+    crate::protocol::write_frame(&mut *stream, kind, payload)?;
+    Ok(())
+}
+
+/// Where the program's input goes.
+enum Input {
+    Pipe(std::process::ChildStdin),
+    Terminal(Arc<pty_process::blocking::Pty>),
+}
+
+/// Runs `request` for the connection `stream` (whose stdin frames, if any, come next) and answers
+/// `Exit`. Returns when the reply is sent or the connection is gone.
+pub fn serve_run(stream: UnixStream, request: RunRequest) -> Result<(), AgentError> {
+    let Some((program, args)) = request.argv.split_first() else {
+        let mut stream = stream;
+        write_message(
+            &mut stream,
+            &Reply::Error {
+                message: "empty argv".into(),
+            },
+        )?;
+        return Ok(());
+    };
+    let writer: SharedWriter = Arc::new(Mutex::new(stream.try_clone()?));
+    let spawned = if request.pty {
+        spawn_terminal(program, args, &request)
+    } else {
+        spawn_pipes(program, args, &request)
+    };
+    let (mut child, output, input) = match spawned {
+        Ok(parts) => parts,
+        Err(err) => {
+            let mut stream = stream;
+            write_message(
+                &mut stream,
+                &Reply::Error {
+                    message: format!("cannot start {program}: {err}"),
+                },
+            )?;
+            return Ok(());
+        }
+    };
+    let pgid = child.id();
+    let finished = Arc::new(AtomicBool::new(false));
+
+    // Output: frames until the program and everything holding its output are gone.
+    let (drained_tx, drained_rx) = mpsc::channel::<()>();
+    let pump_writer = writer.clone();
+    std::thread::spawn(move || {
+        let mut output = output;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match output.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if send(&pump_writer, FrameKind::Output, &buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // A terminal answers EIO once its last writer is gone.
+                Err(_) => break,
+            }
+        }
+        let _ = drained_tx.send(());
+    });
+
+    // Input and the connection's end: stdin frames first, then any end of the connection
+    // before the run finished means the caller gave up: end the run's tree.
+    let mut reader = stream.try_clone()?;
+    let watch_finished = finished.clone();
+    let run_id = request.run_id.clone();
+    let stdin_follows = request.stdin;
+    std::thread::spawn(move || {
+        let mut input = Some(input);
+        if stdin_follows {
+            loop {
+                match read_frame(&mut reader) {
+                    Ok(Some((FrameKind::Stdin, data))) if data.is_empty() => break,
+                    Ok(Some((FrameKind::Stdin, data))) => {
+                        if let Some(target) = input.as_mut() {
+                            let written = match target {
+                                Input::Pipe(pipe) => pipe.write_all(&data),
+                                Input::Terminal(pty) => (&**pty).write_all(&data),
+                            };
+                            if written.is_err() {
+                                // The program stopped reading; keep draining frames.
+                                input = None;
+                            }
+                        }
+                    }
+                    Ok(Some(_)) => break,
+                    Ok(None) | Err(_) => {
+                        if !watch_finished.load(Ordering::SeqCst) {
+                            end_run(pgid, run_id.as_deref());
+                        }
+                        return;
+                    }
+                }
+            }
+        }
+        // Pipes: end of input. A terminal stays open (it is also the output).
+        if let Some(Input::Pipe(pipe)) = input.take() {
+            drop(pipe);
+        }
+        let mut byte = [0u8; 1];
+        // Nothing more is expected from the engine: a read returns only when it hangs up.
+        let _ = reader.read(&mut byte);
+        if !watch_finished.load(Ordering::SeqCst) {
+            end_run(pgid, run_id.as_deref());
+        }
+    });
+
+    let status = child.wait()?;
+    let _ = drained_rx.recv_timeout(DRAIN_AFTER_EXIT);
+    finished.store(true, Ordering::SeqCst);
+    let code = status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    let mut stream = writer.lock().map_err(|_| AgentError::Poisoned)?;
+    write_message(&mut *stream, &Reply::Exit { code })?;
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    Ok(())
+}
+
+type Spawned = (Child, Box<dyn Read + Send>, Input);
+
+fn spawn_pipes(program: &str, args: &[String], request: &RunRequest) -> std::io::Result<Spawned> {
+    // One pipe for stdout and stderr: the caller gets them merged, in order.
+    let (reader, writer) = std::io::pipe()?;
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .envs(&request.env)
+        .stdin(Stdio::piped())
+        .stdout(writer.try_clone()?)
+        .stderr(writer)
+        .process_group(0);
+    let mut child = command.spawn()?;
+    // The parent's copies of the pipe's writing end must be gone, or the output never ends.
+    drop(command);
+    let stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| std::io::Error::other("the program's stdin was not piped"))?;
+    Ok((child, Box::new(reader), Input::Pipe(stdin)))
+}
+
+fn spawn_terminal(
+    program: &str,
+    args: &[String],
+    request: &RunRequest,
+) -> std::io::Result<Spawned> {
+    let (pty, pts) = pty_process::blocking::open().map_err(std::io::Error::other)?;
+    pty.resize(pty_process::Size::new(PTY_ROWS, PTY_COLS))
+        .map_err(std::io::Error::other)?;
+    // The child becomes a session leader with this terminal as its controlling terminal.
+    let child = pty_process::blocking::Command::new(program)
+        .args(args)
+        .envs(&request.env)
+        .env("TERM", "xterm-256color")
+        .spawn(pts)
+        .map_err(std::io::Error::other)?;
+    let pty = Arc::new(pty);
+    let output = TerminalReader(pty.clone());
+    Ok((child, Box::new(output), Input::Terminal(pty)))
+}
+
+struct TerminalReader(Arc<pty_process::blocking::Pty>);
+
+impl Read for TerminalReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        (&*self.0).read(buf)
+    }
+}
+
+/// Ends a run's whole tree: its process group, and every process that carries its run id
+/// (daemons that left the group), TERM then KILL.
+pub fn end_run(pgid: u32, run_id: Option<&str>) {
+    signal_run(pgid, run_id, rustix::process::Signal::TERM);
+    std::thread::sleep(KILL_GRACE);
+    signal_run(pgid, run_id, rustix::process::Signal::KILL);
+}
+
+fn signal_run(pgid: u32, run_id: Option<&str>, signal: rustix::process::Signal) {
+    if let Some(group) = i32::try_from(pgid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(group, signal);
+    }
+    if let Some(run_id) = run_id {
+        for pid in processes_of_run(run_id) {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, signal);
+            }
+        }
+    }
+}
+
+/// PIDs whose environment holds `PADDOCK_RUN=<run_id>` (never the agent itself).
+pub fn processes_of_run(run_id: &str) -> HashSet<i32> {
+    let needle = format!("PADDOCK_RUN={run_id}");
+    let own = std::process::id() as i32;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return HashSet::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != own)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == needle.as_bytes()))
+        })
+        .collect()
+}
+
+/// The stdin frames of a connection that will not run anything (an error reply was sent).
+pub fn discard_stdin(stream: &mut UnixStream) {
+    while let Ok(Some((FrameKind::Stdin, data))) = read_frame(stream) {
+        if data.is_empty() {
+            break;
+        }
+    }
+}
+
+/// Writes an error reply.
+pub fn reply_error(stream: &mut UnixStream, message: String) -> Result<(), AgentError> {
+    write_message(stream, &Reply::Error { message })?;
+    Ok(())
+}

@@ -1,0 +1,173 @@
+//! The agent's listening side: one Unix socket, one thread per connection, one lock file so that
+//! two agents never serve the same session, and an optional idle exit.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::AgentError;
+use crate::protocol::{PROTOCOL_VERSION, Reply, Request, read_message, write_message};
+use crate::run::{discard_stdin, reply_error, serve_run};
+
+/// What `serve` was asked to do.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub socket: PathBuf,
+    /// Exit after this long with no connection open.
+    pub idle_exit: Option<Duration>,
+}
+
+/// Connections open now, and when the last one ended (unix seconds).
+#[derive(Default)]
+struct Activity {
+    open: AtomicUsize,
+    last: AtomicU64,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The lock file beside the socket: held for the agent's whole life.
+pub fn lock_path(socket: &Path) -> PathBuf {
+    let mut name = socket.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// Serves until `Shutdown` or the idle exit. Answers `AlreadyRunning` when another agent holds
+/// the session's lock.
+pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
+    let lock_file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_path(&options.socket))
+        .map_err(|e| AgentError::Socket {
+            path: options.socket.clone(),
+            source: e,
+        })?;
+    match rustix::fs::flock(
+        &lock_file,
+        rustix::fs::FlockOperation::NonBlockingLockExclusive,
+    ) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::WOULDBLOCK) => return Err(AgentError::AlreadyRunning),
+        Err(e) => {
+            return Err(AgentError::Socket {
+                path: options.socket.clone(),
+                source: e.into(),
+            });
+        }
+    }
+    // Holding the lock, any socket file left here is a dead agent's.
+    let _ = std::fs::remove_file(&options.socket);
+    let listener = UnixListener::bind(&options.socket).map_err(|e| AgentError::Socket {
+        path: options.socket.clone(),
+        source: e,
+    })?;
+    let _ = std::fs::set_permissions(&options.socket, std::fs::Permissions::from_mode(0o600));
+    let activity = Arc::new(Activity::default());
+    activity.last.store(now_secs(), Ordering::SeqCst);
+    if let Some(idle) = options.idle_exit {
+        let activity = activity.clone();
+        let socket = options.socket.clone();
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+                let idle_for = now_secs().saturating_sub(activity.last.load(Ordering::SeqCst));
+                if activity.open.load(Ordering::SeqCst) == 0 && idle_for >= idle.as_secs() {
+                    let _ = std::fs::remove_file(&socket);
+                    std::process::exit(0);
+                }
+            }
+        });
+    }
+    for stream in listener.incoming() {
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(AgentError::Io(e)),
+        };
+        activity.open.fetch_add(1, Ordering::SeqCst);
+        let activity = activity.clone();
+        let socket = options.socket.clone();
+        std::thread::spawn(move || {
+            let outcome = conversation(stream);
+            activity.last.store(now_secs(), Ordering::SeqCst);
+            activity.open.fetch_sub(1, Ordering::SeqCst);
+            match outcome {
+                Ok(Next::Continue) => {}
+                Ok(Next::Exit) => {
+                    let _ = std::fs::remove_file(&socket);
+                    std::process::exit(0);
+                }
+                // The engine went away mid-conversation: nothing to tell anyone.
+                Err(_) => {}
+            }
+        });
+    }
+    Ok(())
+}
+
+enum Next {
+    Continue,
+    Exit,
+}
+
+/// One connection: hello, then one request.
+fn conversation(mut stream: UnixStream) -> Result<Next, AgentError> {
+    let hello: Request = read_message(&mut stream, "hello")?;
+    let Request::Hello { version } = hello else {
+        reply_error(&mut stream, "the first message must be hello".into())?;
+        return Ok(Next::Continue);
+    };
+    write_message(
+        &mut stream,
+        &Reply::Hello {
+            version: PROTOCOL_VERSION,
+            agent: env!("CARGO_PKG_VERSION").to_owned(),
+            pid: std::process::id(),
+        },
+    )?;
+    let request: Request = match read_message(&mut stream, "a request") {
+        Ok(r) => r,
+        // A health check: hello and hang up.
+        Err(_) => return Ok(Next::Continue),
+    };
+    match request {
+        Request::Shutdown => {
+            write_message(&mut stream, &Reply::Bye)?;
+            Ok(Next::Exit)
+        }
+        Request::Run(_) | Request::Hello { .. } if version != PROTOCOL_VERSION => {
+            reply_error(
+                &mut stream,
+                format!(
+                    "protocol version {version} is not this agent's ({PROTOCOL_VERSION}); send shutdown and start a matching agent"
+                ),
+            )?;
+            Ok(Next::Continue)
+        }
+        Request::Run(run) => {
+            if run.argv.is_empty() {
+                if run.stdin {
+                    discard_stdin(&mut stream);
+                }
+                reply_error(&mut stream, "run: argv is empty".into())?;
+                return Ok(Next::Continue);
+            }
+            serve_run(stream, run)?;
+            Ok(Next::Continue)
+        }
+        Request::Hello { .. } => {
+            reply_error(&mut stream, "hello was already said".into())?;
+            Ok(Next::Continue)
+        }
+    }
+}
