@@ -72,4 +72,5 @@ rm -rf "$bench_out"
 
 step "format and lints"
 cargo fmt --all --check
+scripts/check-layers.sh
 cargo clippy "${CARGO_FLAGS[@]}" --workspace --all-targets -- -D warnings

@@ -118,7 +118,7 @@ impl ApptainerTransport {
     /// Starts the session's instance; an instance that already exists is fine.
     async fn start_instance(&self, session: &str) -> Result<()> {
         let binary = self.binary()?;
-        let sink = std::sync::Arc::new(std::sync::Mutex::new(crate::local::Utf8Capped::new(
+        let sink = std::sync::Arc::new(std::sync::Mutex::new(crate::output::Utf8Capped::new(
             16 * 1024,
         )));
         let exit = run_client(binary, &self.start_args(session), None, false, sink.clone())

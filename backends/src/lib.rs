@@ -16,13 +16,19 @@
 //! - [`processes`] — durable registry of background processes and their receipts;
 //! - [`supervisor`] — the detached process that owns one background command;
 //! - [`procfs`] — process identity (PID + kernel start time) and process trees;
-//! - [`redact`] — secrets out of receipts.
+//! - [`redact`] — secrets out of receipts;
+//! - [`kill`] — ending a timed-out command's process group, and the exit code it answers;
+//! - [`ids`] — random ids for runs and background processes;
+//! - [`launch`] — how a background command's supervisor is started, locally or on a target.
 
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod apptainer;
 pub mod docker;
+pub mod ids;
+pub mod kill;
+pub mod launch;
 pub mod local;
 pub mod output;
 pub mod processes;

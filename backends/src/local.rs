@@ -10,7 +10,8 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::output::CappedText;
+use crate::kill::{TIMEOUT_EXIT_CODE, terminate_group};
+use crate::output::Utf8Capped;
 use crate::processes::{ProcessRecord, ProcessRegistry, ProcessSpec};
 use crate::shell::{WRAPPER, check_command, session_dir};
 use crate::{
@@ -18,13 +19,9 @@ use crate::{
     RemoteFile, Result,
 };
 
-/// Grace between SIGTERM and SIGKILL when a command times out.
-pub const KILL_GRACE: Duration = Duration::from_millis(500);
 /// How long output is still read after the shell exited (a backgrounded grandchild may hold
 /// the pipe open; it is killed right after).
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(150);
-/// Exit code reported for a timeout.
-pub const TIMEOUT_EXIT_CODE: i32 = 124;
 
 /// Commands on this machine.
 pub struct LocalEnvironment {
@@ -202,7 +199,7 @@ impl LocalEnvironment {
         };
         let env = self.sandbox_env(command_env(&request.env, &request.session));
         if request.pty {
-            let tag = crate::remote::new_run_id("t");
+            let tag = crate::ids::new_run_id("t");
             let argv =
                 self.shell_argv(&state, &request.session, &request.command, &workdir, &tag)?;
             return run_pty(&request, &state, argv, &tag, &env).await;
@@ -210,7 +207,7 @@ impl LocalEnvironment {
         let started = Instant::now();
         let (reader, writer) = std::io::pipe()?;
         let writer_err = writer.try_clone()?;
-        let tag = crate::remote::new_run_id("t");
+        let tag = crate::ids::new_run_id("t");
         let (program, args) =
             self.shell_argv(&state, &request.session, &request.command, &workdir, &tag)?;
         let mut command = tokio::process::Command::new(program);
@@ -338,24 +335,6 @@ impl Ended {
     }
 }
 
-/// SIGTERM to the group, a grace, then SIGKILL; also to descendants that left the group.
-pub async fn terminate_group(pgid: Option<i32>) {
-    let Some(pgid) = pgid else { return };
-    let escaped: Vec<i32> = crate::procfs::descendants(pgid).into_iter().collect();
-    let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
-    for pid in &escaped {
-        let _ = nix::sys::signal::kill(Pid::from_raw(*pid), Signal::SIGTERM);
-    }
-    let until = Instant::now() + KILL_GRACE;
-    while Instant::now() < until && !crate::procfs::group_members(pgid).is_empty() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-    for pid in escaped {
-        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
-    }
-}
-
 fn exit_code_of(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status
@@ -450,76 +429,6 @@ async fn run_pty(
         started,
     };
     Ok(ended.finish(request, state, text, output.total_chars()))
-}
-
-/// Bytes in, capped text out: UTF-8 decoded incrementally, invalid bytes replaced.
-pub struct Utf8Capped {
-    cap: usize,
-    pending: Vec<u8>,
-    text: CappedText,
-}
-
-impl Utf8Capped {
-    pub fn new(cap: usize) -> Self {
-        Self {
-            cap,
-            pending: Vec::new(),
-            text: CappedText::new(cap),
-        }
-    }
-
-    /// Forgets everything pushed so far (a transport retrying a command).
-    pub fn clear(&mut self) {
-        *self = Self::new(self.cap);
-    }
-
-    /// What was pushed so far, without finishing.
-    pub fn peek(&self) -> String {
-        self.text.render()
-    }
-
-    pub fn push(&mut self, bytes: &[u8]) {
-        self.pending.extend_from_slice(bytes);
-        loop {
-            match std::str::from_utf8(&self.pending) {
-                Ok(s) => {
-                    self.text.push(s);
-                    self.pending.clear();
-                    return;
-                }
-                Err(e) => {
-                    let valid = e.valid_up_to();
-                    // SAFETY-free: the prefix up to `valid` is valid UTF-8 by definition.
-                    self.text
-                        .push(&String::from_utf8_lossy(&self.pending[..valid]));
-                    match e.error_len() {
-                        Some(bad) => {
-                            self.text.push("\u{FFFD}");
-                            self.pending.drain(..valid + bad);
-                        }
-                        None => {
-                            // An incomplete sequence at the end: wait for more bytes.
-                            self.pending.drain(..valid);
-                            return;
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    pub fn total_chars(&self) -> usize {
-        self.text.total_chars()
-    }
-
-    pub fn finish(&mut self) -> String {
-        if !self.pending.is_empty() {
-            let rest = String::from_utf8_lossy(&self.pending).into_owned();
-            self.text.push(&rest);
-            self.pending.clear();
-        }
-        self.text.render()
-    }
 }
 
 impl Environment for LocalEnvironment {

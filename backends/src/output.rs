@@ -85,6 +85,76 @@ pub fn cap_text(text: &str, cap: usize) -> String {
     capped.render()
 }
 
+/// Bytes in, capped text out: UTF-8 decoded incrementally, invalid bytes replaced.
+pub struct Utf8Capped {
+    cap: usize,
+    pending: Vec<u8>,
+    text: CappedText,
+}
+
+impl Utf8Capped {
+    pub fn new(cap: usize) -> Self {
+        Self {
+            cap,
+            pending: Vec::new(),
+            text: CappedText::new(cap),
+        }
+    }
+
+    /// Forgets everything pushed so far (a transport retrying a command).
+    pub fn clear(&mut self) {
+        *self = Self::new(self.cap);
+    }
+
+    /// What was pushed so far, without finishing.
+    pub fn peek(&self) -> String {
+        self.text.render()
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.pending.extend_from_slice(bytes);
+        loop {
+            match std::str::from_utf8(&self.pending) {
+                Ok(s) => {
+                    self.text.push(s);
+                    self.pending.clear();
+                    return;
+                }
+                Err(e) => {
+                    let valid = e.valid_up_to();
+                    // SAFETY-free: the prefix up to `valid` is valid UTF-8 by definition.
+                    self.text
+                        .push(&String::from_utf8_lossy(&self.pending[..valid]));
+                    match e.error_len() {
+                        Some(bad) => {
+                            self.text.push("\u{FFFD}");
+                            self.pending.drain(..valid + bad);
+                        }
+                        None => {
+                            // An incomplete sequence at the end: wait for more bytes.
+                            self.pending.drain(..valid);
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn total_chars(&self) -> usize {
+        self.text.total_chars()
+    }
+
+    pub fn finish(&mut self) -> String {
+        if !self.pending.is_empty() {
+            let rest = String::from_utf8_lossy(&self.pending).into_owned();
+            self.text.push(&rest);
+            self.pending.clear();
+        }
+        self.text.render()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -63,7 +63,7 @@ pub struct ProcessSpec {
     /// Set for the docker, ssh and apptainer backends: the host client to run instead of the
     /// local shell, and how to end the process tree on the target.
     #[serde(default)]
-    pub remote: Option<crate::remote::RemoteLaunch>,
+    pub remote: Option<crate::launch::RemoteLaunch>,
     /// Set for a sandboxed local backend: the whole argv (sandbox, then bash and the wrapper).
     #[serde(default)]
     pub local_argv: Option<Vec<String>>,
@@ -159,7 +159,7 @@ impl ProcessRegistry {
             .map_err(|e| state_err(e.into()))?;
         }
         let mut child = tokio::process::Command::new(exe)
-            .arg(crate::supervisor::SUBCOMMAND)
+            .arg(crate::launch::SUBCOMMAND)
             .arg(&dir)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
@@ -350,7 +350,7 @@ impl ProcessRegistry {
                 Err(_) => tracing::warn!(id = %record.id, "the kill command timed out"),
             }
         }
-        crate::local::terminate_group(Some(record.pid)).await;
+        crate::kill::terminate_group(Some(record.pid)).await;
         Ok(true)
     }
 

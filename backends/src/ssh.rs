@@ -274,7 +274,7 @@ impl Transport for SshTransport {
                 return Ok(());
             }
             let sink =
-                std::sync::Arc::new(std::sync::Mutex::new(crate::local::Utf8Capped::new(4096)));
+                std::sync::Arc::new(std::sync::Mutex::new(crate::output::Utf8Capped::new(4096)));
             let run = TargetRun {
                 argv: vec!["true".into()],
                 stdin: None,
@@ -287,7 +287,7 @@ impl Transport for SshTransport {
     fn health(&self) -> BackendFuture<'_, ()> {
         Box::pin(async move {
             let sink =
-                std::sync::Arc::new(std::sync::Mutex::new(crate::local::Utf8Capped::new(4096)));
+                std::sync::Arc::new(std::sync::Mutex::new(crate::output::Utf8Capped::new(4096)));
             let run = TargetRun {
                 argv: vec!["bash".into(), "-c".into(), "echo paddock-ok".into()],
                 stdin: None,
@@ -310,7 +310,7 @@ impl Transport for SshTransport {
         Box::pin(async move {
             crate::shell::check_session(session)?;
             let sink =
-                std::sync::Arc::new(std::sync::Mutex::new(crate::local::Utf8Capped::new(4096)));
+                std::sync::Arc::new(std::sync::Mutex::new(crate::output::Utf8Capped::new(4096)));
             let dir = format!("{}/sessions/{session}", self.state_root());
             let run = TargetRun {
                 argv: vec!["rm".into(), "-rf".into(), "--".into(), dir],

@@ -17,9 +17,6 @@ use crate::processes::{
 };
 use crate::shell::WRAPPER;
 
-/// The hidden subcommand.
-pub const SUBCOMMAND: &str = "__supervise";
-
 /// Log size beyond which output is dropped (the end still reaches the receipt).
 const MAX_LOG_BYTES: u64 = 256 * 1024 * 1024;
 /// Bytes of output kept for the receipt.

@@ -20,9 +20,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
-use crate::local::{TIMEOUT_EXIT_CODE, Utf8Capped};
+use crate::ids::new_run_id;
+use crate::kill::TIMEOUT_EXIT_CODE;
+use crate::launch::RemoteLaunch;
+use crate::output::Utf8Capped;
 use crate::processes::{ProcessRecord, ProcessRegistry, ProcessSpec};
 use crate::shell::check_command;
 use crate::{
@@ -44,17 +45,6 @@ pub struct TargetRun {
     pub argv: Vec<String>,
     pub stdin: Option<Vec<u8>>,
     pub pty: bool,
-}
-
-/// How a background supervisor reaches the target: the host program that runs the command
-/// there with stdio attached, and the one that ends its process tree.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RemoteLaunch {
-    pub argv: Vec<String>,
-    pub kill_argv: Vec<String>,
-    /// The client needs a terminal on this side (apptainer runs on this kernel); ssh and docker
-    /// ask their far side for one instead.
-    pub local_pty: bool,
 }
 
 /// A way to run programs on one backend's target.
@@ -89,13 +79,6 @@ pub trait Transport: Send + Sync + 'static {
     /// Ends what the session holds on the target (its container or instance; for ssh, its
     /// state directory: the shared connection stays for other sessions).
     fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()>;
-}
-
-/// A new random id (runs and background processes).
-pub fn new_run_id(prefix: &str) -> String {
-    let mut random = [0u8; 8];
-    let _ = rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty());
-    format!("{prefix}{}", hex::encode(random))
 }
 
 /// Any [`Transport`] as an [`Environment`].
