@@ -80,9 +80,17 @@ pub enum Request {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRequest {
     pub argv: Vec<String>,
-    /// Added to the agent's own environment.
+    /// Added to the agent's own environment (or, with `clear_env`, the whole environment).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub clear_env: bool,
+    /// The directory the program starts in (default: the agent's).
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// The agent ends the run's tree after this long and answers `timed_out`.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
     /// A terminal (40 rows, 120 columns) instead of pipes.
     #[serde(default)]
     pub pty: bool,
@@ -107,7 +115,12 @@ pub enum Reply {
         pid: u32,
     },
     /// The run ended; its exit status (128 + signal when killed by one).
-    Exit { code: i32 },
+    Exit {
+        code: i32,
+        /// Ended by the agent at `timeout_ms`.
+        #[serde(default)]
+        timed_out: bool,
+    },
     /// The request could not be carried out (the program could not start, a bad request).
     Error { message: String },
     /// `Shutdown` accepted.

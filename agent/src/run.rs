@@ -141,14 +141,36 @@ pub fn serve_run(stream: UnixStream, request: RunRequest) -> Result<(), AgentErr
         }
     });
 
+    // The deadline: a timer thread ends the tree; the wait below then returns.
+    let timed_out = Arc::new(AtomicBool::new(false));
+    if let Some(ms) = request.timeout_ms {
+        let finished = finished.clone();
+        let timed_out = timed_out.clone();
+        let run_id = request.run_id.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(ms));
+            if !finished.load(Ordering::SeqCst) {
+                timed_out.store(true, Ordering::SeqCst);
+                end_run(pgid, run_id.as_deref());
+            }
+        });
+    }
     let status = child.wait()?;
+    // What the program left in its group goes with it (as with the local backend).
+    signal_run(pgid, None, rustix::process::Signal::KILL);
     let _ = drained_rx.recv_timeout(DRAIN_AFTER_EXIT);
     finished.store(true, Ordering::SeqCst);
     let code = status
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     let mut stream = writer.lock().map_err(|_| AgentError::Poisoned)?;
-    write_message(&mut *stream, &Reply::Exit { code })?;
+    write_message(
+        &mut *stream,
+        &Reply::Exit {
+            code,
+            timed_out: timed_out.load(Ordering::SeqCst),
+        },
+    )?;
     let _ = stream.shutdown(std::net::Shutdown::Both);
     Ok(())
 }
@@ -159,6 +181,12 @@ fn spawn_pipes(program: &str, args: &[String], request: &RunRequest) -> std::io:
     // One pipe for stdout and stderr: the caller gets them merged, in order.
     let (reader, writer) = std::io::pipe()?;
     let mut command = Command::new(program);
+    if request.clear_env {
+        command.env_clear();
+    }
+    if let Some(cwd) = &request.cwd {
+        command.current_dir(cwd);
+    }
     command
         .args(args)
         .envs(&request.env)
@@ -185,7 +213,14 @@ fn spawn_terminal(
     pty.resize(pty_process::Size::new(PTY_ROWS, PTY_COLS))
         .map_err(std::io::Error::other)?;
     // The child becomes a session leader with this terminal as its controlling terminal.
-    let child = pty_process::blocking::Command::new(program)
+    let mut command = pty_process::blocking::Command::new(program);
+    if request.clear_env {
+        command = command.env_clear();
+    }
+    if let Some(cwd) = &request.cwd {
+        command = command.current_dir(cwd);
+    }
+    let child = command
         .args(args)
         .envs(&request.env)
         .env("TERM", "xterm-256color")

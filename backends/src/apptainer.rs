@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::agent::{AgentHost, AgentPlacement, agent_dir, prepare_agent_dir};
 use crate::remote::client::run_client;
 use crate::remote::{OutputSink, TargetRun, Transport};
 use crate::{BackendError, BackendFuture, Result};
@@ -32,6 +33,8 @@ pub struct ApptainerConfig {
     pub cpus: Option<f64>,
     pub workdir: Option<String>,
     pub env: BTreeMap<String, String>,
+    /// Commands go through the in-environment agent placed so (`agent = true`, the default).
+    pub agent: Option<AgentPlacement>,
 }
 
 /// Commands in Apptainer instances.
@@ -104,6 +107,11 @@ impl ApptainerTransport {
         for bind in &c.binds {
             args.extend(["--bind".into(), bind.clone()]);
         }
+        if let Some(agent) = &c.agent {
+            for bind in agent.binds(&self.instance_name(session)) {
+                args.extend(["--bind".into(), bind]);
+            }
+        }
         if let Some(mb) = c.memory_mb {
             args.extend(["--memory".into(), format!("{mb}M")]);
         }
@@ -118,6 +126,14 @@ impl ApptainerTransport {
     /// Starts the session's instance; an instance that already exists is fine.
     async fn start_instance(&self, session: &str) -> Result<()> {
         let binary = self.binary()?;
+        if let Some(agent) = &self.config.agent {
+            // The bind source must exist before the instance does.
+            prepare_agent_dir(
+                &agent_dir(&agent.runtime_dir, &self.instance_name(session)),
+                "apptainer",
+                &self.config.name,
+            )?;
+        }
         let sink = std::sync::Arc::new(std::sync::Mutex::new(crate::output::Utf8Capped::new(
             16 * 1024,
         )));
@@ -150,6 +166,20 @@ impl ApptainerTransport {
         ];
         args.extend(argv.iter().cloned());
         args
+    }
+}
+
+impl AgentHost for ApptainerTransport {
+    fn agent_socket(&self, session: &str) -> Result<PathBuf> {
+        let Some(agent) = &self.config.agent else {
+            return Err(self.unavailable("this backend runs without the agent (agent = false)"));
+        };
+        let name = self.instance_name(session);
+        prepare_agent_dir(
+            &agent_dir(&agent.runtime_dir, &name),
+            "apptainer",
+            &self.config.name,
+        )
     }
 }
 

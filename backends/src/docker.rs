@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
+use crate::agent::{AgentHost, AgentPlacement, agent_dir, prepare_agent_dir};
 use crate::remote::{OutputSink, TargetRun, Transport};
 use crate::{BackendError, BackendFuture, Result};
 
@@ -75,6 +76,8 @@ pub struct DockerConfig {
     pub env: BTreeMap<String, String>,
     /// The daemon's socket (`DOCKER_HOST=unix://...` or /var/run/docker.sock).
     pub socket: String,
+    /// Commands go through the in-environment agent placed so (`agent = true`, the default).
+    pub agent: Option<AgentPlacement>,
 }
 
 impl DockerConfig {
@@ -197,10 +200,16 @@ impl DockerTransport {
                 "/tmp".into()
             }
         });
-        let binds = c
+        let mut binds: Vec<String> = c
             .workspace
             .as_ref()
-            .map(|host| vec![format!("{}:{workdir}:rw", host.display())]);
+            .map(|host| format!("{}:{workdir}:rw", host.display()))
+            .into_iter()
+            .collect();
+        if let Some(agent) = &c.agent {
+            binds.extend(agent.binds(&self.container_name(session)));
+        }
+        let binds = (!binds.is_empty()).then_some(binds);
         let host_config = HostConfig {
             cap_drop: Some(vec!["ALL".into()]),
             cap_add: Some(SHELL_CAPABILITIES.iter().map(|s| (*s).to_owned()).collect()),
@@ -323,6 +332,14 @@ impl DockerTransport {
     }
 
     async fn create(&self, docker: &Docker, session: &str, name: &str) -> Result<()> {
+        if let Some(agent) = &self.config.agent {
+            // The bind source must exist before the container does.
+            prepare_agent_dir(
+                &agent_dir(&agent.runtime_dir, name),
+                "docker",
+                &self.config.name,
+            )?;
+        }
         let options = CreateContainerOptions {
             name: Some(name.to_owned()),
             ..Default::default()
@@ -416,6 +433,20 @@ impl DockerTransport {
         }
         let inspected = docker.inspect_exec(&exec.id).await?;
         Ok(inspected.exit_code.map_or(-1, |c| c as i32))
+    }
+}
+
+impl AgentHost for DockerTransport {
+    fn agent_socket(&self, session: &str) -> Result<PathBuf> {
+        let Some(agent) = &self.config.agent else {
+            return Err(self.unavailable("this backend runs without the agent (agent = false)"));
+        };
+        let name = self.container_name(session);
+        prepare_agent_dir(
+            &agent_dir(&agent.runtime_dir, &name),
+            "docker",
+            &self.config.name,
+        )
     }
 }
 

@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod agent;
 pub mod apptainer;
 pub mod docker;
 pub mod ids;
@@ -180,4 +181,11 @@ pub trait Environment: Send + Sync {
     /// Ends what the session holds on this backend: its shell state, and its container or
     /// instance. Connections other sessions share are kept.
     fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()>;
+
+    /// Removes environments of this backend (containers, instances) that no live session owns.
+    /// Answers how many were removed.
+    fn sweep_orphans<'a>(&'a self, live_sessions: &'a [String]) -> BackendFuture<'a, usize> {
+        let _ = live_sessions;
+        Box::pin(async { Ok(0) })
+    }
 }

@@ -10,9 +10,15 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use std::sync::{Arc, Mutex};
+
+use crate::agent::RunRequest;
+use crate::agent::detached::DetachedAgent;
+use crate::agent::link::LinkError;
 use crate::kill::{TIMEOUT_EXIT_CODE, terminate_group};
 use crate::output::Utf8Capped;
 use crate::processes::{ProcessRecord, ProcessRegistry, ProcessSpec};
+use crate::remote::OutputSink;
 use crate::shell::{WRAPPER, check_command, session_dir};
 use crate::{
     BackendError, BackendFuture, BackgroundRequest, Environment, ExecOutput, ExecRequest,
@@ -31,6 +37,8 @@ pub struct LocalEnvironment {
     /// and as `paddock __sandbox-exec` for sandboxed ones.
     supervisor_exe: PathBuf,
     sandbox: Option<LocalSandbox>,
+    /// Sandboxed commands go through one confined agent per session (`agent = true`).
+    agent: bool,
 }
 
 /// `sandbox = "read-only" | "workspace-write"` of a local backend (`none` is no sandbox).
@@ -43,6 +51,13 @@ pub struct LocalSandbox {
     /// Paths inside the workspace that stay read-only.
     pub protected: Vec<String>,
 }
+
+/// The engine binary's subcommand that is the agent (`paddock __agent serve ...`), used when no
+/// `paddock-agent` lies beside it.
+pub const AGENT_SUBCOMMAND: &str = "__agent";
+/// A session's sandboxed agent ends after this long without a command (the session's sandbox
+/// with it); the next command starts a new one, the shell state being kept on disk.
+const LOCAL_AGENT_IDLE_EXIT: Duration = Duration::from_secs(1800);
 
 /// The name of the sandbox subcommand of the `paddock` binary.
 pub const SANDBOX_SUBCOMMAND: &str = "__sandbox-exec";
@@ -95,7 +110,15 @@ impl LocalEnvironment {
             state_root,
             supervisor_exe,
             sandbox: None,
+            agent: false,
         }
+    }
+
+    /// Sandboxed commands of a session share one confined environment served by an agent
+    /// (except PTY commands, which keep a sandbox of their own).
+    pub fn with_agent(mut self, on: bool) -> Self {
+        self.agent = on;
+        self
     }
 
     /// The sandbox's test switch reaches it (the command environment drops `PADDOCK_*`).
@@ -138,6 +161,21 @@ impl LocalEnvironment {
         let Some(sandbox) = &self.sandbox else {
             return Ok((bash, shell_args));
         };
+        let (program, mut args) = self.sandbox_launch(sandbox, state, session, None)?;
+        args.push(bash.display().to_string());
+        args.extend(shell_args);
+        Ok((program, args))
+    }
+
+    /// The sandbox helper and its profile argument, before the program it confines.
+    /// `agent_dir` is one more writable directory (the session agent's socket).
+    fn sandbox_launch(
+        &self,
+        sandbox: &LocalSandbox,
+        state: &std::path::Path,
+        session: &str,
+        agent_dir: Option<&std::path::Path>,
+    ) -> Result<(PathBuf, Vec<String>)> {
         // The session keeps its own /tmp between commands, apart from the host's.
         let tmp = self.state_root.join("sandbox-tmp").join(session);
         let python = self.state_root.join("python");
@@ -151,10 +189,12 @@ impl LocalEnvironment {
         let mut masked = masked_paths(&home);
         // Paddock's own state: other sessions, approvals, processes.
         masked.push(self.state_root.clone());
+        let mut writable = vec![state.to_path_buf(), python];
+        writable.extend(agent_dir.map(std::path::Path::to_path_buf));
         let profile = serde_json::json!({
             "mode": sandbox.mode,
             "workspace": sandbox.workspace,
-            "writable": [state, python],
+            "writable": writable,
             "tmp_dir": tmp,
             "readable": [&home],
             "protected": sandbox.protected,
@@ -173,9 +213,112 @@ impl LocalEnvironment {
             )
         };
         args.push(profile.to_string());
-        args.push(bash.display().to_string());
-        args.extend(shell_args);
         Ok((program, args))
+    }
+
+    /// The session's sandboxed agent: where it listens and how it is started. Its directory is
+    /// named by the session and the sandbox settings, so a changed policy gets a new agent.
+    fn sandboxed_agent(
+        &self,
+        sandbox: &LocalSandbox,
+        state: &std::path::Path,
+        session: &str,
+    ) -> Result<DetachedAgent> {
+        let (_, unkeyed) = self.sandbox_launch(sandbox, state, session, None)?;
+        let key = format!("local\0{}\0{session}\0{}", self.name, unkeyed.join("\0"));
+        let dir = crate::agent::agent_dir(&self.state_root.join("agents"), &key);
+        let socket = crate::agent::prepare_agent_dir(&dir, "local", &self.name)?;
+        let (program, mut args) = self.sandbox_launch(sandbox, state, session, Some(&dir))?;
+        // A dynamically linked agent is fine here: it runs on this machine.
+        let small = self.supervisor_exe.with_file_name("paddock-agent");
+        if small.is_file() {
+            args.push(small.display().to_string());
+        } else {
+            args.extend([
+                self.supervisor_exe.display().to_string(),
+                AGENT_SUBCOMMAND.to_owned(),
+            ]);
+        }
+        args.extend([
+            "serve".to_owned(),
+            "--socket".to_owned(),
+            socket.display().to_string(),
+            "--idle-exit".to_owned(),
+            LOCAL_AGENT_IDLE_EXIT.as_secs().to_string(),
+        ]);
+        Ok(DetachedAgent {
+            socket,
+            program,
+            args,
+            log: dir.join("agent.log"),
+            kind: "local",
+            name: self.name.clone(),
+        })
+    }
+
+    /// One sandboxed command through the session's agent.
+    async fn run_through_agent(
+        &self,
+        sandbox: &LocalSandbox,
+        request: &ExecRequest,
+        state: &std::path::Path,
+        workdir: String,
+        mut env: BTreeMap<String, String>,
+    ) -> Result<ExecOutput> {
+        let started = Instant::now();
+        let agent = self.sandboxed_agent(sandbox, state, &request.session)?;
+        let link = agent.connect().await?;
+        let tag = crate::ids::new_run_id("t");
+        // Daemons the command starts carry the id: a timeout ends them too.
+        env.insert("PADDOCK_RUN".into(), tag.clone());
+        let run = RunRequest {
+            argv: vec![
+                crate::shell::bash_path().display().to_string(),
+                "-c".to_owned(),
+                WRAPPER.to_owned(),
+                "paddock".to_owned(),
+                state.display().to_string(),
+                request.command.clone(),
+                workdir,
+                tag.clone(),
+            ],
+            env,
+            clear_env: true,
+            cwd: Some(home_dir().display().to_string()),
+            timeout_ms: Some(u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX)),
+            run_id: Some(tag.clone()),
+            pty: false,
+            stdin: false,
+        };
+        let sink: OutputSink = Arc::new(Mutex::new(Utf8Capped::new(request.max_output_chars)));
+        let end = link
+            .run(run, request.stdin.clone(), &sink)
+            .await
+            .map_err(|err| match err {
+                LinkError::Refused(message) => BackendError::Spawn(std::io::Error::other(message)),
+                other => BackendError::Unavailable {
+                    kind: "local".into(),
+                    name: self.name.clone(),
+                    reason: format!(
+                        "the session's sandboxed agent failed during the command ({other}); the \
+                         next command starts a new one"
+                    ),
+                },
+            })?;
+        let (text, chars) = {
+            let mut out = sink
+                .lock()
+                .map_err(|_| BackendError::Io(std::io::Error::other("output buffer poisoned")))?;
+            (out.finish(), out.total_chars())
+        };
+        let ended = Ended {
+            pgid: None,
+            tag,
+            exit_code: end.code,
+            timed_out: end.timed_out,
+            started,
+        };
+        Ok(ended.finish(request, state, text, chars))
     }
 
     pub fn registry(&self) -> ProcessRegistry {
@@ -198,6 +341,11 @@ impl LocalEnvironment {
             None => String::new(),
         };
         let env = self.sandbox_env(command_env(&request.env, &request.session));
+        if let Some(sandbox) = self.sandbox.as_ref().filter(|_| self.agent && !request.pty) {
+            return self
+                .run_through_agent(sandbox, &request, &state, workdir, env)
+                .await;
+        }
         if request.pty {
             let tag = crate::ids::new_run_id("t");
             let argv =
@@ -268,7 +416,7 @@ impl LocalEnvironment {
         let ended = Ended {
             pgid,
             tag,
-            status,
+            exit_code: exit_code_of(status),
             timed_out,
             started,
         };
@@ -298,7 +446,7 @@ impl Drop for GroupGuard {
 struct Ended {
     pgid: Option<i32>,
     tag: String,
-    status: std::process::ExitStatus,
+    exit_code: i32,
     timed_out: bool,
     started: Instant,
 }
@@ -323,7 +471,7 @@ impl Ended {
             ));
             TIMEOUT_EXIT_CODE
         } else {
-            exit_code_of(self.status)
+            self.exit_code
         };
         ExecOutput {
             output: text,
@@ -424,7 +572,7 @@ async fn run_pty(
     let ended = Ended {
         pgid,
         tag: tag.to_owned(),
-        status,
+        exit_code: exit_code_of(status),
         timed_out,
         started,
     };

@@ -23,6 +23,7 @@ elif [ -f "$__paddock_state/cwd" ]; then
 fi
 __paddock_save() {
     __paddock_status=$?
+    export -n PADDOCK_RUN 2>/dev/null
     { export -p; declare -f; alias -p; } > "$__paddock_state/env.sh.$__paddock_tag" 2>/dev/null
     if [ -z "$__paddock_workdir" ]; then
         pwd -P > "$__paddock_state/cwd.$__paddock_tag" 2>/dev/null

@@ -122,6 +122,12 @@ enum Command {
     /// A background command's link to a docker exec (run by its supervisor).
     #[command(name = "__docker-attach", hide = true)]
     DockerAttach { spec: String },
+    /// The in-environment agent (the local backend's sandboxed sessions run it).
+    #[command(name = "__agent", hide = true)]
+    Agent {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// The local backend's sandbox: confine, then exec the command.
     #[command(name = "__sandbox-exec", hide = true)]
     SandboxExec {
@@ -186,6 +192,11 @@ pub fn run_main() -> ExitCode {
     };
     if let Command::Supervise { dir } = &cli.command {
         return paddock_backends::supervisor::run_main(dir);
+    }
+    if let Command::Agent { args } = &cli.command {
+        return ExitCode::from(
+            u8::try_from(paddock_agent::run_main(args.clone())).unwrap_or(1),
+        );
     }
     if let Command::SandboxExec { args } = &cli.command {
         return ExitCode::from(
@@ -310,6 +321,7 @@ async fn dispatch(command: Command) -> ExitCode {
         | Command::Supervise { .. }
         | Command::DockerAttach { .. }
         | Command::SandboxExec { .. }
+        | Command::Agent { .. }
         | Command::SandboxProbe { .. } => ExitCode::from(2),
     }
 }

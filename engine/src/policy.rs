@@ -174,6 +174,9 @@ pub struct BackendConfig {
     pub overlay: Option<Spanned<String>>,
     /// Working directory commands start in.
     pub workdir: Option<Spanned<String>>,
+    /// docker, apptainer, sandboxed local: commands go through the in-environment agent
+    /// (default true); false: one `docker exec`/`apptainer exec`/sandbox per command.
+    pub agent: Option<Spanned<bool>>,
     /// Environment variables set for every command.
     #[serde(default)]
     pub env: std::collections::BTreeMap<String, String>,
@@ -239,6 +242,30 @@ impl Default for ProcessesConfig {
     }
 }
 
+/// `[sessions]`: when an idle session is closed (its environments removed, its background
+/// processes ended, their receipts kept).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsConfig {
+    /// Signed so that a negative value is refused with its line rather than as a type error.
+    pub idle_timeout_seconds: Spanned<i64>,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        Self {
+            idle_timeout_seconds: Spanned::new(0..0, 1800),
+        }
+    }
+}
+
+impl SessionsConfig {
+    /// How long a session may stay idle before a sweep closes it.
+    pub fn idle_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs((*self.idle_timeout_seconds.get_ref()).max(1).unsigned_abs())
+    }
+}
+
 /// A whole policy file.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -251,6 +278,7 @@ pub struct Policy {
     pub routes: RoutesConfig,
     pub mcp: McpConfig,
     pub processes: ProcessesConfig,
+    pub sessions: SessionsConfig,
     /// Where it came from (`<built-in>` for the default).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -452,7 +480,7 @@ impl Policy {
                 other => other,
             };
             // Keys that do not apply to this kind of backend are mistakes, not no-ops.
-            let present: [(&str, Option<std::ops::Range<usize>>); 23] = [
+            let present: [(&str, Option<std::ops::Range<usize>>); 24] = [
                 ("sandbox", config.sandbox.as_ref().map(Spanned::span)),
                 ("workspace", config.workspace.as_ref().map(Spanned::span)),
                 ("image", config.image.as_ref().map(Spanned::span)),
@@ -493,10 +521,11 @@ impl Policy {
                     config.writable_tmpfs.as_ref().map(Spanned::span),
                 ),
                 ("overlay", config.overlay.as_ref().map(Spanned::span)),
+                ("agent", config.agent.as_ref().map(Spanned::span)),
                 ("env", None),
             ];
             let applies: &[&str] = match kind {
-                "local" => &["sandbox", "workspace", "workdir", "network"],
+                "local" => &["sandbox", "workspace", "workdir", "network", "agent"],
                 "docker" => &[
                     "image",
                     "network",
@@ -508,6 +537,7 @@ impl Policy {
                     "read_only",
                     "tmp_size_mb",
                     "socket",
+                    "agent",
                 ],
                 "ssh" => &[
                     "host",
@@ -529,6 +559,7 @@ impl Policy {
                     "binary",
                     "writable_tmpfs",
                     "overlay",
+                    "agent",
                 ],
             };
             for (k, span) in &present {
@@ -684,6 +715,14 @@ impl Policy {
                 self.processes.retention_days.span(),
                 "processes.retention_days",
                 "must be a positive number of days".into(),
+            ));
+        }
+        let idle = *self.sessions.idle_timeout_seconds.get_ref();
+        if idle <= 0 {
+            return Err(invalid(
+                self.sessions.idle_timeout_seconds.span(),
+                "sessions.idle_timeout_seconds",
+                format!("must be a positive number of seconds, got {idle}"),
             ));
         }
         Ok(())
@@ -927,6 +966,27 @@ mod tests {
             e.starts_with("p.toml:2: approval.mode: \"maybe\" is not one of ask, deny, allow"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn sessions_idle_timeout_defaults_and_must_be_positive() {
+        let p = Policy::builtin();
+        assert_eq!(p.sessions.idle_timeout().as_secs(), 1800);
+        let p = Policy::parse("[sessions]\nidle_timeout_seconds = 1\n", "p").unwrap();
+        assert_eq!(p.sessions.idle_timeout().as_secs(), 1);
+        for bad in ["0", "-5"] {
+            let e = err(&format!("[sessions]\n\nidle_timeout_seconds = {bad}\n"));
+            assert!(
+                e.starts_with("p.toml:3: sessions.idle_timeout_seconds: must be a positive"),
+                "{e}"
+            );
+        }
+        let e = err("[sessions]\nidle_timeout = 5\n");
+        assert!(
+            e.starts_with("p.toml:2: sessions.idle_timeout:"),
+            "{e}"
+        );
+        assert!(e.contains("did you mean `idle_timeout_seconds`?"), "{e}");
     }
 
     #[test]

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use paddock_backends::Environment;
+use paddock_backends::agent::binary as agent_binary;
+use paddock_backends::agent::{AgentPlacement, AgentTransport};
 use paddock_backends::apptainer::{ApptainerConfig, ApptainerTransport};
 use paddock_backends::docker::{DockerConfig, DockerTransport};
 use paddock_backends::local::{LocalEnvironment, LocalSandbox, PROTECTED_PATHS};
@@ -35,6 +37,28 @@ fn host_path(policy: &Policy, value: &str) -> PathBuf {
     base.join(path)
 }
 
+/// A remote transport as an environment, through the agent when one was asked for (its binary
+/// found or not: a missing binary is an error on use, never a quiet per-command fallback).
+fn remote<T: paddock_backends::agent::AgentHost>(
+    transport: T,
+    agent: Option<Result<agent_binary::AgentBinary, agent_binary::NotFound>>,
+    state_root: &Path,
+    exe: &Path,
+) -> Arc<dyn Environment> {
+    match agent {
+        Some(binary) => Arc::new(RemoteEnvironment::new(
+            AgentTransport::new(transport, binary),
+            state_root.to_path_buf(),
+            exe.to_path_buf(),
+        )),
+        None => Arc::new(RemoteEnvironment::new(
+            transport,
+            state_root.to_path_buf(),
+            exe.to_path_buf(),
+        )),
+    }
+}
+
 fn string(value: &Option<Spanned<String>>) -> Option<String> {
     value.as_ref().map(|v| v.get_ref().clone())
 }
@@ -49,6 +73,11 @@ pub fn build(
 ) -> Arc<dyn Environment> {
     let kind = config.kind.get_ref().as_str();
     let env = config.env.clone();
+    // Container and instance backends go through the in-environment agent unless told not to.
+    let agent = matches!(kind, "docker" | "apptainer" | "singularity")
+        .then(|| config.agent.as_ref().is_none_or(|v| *v.get_ref()))
+        .filter(|on| *on)
+        .map(|_| agent_binary::find(exe));
     match kind {
         "docker" => {
             let transport = DockerTransport::new(
@@ -71,14 +100,14 @@ pub fn build(
                     workdir: string(&config.workdir),
                     env,
                     socket: string(&config.socket).unwrap_or_else(DockerConfig::default_socket),
+                    agent: agent
+                        .as_ref()
+                        .and_then(|found| found.as_ref().ok())
+                        .map(|binary| AgentPlacement::new(binary, state_root.join("agents"))),
                 },
                 exe.to_path_buf(),
             );
-            Arc::new(RemoteEnvironment::new(
-                transport,
-                state_root.to_path_buf(),
-                exe.to_path_buf(),
-            ))
+            remote(transport, agent, state_root, exe)
         }
         "ssh" => {
             let transport = SshTransport::new(
@@ -133,12 +162,12 @@ pub fn build(
                 cpus: config.cpus.as_ref().map(|v| *v.get_ref()),
                 workdir: string(&config.workdir),
                 env,
+                agent: agent
+                    .as_ref()
+                    .and_then(|found| found.as_ref().ok())
+                    .map(|binary| AgentPlacement::new(binary, state_root.join("agents"))),
             });
-            Arc::new(RemoteEnvironment::new(
-                transport,
-                state_root.to_path_buf(),
-                exe.to_path_buf(),
-            ))
+            remote(transport, agent, state_root, exe)
         }
         _ => {
             let local = LocalEnvironment::new(name, state_root.to_path_buf(), exe.to_path_buf());
@@ -155,7 +184,10 @@ pub fn build(
                     .unwrap_or_else(|_| PathBuf::from("/"))
                     .join(workspace)
             };
-            Arc::new(local.with_sandbox(LocalSandbox {
+            // A sandboxed session's commands share one confined environment, served by an
+            // agent, unless the policy says `agent = false`.
+            let agent = config.agent.as_ref().is_none_or(|v| *v.get_ref());
+            Arc::new(local.with_agent(agent).with_sandbox(LocalSandbox {
                 mode,
                 workspace,
                 network: string(&config.network).is_some_and(|n| n == "host"),

@@ -1,0 +1,204 @@
+//! The engine's end of one agent connection (tokio): hello, then one run streamed into an
+//! output sink.
+
+use std::path::Path;
+
+use paddock_agent::protocol::{
+    self, FrameKind, PROTOCOL_VERSION, ProtocolError, Reply, Request, RunRequest,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+
+use crate::remote::OutputSink;
+
+/// Stdin is sent in frames of at most this many bytes.
+const STDIN_CHUNK: usize = 1024 * 1024;
+
+/// What can go wrong on a connection.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// Nothing listens (no socket file, or a dead agent's): start one.
+    #[error("no agent listens on the socket: {0}")]
+    NotListening(std::io::Error),
+    /// The agent answered with another protocol version: replace it.
+    #[error("the agent speaks protocol {found} (agent {agent}), this engine {PROTOCOL_VERSION}")]
+    Version { found: u32, agent: String },
+    /// The connection broke or carried nonsense.
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    /// The agent could not carry out the request.
+    #[error("the agent refused: {0}")]
+    Refused(String),
+}
+
+impl From<std::io::Error> for LinkError {
+    fn from(err: std::io::Error) -> Self {
+        Self::Protocol(ProtocolError::Io(err))
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunEnd {
+    pub code: i32,
+    pub timed_out: bool,
+}
+
+/// An open, greeted connection.
+pub struct Link {
+    stream: UnixStream,
+    /// The agent's PID in its environment.
+    pub agent_pid: u32,
+}
+
+async fn send(stream: &mut UnixStream, kind: FrameKind, payload: &[u8]) -> Result<(), LinkError> {
+    let mut frame = Vec::with_capacity(payload.len() + 5);
+    protocol::write_frame(&mut frame, kind, payload)?;
+    stream.write_all(&frame).await?;
+    Ok(())
+}
+
+async fn send_message(stream: &mut UnixStream, message: &Request) -> Result<(), LinkError> {
+    let json = serde_json::to_vec(message).map_err(ProtocolError::Json)?;
+    send(stream, FrameKind::Message, &json).await
+}
+
+/// Reads one frame; `None` when the agent hung up between frames.
+async fn read_frame(stream: &mut UnixStream) -> Result<Option<(FrameKind, Vec<u8>)>, LinkError> {
+    let mut header = [0u8; 5];
+    match stream.read_exact(&mut header).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let (kind, len) = protocol::parse_header(header)?;
+    let mut payload = vec![0u8; len];
+    stream.read_exact(&mut payload).await?;
+    Ok(Some((kind, payload)))
+}
+
+async fn read_reply(stream: &mut UnixStream, expected: &'static str) -> Result<Reply, LinkError> {
+    match read_frame(stream).await? {
+        Some((FrameKind::Message, payload)) => {
+            Ok(serde_json::from_slice(&payload).map_err(ProtocolError::Json)?)
+        }
+        Some((kind, _)) => Err(ProtocolError::Unexpected {
+            expected,
+            got: format!("a {kind:?} frame"),
+        }
+        .into()),
+        None => Err(ProtocolError::Unexpected {
+            expected,
+            got: "the end of the connection".into(),
+        }
+        .into()),
+    }
+}
+
+impl Link {
+    /// Connects and says hello. A version other than ours is [`LinkError::Version`], with the
+    /// connection left open for [`Link::shutdown`].
+    pub async fn open(socket: &Path) -> Result<(Self, Result<(), LinkError>), LinkError> {
+        let mut stream = UnixStream::connect(socket)
+            .await
+            .map_err(LinkError::NotListening)?;
+        send_message(
+            &mut stream,
+            &Request::Hello {
+                version: PROTOCOL_VERSION,
+            },
+        )
+        .await?;
+        let reply = read_reply(&mut stream, "hello").await?;
+        let Reply::Hello {
+            version,
+            agent,
+            pid,
+        } = reply
+        else {
+            return Err(ProtocolError::Unexpected {
+                expected: "hello",
+                got: format!("{reply:?}"),
+            }
+            .into());
+        };
+        let fits = if version == PROTOCOL_VERSION {
+            Ok(())
+        } else {
+            Err(LinkError::Version {
+                found: version,
+                agent,
+            })
+        };
+        Ok((
+            Self {
+                stream,
+                agent_pid: pid,
+            },
+            fits,
+        ))
+    }
+
+    /// Tells the agent to exit (understood by every protocol version).
+    pub async fn shutdown(mut self) -> Result<(), LinkError> {
+        send_message(&mut self.stream, &Request::Shutdown).await?;
+        let _ = read_reply(&mut self.stream, "bye").await;
+        Ok(())
+    }
+
+    /// Runs `request` (with `stdin` when given; `request.stdin` is set from it); its output
+    /// goes into `sink`. Dropping the future closes the connection, which makes the agent end
+    /// the run's tree.
+    pub async fn run(
+        mut self,
+        mut request: RunRequest,
+        stdin: Option<Vec<u8>>,
+        sink: &OutputSink,
+    ) -> Result<RunEnd, LinkError> {
+        request.stdin = stdin.is_some();
+        let request = Request::Run(request);
+        send_message(&mut self.stream, &request).await?;
+        if let Some(data) = stdin {
+            for chunk in data.chunks(STDIN_CHUNK) {
+                send(&mut self.stream, FrameKind::Stdin, chunk).await?;
+            }
+            send(&mut self.stream, FrameKind::Stdin, &[]).await?;
+        }
+        loop {
+            match read_frame(&mut self.stream).await? {
+                Some((FrameKind::Output, bytes)) => {
+                    if let Ok(mut out) = sink.lock() {
+                        out.push(&bytes);
+                    }
+                }
+                Some((FrameKind::Message, payload)) => {
+                    let reply: Reply =
+                        serde_json::from_slice(&payload).map_err(ProtocolError::Json)?;
+                    return match reply {
+                        Reply::Exit { code, timed_out } => Ok(RunEnd { code, timed_out }),
+                        Reply::Error { message } => Err(LinkError::Refused(message)),
+                        other => Err(ProtocolError::Unexpected {
+                            expected: "exit",
+                            got: format!("{other:?}"),
+                        }
+                        .into()),
+                    };
+                }
+                Some((FrameKind::Stdin, _)) => {
+                    return Err(ProtocolError::Unexpected {
+                        expected: "output or exit",
+                        got: "a stdin frame".into(),
+                    }
+                    .into());
+                }
+                None => {
+                    return Err(ProtocolError::Unexpected {
+                        expected: "exit",
+                        got: "the end of the connection (the agent died?)".into(),
+                    }
+                    .into());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! The host side of the in-environment agent (`paddock-agent`, crate `agent/`).
+//!
+//! A backend whose environment can host the agent implements [`AgentHost`]: where the agent's
+//! socket appears on this machine, and the one command (run through the backend's own client:
+//! `docker exec`, `apptainer exec`, `ssh`) that starts it detached. [`AgentTransport`] wraps such
+//! a transport: every run goes over the socket (a connection and a fork, no client process),
+//! and the backend's own client is used only to start the agent, to bring up the environment and
+//! for background processes.
+//!
+//! Faults: a socket nobody answers on means the agent is gone: it is started again and the run
+//! goes on. An agent that speaks another protocol version is told to shut down and replaced. A
+//! run whose connection breaks is a `backend` error naming the agent; the next run starts a new
+//! agent. An agent that cannot start (missing binary, noexec mount, other architecture) is an
+//! error saying so, never a quiet switch to per-command exec: that is `agent = false`.
+
+pub mod binary;
+pub mod detached;
+pub mod link;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use crate::output::Utf8Capped;
+use crate::remote::{OutputSink, TargetRun, Transport};
+use crate::{BackendError, BackendFuture, Result};
+use binary::{AgentBinary, NotFound};
+use link::{Link, LinkError};
+
+pub use paddock_agent::protocol::{PROTOCOL_VERSION, RunRequest, SOCKET_NAME};
+
+/// Where the agent binary is placed inside a container or instance.
+pub const AGENT_PATH_INSIDE: &str = "/.paddock/bin/paddock-agent";
+/// The directory, inside, that is the host's per-environment agent directory.
+pub const AGENT_DIR_INSIDE: &str = "/.paddock/run";
+
+/// How long an agent told to shut down may take to let go of its socket.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
+
+/// Where a container or instance backend places the agent: the binary bound read-only at
+/// [`AGENT_PATH_INSIDE`], a per-environment directory of `runtime_dir` at [`AGENT_DIR_INSIDE`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AgentPlacement {
+    pub binary: PathBuf,
+    /// Changes when the binary is rebuilt: part of a container's settings digest, so that a
+    /// container holding an old binary is replaced.
+    pub identity: String,
+    #[serde(skip)]
+    pub runtime_dir: PathBuf,
+}
+
+impl AgentPlacement {
+    pub fn new(binary: &AgentBinary, runtime_dir: PathBuf) -> Self {
+        Self {
+            binary: binary.path.clone(),
+            identity: binary.identity.clone(),
+            runtime_dir,
+        }
+    }
+
+    /// The bind mounts (`host:inside[:ro]`) for the environment keyed `key`.
+    pub fn binds(&self, key: &str) -> Vec<String> {
+        vec![
+            format!("{}:{AGENT_PATH_INSIDE}:ro", self.binary.display()),
+            format!(
+                "{}:{AGENT_DIR_INSIDE}",
+                agent_dir(&self.runtime_dir, key).display()
+            ),
+        ]
+    }
+}
+
+/// A transport whose environment can run the agent.
+pub trait AgentHost: Transport {
+    /// The socket on this machine through which the session's agent is reached (its directory
+    /// exists when this returns).
+    fn agent_socket(&self, session: &str) -> Result<PathBuf>;
+    /// The program, run through this transport's own client, that starts the agent detached.
+    fn agent_start_argv(&self, session: &str) -> Vec<String> {
+        let _ = session;
+        vec![
+            AGENT_PATH_INSIDE.to_owned(),
+            "serve".to_owned(),
+            "--socket".to_owned(),
+            format!("{AGENT_DIR_INSIDE}/{SOCKET_NAME}"),
+            "--daemon".to_owned(),
+        ]
+    }
+}
+
+/// The per-environment directory under `runtime_dir` that holds an agent's socket, named by a
+/// digest of `key` (socket paths are limited to 107 bytes, session ids are not).
+pub fn agent_dir(runtime_dir: &Path, key: &str) -> PathBuf {
+    runtime_dir.join(hex::encode(&Sha256::digest(key.as_bytes())[..8]))
+}
+
+/// Makes `dir` (world-writable: an image's user may not be ours; the state directory above it
+/// is the user's own) and answers the socket path in it.
+pub fn prepare_agent_dir(dir: &Path, kind: &str, name: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let unavailable = |reason: String| BackendError::Unavailable {
+        kind: kind.to_owned(),
+        name: name.to_owned(),
+        reason,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| {
+        unavailable(format!(
+            "cannot make the agent directory {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777));
+    let socket = dir.join(SOCKET_NAME);
+    if socket.as_os_str().len() > 107 {
+        return Err(unavailable(format!(
+            "the agent socket path {} is longer than a Unix socket allows (107 bytes): use a \
+             shorter PADDOCK_HOME",
+            socket.display()
+        )));
+    }
+    Ok(socket)
+}
+
+/// The run id a remote command carries (`env PADDOCK_RUN=<id> ...`), so that the agent can end
+/// its whole tree if the engine hangs up.
+fn run_id_of(argv: &[String]) -> Option<String> {
+    argv.iter()
+        .take(3)
+        .find_map(|a| a.strip_prefix("PADDOCK_RUN=").map(str::to_owned))
+}
+
+/// Any [`AgentHost`] with its runs going through the agent.
+pub struct AgentTransport<T: AgentHost> {
+    inner: T,
+    binary: std::result::Result<AgentBinary, NotFound>,
+}
+
+impl<T: AgentHost> AgentTransport<T> {
+    pub fn new(inner: T, binary: std::result::Result<AgentBinary, NotFound>) -> Self {
+        Self { inner, binary }
+    }
+
+    pub fn inner(&self) -> &T {
+        &self.inner
+    }
+
+    fn unavailable(&self, reason: impl Into<String>) -> BackendError {
+        BackendError::Unavailable {
+            kind: self.inner.kind().to_owned(),
+            name: self.inner.name().to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    /// A greeted connection to the session's agent, starting (or replacing) the agent first
+    /// when needed.
+    async fn connect(&self, session: &str) -> Result<Link> {
+        if let Err(missing) = &self.binary {
+            return Err(self.unavailable(missing.explain()));
+        }
+        let socket = self.inner.agent_socket(session)?;
+        let mut replaced_old_version = false;
+        for attempt in 0..3 {
+            match Link::open(&socket).await {
+                Ok((link, Ok(()))) => return Ok(link),
+                Ok((link, Err(LinkError::Version { found, agent }))) => {
+                    if replaced_old_version {
+                        return Err(self.unavailable(format!(
+                            "the agent in the environment still speaks protocol {found} (agent \
+                             {agent}) after being replaced, this engine {PROTOCOL_VERSION}: the \
+                             environment holds an old agent binary; close the session \
+                             (`paddock sessions close ID`) to get a new environment"
+                        )));
+                    }
+                    tracing::info!(backend = self.inner.name(), found, %agent, "replacing an agent of another protocol version");
+                    let _ = link.shutdown().await;
+                    wait_until_gone(&socket).await;
+                    replaced_old_version = true;
+                }
+                Ok((_, Err(other))) | Err(other) => {
+                    if attempt == 2 {
+                        return Err(self.unavailable(format!(
+                            "the agent was started but does not answer on {}: {other}",
+                            socket.display()
+                        )));
+                    }
+                    tracing::debug!(backend = self.inner.name(), error = %other, "no agent answers; starting one");
+                }
+            }
+            self.start(session).await?;
+        }
+        Err(self.unavailable("the agent could not be reached"))
+    }
+
+    /// Starts the session's agent through the backend's own client.
+    async fn start(&self, session: &str) -> Result<()> {
+        let started = Instant::now();
+        let sink: OutputSink = Arc::new(Mutex::new(Utf8Capped::new(8192)));
+        let run = TargetRun {
+            argv: self.inner.agent_start_argv(session),
+            stdin: None,
+            pty: false,
+        };
+        let status = self.inner.run(session, run, sink.clone()).await?;
+        let output = sink.lock().map(|mut s| s.finish()).unwrap_or_default();
+        let output = output.trim();
+        match status {
+            0 => {
+                tracing::debug!(
+                    backend = self.inner.name(),
+                    ms = started.elapsed().as_millis() as u64,
+                    "agent started"
+                );
+                Ok(())
+            }
+            126 => Err(self.unavailable(format!(
+                "the agent cannot be executed in this environment (a noexec mount, or not an \
+                 x86-64 Linux environment): {output}"
+            ))),
+            127 => Err(self.unavailable(format!(
+                "the agent binary is missing in this environment (made before the agent was \
+                 placed there? close the session to get a new one): {output}"
+            ))),
+            other => {
+                Err(self.unavailable(format!("the agent did not start (exit {other}): {output}")))
+            }
+        }
+    }
+
+    async fn run_through_agent(
+        &self,
+        session: &str,
+        run: TargetRun,
+        sink: OutputSink,
+    ) -> Result<i32> {
+        let link = self.connect(session).await?;
+        let request = RunRequest {
+            run_id: run_id_of(&run.argv),
+            argv: run.argv,
+            env: BTreeMap::new(),
+            clear_env: false,
+            cwd: None,
+            timeout_ms: None,
+            pty: run.pty,
+            stdin: false,
+        };
+        link.run(request, run.stdin, &sink)
+            .await
+            .map(|end| end.code)
+            .map_err(|err| match err {
+                LinkError::Refused(message) => BackendError::Spawn(std::io::Error::other(message)),
+                other => self.unavailable(format!(
+                    "the agent serving this session failed during the command ({other}); the \
+                     next command starts a new agent"
+                )),
+            })
+    }
+
+    /// Removes the session's agent directory (its socket, lock and log).
+    fn forget_agent(&self, session: &str) {
+        if let Ok(socket) = self.inner.agent_socket(session)
+            && let Some(dir) = socket.parent()
+        {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Waits (briefly) until nothing accepts on `socket`.
+pub(crate) async fn wait_until_gone(socket: &Path) {
+    let until = Instant::now() + SHUTDOWN_WAIT;
+    while Instant::now() < until {
+        if tokio::net::UnixStream::connect(socket).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl<T: AgentHost> Transport for AgentTransport<T> {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn state_root(&self) -> &str {
+        self.inner.state_root()
+    }
+
+    fn home(&self) -> &str {
+        self.inner.home()
+    }
+
+    fn env(&self) -> &BTreeMap<String, String> {
+        self.inner.env()
+    }
+
+    fn ensure<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        self.inner.ensure(session)
+    }
+
+    fn run<'a>(
+        &'a self,
+        session: &'a str,
+        run: TargetRun,
+        sink: OutputSink,
+    ) -> BackendFuture<'a, i32> {
+        Box::pin(self.run_through_agent(session, run, sink))
+    }
+
+    fn attach_argv(
+        &self,
+        session: &str,
+        argv: &[String],
+        pty: bool,
+    ) -> Result<(Vec<String>, bool)> {
+        self.inner.attach_argv(session, argv, pty)
+    }
+
+    fn health(&self) -> BackendFuture<'_, ()> {
+        self.inner.health()
+    }
+
+    fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        Box::pin(async move {
+            let closed = self.inner.close_session(session).await;
+            self.forget_agent(session);
+            closed
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_id_is_read_from_the_wrapper_argv() {
+        let argv: Vec<String> = ["env", "PADDOCK_RUN=r12", "bash", "-c", "x"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        assert_eq!(run_id_of(&argv).as_deref(), Some("r12"));
+        assert_eq!(run_id_of(&argv[2..]), None);
+    }
+
+    #[test]
+    fn agent_directories_are_short_and_distinct() {
+        let a = agent_dir(
+            Path::new("/s/agents"),
+            "paddock-docker-session-with-a-very-long-id-0123456789-0123456789",
+        );
+        let b = agent_dir(Path::new("/s/agents"), "paddock-docker-other");
+        assert_ne!(a, b);
+        assert!(a.as_os_str().len() < 40);
+    }
+}
