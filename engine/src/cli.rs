@@ -85,6 +85,11 @@ enum Command {
         #[arg(long, value_name = "HOST")]
         allow_host: Vec<String>,
     },
+    /// Paddock sessions: list them, or close one now.
+    Sessions {
+        #[command(subcommand)]
+        command: SessionsCommand,
+    },
     /// Check policy files.
     Policy {
         #[command(subcommand)]
@@ -147,7 +152,8 @@ struct Common {
     /// Policy file (default: $PADDOCK_POLICY, else the built-in policy).
     #[arg(long, value_name = "F")]
     policy: Option<PathBuf>,
-    /// Session id (tags events; sessions persist state in later versions).
+    /// Session id: shell state, environments and background processes belong to it (default:
+    /// `default`). `serve --session ID` closes it when the stdio connection ends.
     #[arg(long, value_name = "ID")]
     session: Option<String>,
 }
@@ -167,6 +173,21 @@ enum PolicyCommand {
         policy: Option<PathBuf>,
         #[arg(long, default_value = "default")]
         session: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum SessionsCommand {
+    /// One JSON object per line: id, backends, idle_seconds, background_processes.
+    List {
+        #[arg(long, value_name = "F")]
+        policy: Option<PathBuf>,
+    },
+    /// End a session now: its environments, background processes (receipts are kept), state.
+    Close {
+        id: String,
+        #[arg(long, value_name = "F")]
+        policy: Option<PathBuf>,
     },
 }
 
@@ -298,6 +319,12 @@ async fn dispatch(command: Command) -> ExitCode {
             allow_origin,
             allow_host,
         } => serve(common, http, allow_origin, allow_host).await,
+        Command::Sessions {
+            command: SessionsCommand::List { policy },
+        } => sessions_list(policy.as_deref()),
+        Command::Sessions {
+            command: SessionsCommand::Close { id, policy },
+        } => sessions_close(&id, policy.as_deref()).await,
         Command::Policy {
             command: PolicyCommand::Check { files },
         } => policy_check(&files),
@@ -453,6 +480,7 @@ async fn run_scripts(
         Ok(e) => Arc::new(e),
         Err(e) => return usage_error(&e.to_string()),
     };
+    engine.start_sweep();
     let limits = match overrides.apply(engine.limits()) {
         Ok(l) => l,
         Err(e) => return usage_error(&e),
@@ -477,6 +505,7 @@ async fn run_scripts(
         all_ok &= result.get("ok").and_then(Value::as_bool).unwrap_or(false);
         print_line(&result);
     }
+    engine.settle().await;
     if all_ok {
         ExitCode::SUCCESS
     } else {
@@ -506,7 +535,8 @@ async fn call(tool: String, args: String, common: Common, backend: Option<String
         Ok(e) => e,
         Err(e) => return usage_error(&e.to_string()),
     };
-    match engine.call_tool(&tool, args).await {
+    engine.start_sweep();
+    let code = match engine.call_tool(&tool, args).await {
         Ok(value) => {
             let failed = value.get("ok").and_then(Value::as_bool) == Some(false);
             print_line(&value);
@@ -520,7 +550,10 @@ async fn call(tool: String, args: String, common: Common, backend: Option<String
             print_line(&err.to_json());
             ExitCode::from(1)
         }
-    }
+    };
+    // The answer is out already; only the exit waits for a sweep that had work to do.
+    engine.settle().await;
+    code
 }
 
 async fn bench(
@@ -566,6 +599,9 @@ async fn serve(
         Ok(built) => built,
         Err(e) => return usage_error(&e),
     };
+    shared.engine.start_sweep();
+    let sweeper = tokio::spawn(sweep_every_minute(shared.clone()));
+    let stdio = http.is_none();
     let served = match http {
         Some(addr) => {
             let token = std::env::var("PADDOCK_MCP_TOKEN")
@@ -577,10 +613,24 @@ async fn serve(
                 allow_origins,
                 allow_hosts,
             };
-            crate::mcp::http::serve_http(shared, options).await
+            crate::mcp::http::serve_http(shared.clone(), options).await
         }
-        None => crate::mcp::serve_stdio(shared).await,
+        None => crate::mcp::serve_stdio(shared.clone()).await,
     };
+    sweeper.abort();
+    // A stdio server given `--session ID` was that session's one connection: it ends with it.
+    // Without `--session` the id is the shared `default`, left to the idle sweep.
+    if stdio && let Some(id) = common.session.as_deref() {
+        match shared.engine.close_session(id).await {
+            Ok(report) => {
+                tracing::info!(session = %id, ok = report.all_ok(), "session closed with its connection")
+            }
+            Err(crate::engine::EngineError::Session(crate::sessions::SessionError::Unknown(_))) => {
+            }
+            Err(err) => tracing::warn!(session = %id, %err, "session not closed"),
+        }
+    }
+    shared.engine.settle().await;
     bridge.stop().await;
     match served {
         Ok(()) => ExitCode::SUCCESS,
@@ -589,6 +639,71 @@ async fn serve(
             tracing::error!(%e, "paddock serve stopped");
             ExitCode::from(1)
         }
+    }
+}
+
+/// `paddock serve` closes idle sessions every minute: a server runs for days.
+async fn sweep_every_minute(shared: Arc<crate::mcp::server::Shared>) {
+    let period = Duration::from_secs(60);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    loop {
+        tick.tick().await;
+        if let Err(err) = shared.engine.sweep_now().await {
+            tracing::warn!(%err, "session sweep failed");
+        }
+    }
+}
+
+/// An engine for the `sessions` commands: the policy's backends, no bridged MCP servers (they
+/// play no part in a session's life).
+fn sessions_engine(policy: Option<&Path>) -> Result<Engine, String> {
+    let policy = load_policy(policy)?;
+    Engine::with_options(
+        policy,
+        crate::registry::Registry::with_builtins(),
+        Arc::default(),
+        crate::engine::EngineOptions::default(),
+    )
+    .map_err(|e| e.to_string())
+}
+
+fn sessions_list(policy: Option<&Path>) -> ExitCode {
+    let engine = match sessions_engine(policy) {
+        Ok(e) => e,
+        Err(e) => return usage_error(&e),
+    };
+    match engine.list_sessions() {
+        Ok(list) => {
+            for summary in list {
+                print_line(&serde_json::to_value(&summary).unwrap_or_default());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => usage_error(&e.to_string()),
+    }
+}
+
+async fn sessions_close(id: &str, policy: Option<&Path>) -> ExitCode {
+    use crate::sessions::SessionError;
+    let engine = match sessions_engine(policy) {
+        Ok(e) => e,
+        Err(e) => return usage_error(&e),
+    };
+    match engine.close_session(id).await {
+        Ok(report) => {
+            print_line(&serde_json::to_value(&report).unwrap_or_default());
+            if report.all_ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(crate::engine::EngineError::Session(err @ SessionError::Unknown(_))) => {
+            let _ = writeln!(std::io::stderr(), "paddock: {err}");
+            print_line(&json!({"id": id, "closed": false, "error": err.to_string()}));
+            ExitCode::from(1)
+        }
+        Err(e) => usage_error(&e.to_string()),
     }
 }
 
@@ -605,6 +720,7 @@ async fn tools(policy: Option<PathBuf>, format: Format) -> ExitCode {
         Ok(e) => e,
         Err(e) => return usage_error(&e.to_string()),
     };
+    engine.start_sweep();
     let specs = engine.tool_specs();
     match format {
         Format::Openai => print_line(&definitions::openai(&specs)),
@@ -616,6 +732,7 @@ async fn tools(policy: Option<PathBuf>, format: Format) -> ExitCode {
             }
         }
     }
+    engine.settle().await;
     ExitCode::SUCCESS
 }
 

@@ -11,6 +11,7 @@ use crate::codemode::{CodeMode, Limits, RUN_TOOLS_SCRIPT, script_event};
 use crate::events::{EventSink, Phase};
 use crate::policy::{Policy, PolicyError};
 use crate::registry::{CallContext, Registry, ToolError, ToolSpec, definitions, new_call_id};
+use crate::sessions::{CloseReport, SessionSummary, Sessions, SweepReport};
 
 /// Errors building or running the engine.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +24,10 @@ pub enum EngineError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     Backends(String),
+    #[error(transparent)]
+    Session(#[from] crate::sessions::SessionError),
+    #[error("this engine has no environment tools, hence no sessions")]
+    NoSessions,
 }
 
 /// Who is calling and where environment tools run, for one engine.
@@ -50,6 +55,10 @@ pub struct Engine {
     policy: Policy,
     codemode: CodeMode,
     session: String,
+    /// Session records and closing; absent for an engine made without environment tools.
+    sessions: Option<Arc<Sessions>>,
+    /// The sweep of idle sessions started with the engine, when there was anything to sweep.
+    sweep: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Engine {
@@ -90,6 +99,7 @@ impl Engine {
             gate,
         )
         .map_err(EngineError::Backends)?;
+        let sessions = envs.sessions().clone();
         for tool in crate::tools::environment::environment_tools(Arc::new(envs)) {
             // A library user's own tool of the same name wins.
             let _ = registry.register(tool);
@@ -113,6 +123,7 @@ impl Engine {
         if let Some(session) = options.session {
             engine.session = session;
         }
+        engine.sessions = Some(sessions);
         Ok(engine)
     }
 
@@ -123,7 +134,71 @@ impl Engine {
             policy,
             codemode,
             session: "default".into(),
+            sessions: None,
+            sweep: std::sync::Mutex::default(),
         }
+    }
+
+    /// The session this engine's calls run in.
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// The session life cycle, when this engine has environment tools.
+    pub fn sessions(&self) -> Result<&Arc<Sessions>, EngineError> {
+        self.sessions.as_ref().ok_or(EngineError::NoSessions)
+    }
+
+    /// Closes sessions idle longer than `[sessions] idle_timeout_seconds` in a background task,
+    /// leaving this engine's own session alone (it is about to be used). Finding them reads
+    /// only the small record files; when none is idle nothing is spawned and no backend is
+    /// touched, so a `paddock call` pays nothing. [`Engine::settle`] waits for the task.
+    pub fn start_sweep(&self) {
+        let Some(sessions) = self.sessions.clone() else {
+            return;
+        };
+        let expired = sessions.expired(&self.session);
+        if expired.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        tracing::debug!(sessions = ?expired, "sweeping idle sessions");
+        let task = runtime.spawn(async move {
+            let report = sessions.sweep(&expired).await;
+            tracing::info!(closed = report.closed.len(), "idle sessions swept");
+        });
+        if let Ok(mut sweep) = self.sweep.lock() {
+            *sweep = Some(task);
+        }
+    }
+
+    /// Waits for the sweep [`Engine::start_sweep`] began, so that a short-lived process does
+    /// not exit halfway through closing a session.
+    pub async fn settle(&self) {
+        let task = self.sweep.lock().ok().and_then(|mut s| s.take());
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+
+    /// Closes every idle session but this engine's own, and removes orphaned environments
+    /// (`paddock serve` does this every minute).
+    pub async fn sweep_now(&self) -> Result<SweepReport, EngineError> {
+        let sessions = self.sessions()?;
+        let expired = sessions.expired(&self.session);
+        Ok(sessions.sweep(&expired).await)
+    }
+
+    /// Every recorded session.
+    pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, EngineError> {
+        Ok(self.sessions()?.list())
+    }
+
+    /// Ends session `id` now: environments, background processes, state, record.
+    pub async fn close_session(&self, id: &str) -> Result<CloseReport, EngineError> {
+        Ok(self.sessions()?.close(id).await?)
     }
 
     pub fn policy(&self) -> &Policy {

@@ -8,6 +8,7 @@
 //! - [`codemode`] — `run_tools_script`: script preparation, the sandbox pool, limits, results;
 //! - [`tools`] — the built-in tools;
 //! - [`events`] — ToolCallEvents;
+//! - [`sessions`] — session records, closing a session, sweeping idle ones;
 //! - [`mcp`] — `paddock serve` (MCP server, approvals by elicitation) and the bridge to other
 //!   MCP servers;
 //! - [`engine`] — the facade a library user or the CLI holds;
@@ -25,6 +26,7 @@ pub mod events;
 pub mod mcp;
 pub mod policy;
 pub mod registry;
+pub mod sessions;
 pub mod tools;
 
 pub use engine::{Engine, EngineError, EngineOptions};

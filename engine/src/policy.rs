@@ -982,10 +982,7 @@ mod tests {
             );
         }
         let e = err("[sessions]\nidle_timeout = 5\n");
-        assert!(
-            e.starts_with("p.toml:2: sessions.idle_timeout:"),
-            "{e}"
-        );
+        assert!(e.starts_with("p.toml:2: sessions.idle_timeout:"), "{e}");
         assert!(e.contains("did you mean `idle_timeout_seconds`?"), "{e}");
     }
 

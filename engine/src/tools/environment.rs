@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 
 use crate::policy::Policy;
 use crate::registry::{CallContext, Tool, ToolError, ToolFuture, ToolSpec};
+use crate::sessions::{ActivityGuard, Sessions};
 
 /// Default and largest foreground timeout, seconds.
 const DEFAULT_TIMEOUT_S: f64 = 180.0;
@@ -32,6 +33,7 @@ pub struct Environments {
     registry: ProcessRegistry,
     approvals: Arc<crate::approval::ApprovalGate>,
     skip_approval_in_containers: bool,
+    sessions: Arc<Sessions>,
 }
 
 /// The state directory: `$PADDOCK_HOME`, else `$XDG_STATE_HOME/paddock`, else
@@ -96,6 +98,12 @@ impl Environments {
             *policy.processes.max_receipts.get_ref(),
         );
         let skip_approval_in_containers = policy.approval.skip_for_containers;
+        let sessions = Arc::new(Sessions::new(
+            state_root.clone(),
+            backends.clone(),
+            registry.clone(),
+            policy.sessions.idle_timeout(),
+        ));
         Ok(Self {
             state_root,
             backends,
@@ -104,7 +112,18 @@ impl Environments {
             registry,
             approvals,
             skip_approval_in_containers,
+            sessions,
         })
+    }
+
+    /// The session records and life cycle over these backends.
+    pub fn sessions(&self) -> &Arc<Sessions> {
+        &self.sessions
+    }
+
+    /// Marks `session` active (on `env`, when a backend runs the call) until the guard drops.
+    fn activity(&self, session: &str, env: Option<&Arc<dyn Environment>>) -> ActivityGuard {
+        self.sessions.activity(session, env.map(|e| e.name()))
     }
 
     fn backend_for(&self, tool: &str) -> Result<&Arc<dyn Environment>, ToolError> {
@@ -198,6 +217,7 @@ impl Tool for Terminal {
         Box::pin(async move {
             let args: TerminalArgs = super::parse_args("terminal", args)?;
             let env = envs.backend_for("terminal")?;
+            let _active = envs.activity(&ctx.session, Some(env));
             let container = matches!(env.kind(), "docker" | "apptainer");
             if !(container && envs.skip_approval_in_containers) {
                 envs.approvals
@@ -306,6 +326,7 @@ impl Tool for Process {
         Box::pin(async move {
             let args: ProcessArgs = super::parse_args("process", args)?;
             let registry = &envs.registry;
+            let _active = envs.activity(&ctx.session, None);
             if args.action == "list" {
                 let list: Vec<Value> = registry
                     .list(&ctx.session)
@@ -472,6 +493,7 @@ impl Tool for PythonExecute {
         Box::pin(async move {
             let args: PythonArgs = super::parse_args("python_execute", args)?;
             let env = envs.backend_for("python_execute")?;
+            let _active = envs.activity(&ctx.session, Some(env));
             let run_id = crate::registry::new_call_id();
             if env.kind() != "local" {
                 return python_on_backend(&envs, env.as_ref(), &args, &ctx, &run_id).await;
@@ -651,6 +673,7 @@ impl Tool for PythonEnvironmentInfo {
         let envs = self.0.clone();
         Box::pin(async move {
             let env = envs.backend_for("python_execute")?;
+            let _active = envs.activity(&ctx.session, Some(env));
             let quoted = INFO_SCRIPT.replace('\'', "'\"'\"'");
             let out = env
                 .exec(ExecRequest {

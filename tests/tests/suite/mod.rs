@@ -10,3 +10,4 @@ mod definitions;
 mod hostile_script;
 mod hostile_shell;
 mod policies;
+mod sessions;

@@ -1,0 +1,197 @@
+//! The session life cycle through the real binary: `paddock sessions list` and `close`, and
+//! idle sessions closed by the next `paddock` that starts.
+
+use std::path::Path;
+use std::time::Duration;
+
+use paddock_tests::{Run, paddock_env};
+use serde_json::{Value, json};
+
+/// `paddock ARGS` with its state in `home`.
+fn run(home: &Path, args: &[&str]) -> Run {
+    paddock_env(
+        args,
+        &[("PADDOCK_HOME", home.to_str().unwrap())],
+        None,
+        Duration::from_secs(60),
+    )
+}
+
+fn call(home: &Path, session: &str, tool: &str, args: Value, policy: Option<&str>) -> Value {
+    let args = args.to_string();
+    let mut argv = vec!["call", tool, "--args", &args, "--session", session];
+    if let Some(policy) = policy {
+        argv.extend(["--policy", policy]);
+    }
+    let out = run(home, &argv);
+    assert_eq!(out.code, 0, "stdout={} stderr={}", out.stdout, out.stderr);
+    out.json()
+}
+
+fn list(home: &Path, policy: Option<&str>) -> Vec<Value> {
+    let mut argv = vec!["sessions", "list"];
+    if let Some(policy) = policy {
+        argv.extend(["--policy", policy]);
+    }
+    let out = run(home, &argv);
+    assert_eq!(out.code, 0, "stderr={}", out.stderr);
+    out.json_lines()
+}
+
+/// The PID of a background process, while it is that process.
+fn alive(pid: i64) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < until,
+            "timed out waiting: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_call_makes_a_session_that_list_shows() {
+    let home = tempfile::tempdir().unwrap();
+    call(
+        home.path(),
+        "s1",
+        "terminal",
+        json!({"command": "echo hi"}),
+        None,
+    );
+    let sessions = list(home.path(), None);
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    let s = &sessions[0];
+    assert_eq!(s["id"], "s1");
+    assert_eq!(s["backends"], json!(["local"]));
+    assert_eq!(s["background_processes"], 0);
+    assert!(s["idle_seconds"].as_u64().unwrap() < 30, "{s}");
+}
+
+#[test]
+fn close_ends_processes_keeps_receipts_and_removes_state() {
+    let home = tempfile::tempdir().unwrap();
+    call(
+        home.path(),
+        "s1",
+        "terminal",
+        json!({"command": "cd /tmp && export KEPT=1"}),
+        None,
+    );
+    let started = call(
+        home.path(),
+        "s1",
+        "terminal",
+        json!({"command": "sleep 300", "background": true}),
+        None,
+    );
+    let process = started["session_id"].as_str().unwrap().to_owned();
+    let pid = started["pid"].as_i64().unwrap();
+    assert!(alive(pid));
+    assert_eq!(list(home.path(), None)[0]["background_processes"], 1);
+    assert!(home.path().join("sessions/s1").exists());
+
+    let out = run(home.path(), &["sessions", "close", "s1"]);
+    assert_eq!(out.code, 0, "stdout={} stderr={}", out.stdout, out.stderr);
+    let report = out.json();
+    assert_eq!(report["id"], "s1");
+    assert_eq!(report["closed"], true);
+    assert_eq!(report["processes_killed"], json!([process]));
+    assert_eq!(
+        report["backends"],
+        json!([{"backend": "local", "ok": true}])
+    );
+
+    wait_until("the background process ends", || !alive(pid));
+    assert!(!home.path().join("sessions/s1").exists());
+    assert!(list(home.path(), None).is_empty());
+    let receipt: Value = serde_json::from_slice(
+        &std::fs::read(
+            home.path()
+                .join("processes")
+                .join(&process)
+                .join("receipt.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(receipt["session"], "s1");
+    assert_eq!(receipt["command"], "sleep 300");
+
+    // A new command of that id starts afresh: the old cwd and exports are gone.
+    let fresh = call(
+        home.path(),
+        "s1",
+        "terminal",
+        json!({"command": "echo \"[$KEPT]\"; pwd"}),
+        None,
+    );
+    assert!(
+        fresh["output"].as_str().unwrap().starts_with("[]\n"),
+        "{fresh}"
+    );
+}
+
+#[test]
+fn idle_sessions_are_closed_by_the_next_paddock() {
+    let home = tempfile::tempdir().unwrap();
+    let policy = home.path().join("policy.toml");
+    std::fs::write(&policy, "[sessions]\nidle_timeout_seconds = 1\n").unwrap();
+    let policy = policy.to_str().unwrap();
+    let started = call(
+        home.path(),
+        "old",
+        "terminal",
+        json!({"command": "sleep 300", "background": true}),
+        Some(policy),
+    );
+    let pid = started["pid"].as_i64().unwrap();
+    std::thread::sleep(Duration::from_millis(2200));
+    // The next paddock of any session sweeps; its own answer is not delayed by it.
+    call(
+        home.path(),
+        "new",
+        "terminal",
+        json!({"command": "true"}),
+        Some(policy),
+    );
+    let ids: Vec<Value> = list(home.path(), Some(policy))
+        .into_iter()
+        .map(|s| s["id"].clone())
+        .collect();
+    assert_eq!(ids, vec![json!("new")]);
+    assert!(!home.path().join("sessions/old").exists());
+    wait_until("the idle session's process ends", || !alive(pid));
+}
+
+#[test]
+fn closing_an_unknown_session_is_exit_1() {
+    let home = tempfile::tempdir().unwrap();
+    let out = run(home.path(), &["sessions", "close", "nobody"]);
+    assert_eq!(out.code, 1, "stdout={} stderr={}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("no session 'nobody'"), "{}", out.stderr);
+    assert_eq!(out.json()["closed"], false);
+}
+
+#[test]
+fn idle_timeout_must_be_positive() {
+    let home = tempfile::tempdir().unwrap();
+    let policy = home.path().join("policy.toml");
+    std::fs::write(&policy, "[sessions]\nidle_timeout_seconds = 0\n").unwrap();
+    let out = run(home.path(), &["policy", "check", policy.to_str().unwrap()]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains(":2: sessions.idle_timeout_seconds: must be a positive"),
+        "{}",
+        out.stderr
+    );
+}
