@@ -215,9 +215,7 @@ pub fn run_main() -> ExitCode {
         return paddock_backends::supervisor::run_main(dir);
     }
     if let Command::Agent { args } = &cli.command {
-        return ExitCode::from(
-            u8::try_from(paddock_agent::run_main(args.clone())).unwrap_or(1),
-        );
+        return ExitCode::from(u8::try_from(paddock_agent::run_main(args.clone())).unwrap_or(1));
     }
     if let Command::SandboxExec { args } = &cli.command {
         return ExitCode::from(
@@ -612,6 +610,7 @@ async fn serve(
                 token,
                 allow_origins,
                 allow_hosts,
+                session_per_client: common.session.is_none(),
             };
             crate::mcp::http::serve_http(shared.clone(), options).await
         }

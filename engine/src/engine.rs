@@ -48,6 +48,8 @@ pub struct EngineOptions {
 pub struct CallExtras {
     pub approver: Option<Arc<dyn crate::approval::approvers::Approver>>,
     pub progress: Option<crate::registry::ProgressSink>,
+    /// The session of this call instead of the engine's (an HTTP MCP session's own).
+    pub session: Option<String>,
 }
 
 /// Registry + code mode + policy.
@@ -242,7 +244,7 @@ impl Engine {
         }
         let ctx = CallContext {
             call_id: new_call_id(),
-            session: self.session.clone(),
+            session: extras.session.unwrap_or_else(|| self.session.clone()),
             parent_call_id: parent,
             deadline: None,
             approver: extras.approver,
@@ -285,7 +287,7 @@ impl Engine {
         }
         let ctx = CallContext {
             call_id: new_call_id(),
-            session: self.session.clone(),
+            session: extras.session.unwrap_or_else(|| self.session.clone()),
             parent_call_id: None,
             deadline: None,
             approver: extras.approver,

@@ -30,6 +30,8 @@ pub struct HttpOptions {
     pub token: Option<String>,
     pub allow_origins: Vec<String>,
     pub allow_hosts: Vec<String>,
+    /// No `--session`: each MCP session gets its own Paddock session, closed with it.
+    pub session_per_client: bool,
 }
 
 /// Serves until SIGINT or SIGTERM.
@@ -73,8 +75,15 @@ pub async fn serve_http(shared: Arc<Shared>, options: HttpOptions) -> Result<(),
     // long quiet call (heartbeats only flow when the client asked for progress).
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(SESSION_IDLE_LIMIT);
+    let per_client = options.session_per_client;
     let service = StreamableHttpService::new(
-        move || Ok(PaddockServer::new(shared.clone())),
+        move || {
+            Ok(if per_client {
+                PaddockServer::with_own_session(shared.clone())
+            } else {
+                PaddockServer::new(shared.clone())
+            })
+        },
         Arc::new(sessions),
         config,
     );

@@ -59,11 +59,77 @@ pub struct Shared {
 #[derive(Clone)]
 pub struct PaddockServer {
     shared: Arc<Shared>,
+    /// Over HTTP without `--session`: the Paddock session of this handler's MCP session.
+    own: Option<Arc<OwnSession>>,
+}
+
+/// The Paddock session of one legacy HTTP MCP session: named after the MCP session id on its
+/// first call, closed when rmcp drops the handler (the client deleted the MCP session, or it
+/// expired). A stateless request's handler never learns an id and closes nothing.
+pub struct OwnSession {
+    shared: Arc<Shared>,
+    id: std::sync::OnceLock<String>,
+}
+
+impl OwnSession {
+    /// `mcp-` and a hash of the MCP session id: a valid Paddock id whatever the client sent,
+    /// and not the MCP session id itself (it would show up in container names).
+    fn id_for(&self, context: &RequestContext<RoleServer>) -> Option<String> {
+        if let Some(id) = self.id.get() {
+            return Some(id.clone());
+        }
+        let mcp_id = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok())?;
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(mcp_id.as_bytes());
+        let id = format!("mcp-{}", &hex::encode(digest)[..16]);
+        Some(self.id.get_or_init(|| id).clone())
+    }
+}
+
+impl Drop for OwnSession {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shared = self.shared.clone();
+        runtime.spawn(async move {
+            match shared.engine.close_session(&id).await {
+                Ok(_) => tracing::info!(session = %id, "MCP session ended: its session closed"),
+                Err(crate::engine::EngineError::Session(
+                    crate::sessions::SessionError::Unknown(_),
+                )) => {}
+                Err(err) => tracing::warn!(session = %id, %err, "session not closed"),
+            }
+        });
+    }
 }
 
 impl PaddockServer {
     pub fn new(shared: Arc<Shared>) -> Self {
-        Self { shared }
+        Self { shared, own: None }
+    }
+
+    /// A handler whose MCP session gets a Paddock session of its own (HTTP without
+    /// `--session`).
+    pub fn with_own_session(shared: Arc<Shared>) -> Self {
+        let own = Arc::new(OwnSession {
+            shared: shared.clone(),
+            id: std::sync::OnceLock::new(),
+        });
+        Self {
+            shared,
+            own: Some(own),
+        }
+    }
+
+    /// The Paddock session a call of this request runs in (`None`: the engine's).
+    fn session_of(&self, context: &RequestContext<RoleServer>) -> Option<String> {
+        self.own.as_ref().and_then(|own| own.id_for(context))
     }
 
     fn engine(&self) -> &Engine {
@@ -96,6 +162,7 @@ impl PaddockServer {
         let extras = CallExtras {
             approver: Some(approver),
             progress: Some(sink.clone()),
+            session: self.session_of(context),
         };
         let shared = self.shared.clone();
         let name = name.to_owned();
@@ -244,17 +311,23 @@ impl PaddockServer {
         let peer = context.peer.clone();
         let shared = self.shared.clone();
         let session_id = session_id.to_owned();
+        let session = self.session_of(context);
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 if peer.is_transport_closed() {
                     return;
                 }
+                let extras = CallExtras {
+                    session: session.clone(),
+                    ..CallExtras::default()
+                };
                 let status = shared
                     .engine
-                    .call_tool(
+                    .call_tool_with(
                         "process",
                         json!({"action": "poll", "session_id": session_id}),
+                        extras,
                     )
                     .await;
                 let Ok(status) = status else { return };
