@@ -74,14 +74,23 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
     let _ = std::fs::set_permissions(&options.socket, std::fs::Permissions::from_mode(0o600));
     let activity = Arc::new(Activity::default());
     activity.last.store(now_secs(), Ordering::SeqCst);
-    if let Some(idle) = options.idle_exit {
+    // The watchdog: an agent whose socket was removed (its session closed, its state
+    // directory deleted) can never be reached again and exits; so does an idle one.
+    {
         let activity = activity.clone();
         let socket = options.socket.clone();
+        let idle_exit = options.idle_exit;
         std::thread::spawn(move || {
             loop {
                 std::thread::sleep(Duration::from_secs(1));
+                if std::fs::symlink_metadata(&socket).is_err() {
+                    std::process::exit(0);
+                }
                 let idle_for = now_secs().saturating_sub(activity.last.load(Ordering::SeqCst));
-                if activity.open.load(Ordering::SeqCst) == 0 && idle_for >= idle.as_secs() {
+                if let Some(idle) = idle_exit
+                    && activity.open.load(Ordering::SeqCst) == 0
+                    && idle_for >= idle.as_secs()
+                {
                     let _ = std::fs::remove_file(&socket);
                     std::process::exit(0);
                 }

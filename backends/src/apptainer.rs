@@ -169,6 +169,52 @@ impl ApptainerTransport {
     }
 }
 
+impl ApptainerTransport {
+    /// Instances of this backend (`paddock-<backend>-<session>`) whose session is not live.
+    async fn remove_orphans(&self, live: &[String]) -> Result<usize> {
+        let binary = self.binary()?;
+        let out = tokio::process::Command::new(binary)
+            .args(["instance", "list", "--json"])
+            .output()
+            .await
+            .map_err(|e| self.unavailable(format!("cannot run {}: {e}", binary.display())))?;
+        if !out.status.success() {
+            return Err(self.unavailable(format!(
+                "instance list failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        let listed: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| self.unavailable(format!("instance list --json: {e}")))?;
+        let prefix = format!("paddock-{}-", self.config.name);
+        let orphans: Vec<String> = listed["instances"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i["instance"].as_str())
+            .filter_map(|name| name.strip_prefix(&prefix))
+            .filter(|session| !live.iter().any(|s| s == session))
+            .map(str::to_owned)
+            .collect();
+        let mut removed = 0;
+        for session in orphans {
+            let name = self.instance_name(&session);
+            tracing::info!(backend = %self.config.name, instance = %name, "stopping an instance no session owns");
+            let stopped = tokio::process::Command::new(binary)
+                .args(["instance", "stop", &name])
+                .output()
+                .await;
+            if stopped.is_ok_and(|o| o.status.success()) {
+                removed += 1;
+                if let Some(agent) = &self.config.agent {
+                    let _ = std::fs::remove_dir_all(agent_dir(&agent.runtime_dir, &name));
+                }
+            }
+        }
+        Ok(removed)
+    }
+}
+
 impl AgentHost for ApptainerTransport {
     fn agent_socket(&self, session: &str) -> Result<PathBuf> {
         let Some(agent) = &self.config.agent else {
@@ -294,6 +340,10 @@ impl Transport for ApptainerTransport {
             }
             Ok(())
         })
+    }
+
+    fn sweep_orphans<'a>(&'a self, live_sessions: &'a [String]) -> BackendFuture<'a, usize> {
+        Box::pin(self.remove_orphans(live_sessions))
     }
 
     fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {

@@ -436,6 +436,67 @@ impl DockerTransport {
     }
 }
 
+impl DockerTransport {
+    /// Containers of this backend whose session is not live, made more than a minute ago (a
+    /// session's record is written before its container, but another engine may be between
+    /// the two).
+    async fn remove_orphans(&self, live: &[String]) -> Result<usize> {
+        let docker = self.client().await?;
+        let filters = HashMap::from([(
+            "label".to_owned(),
+            vec![
+                "paddock.managed=true".to_owned(),
+                format!("paddock.backend={}", self.config.name),
+            ],
+        )]);
+        let list = docker
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: Some(filters),
+                ..Default::default()
+            }))
+            .await
+            .map_err(|e| self.lost(e))?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let mut removed = 0;
+        for container in list {
+            let session = container
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("paddock.session"))
+                .cloned()
+                .unwrap_or_default();
+            let young = container.created.is_some_and(|c| now - c < 60);
+            if young || live.iter().any(|s| *s == session) {
+                continue;
+            }
+            let Some(id) = container.id else { continue };
+            tracing::info!(backend = %self.config.name, container = %id, %session, "removing a container no session owns");
+            if docker
+                .remove_container(
+                    &id,
+                    Some(RemoveContainerOptions {
+                        force: true,
+                        ..Default::default()
+                    }),
+                )
+                .await
+                .is_ok()
+            {
+                removed += 1;
+                if let Some(agent) = &self.config.agent {
+                    let name = self.container_name(&session);
+                    let _ = std::fs::remove_dir_all(agent_dir(&agent.runtime_dir, &name));
+                }
+                self.forget(&self.container_name(&session));
+            }
+        }
+        Ok(removed)
+    }
+}
+
 impl AgentHost for DockerTransport {
     fn agent_socket(&self, session: &str) -> Result<PathBuf> {
         let Some(agent) = &self.config.agent else {
@@ -541,6 +602,10 @@ impl Transport for DockerTransport {
                 .map_err(|e| self.unavailable(format!("image {}: {e}", self.config.image)))?;
             Ok(())
         })
+    }
+
+    fn sweep_orphans<'a>(&'a self, live_sessions: &'a [String]) -> BackendFuture<'a, usize> {
+        Box::pin(self.remove_orphans(live_sessions))
     }
 
     fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {

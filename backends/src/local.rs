@@ -691,6 +691,18 @@ impl Environment for LocalEnvironment {
         Box::pin(async move {
             crate::shell::check_session(session)?;
             let dir = self.state_root.join("sessions").join(session);
+            // The session's sandboxed agent ends (and with it everything left in its sandbox),
+            // then its socket directory and private /tmp go.
+            if let Some(sandbox) = self.sandbox.as_ref().filter(|_| self.agent)
+                && dir.is_dir()
+                && let Ok(agent) = self.sandboxed_agent(sandbox, &dir, session)
+            {
+                crate::agent::shutdown_agent(&agent.socket).await;
+                if let Some(agent_dir) = agent.socket.parent() {
+                    let _ = std::fs::remove_dir_all(agent_dir);
+                }
+            }
+            let _ = std::fs::remove_dir_all(self.state_root.join("sandbox-tmp").join(session));
             match std::fs::remove_dir_all(&dir) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -10,6 +10,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::agent::{
+    AgentHost, AgentPlacement, agent_dir, check_started, prepare_agent_dir, run_collecting,
+};
 use crate::remote::client::run_client;
 use crate::remote::script::shell_quote;
 use crate::remote::{OutputSink, TargetRun, Transport};
@@ -38,6 +41,8 @@ pub struct SshConfig {
     pub env: BTreeMap<String, String>,
     /// The ssh program.
     pub program: PathBuf,
+    /// Commands go through the agent, copied to the host (`agent = true`, the default).
+    pub agent: Option<AgentPlacement>,
 }
 
 /// Commands over OpenSSH.
@@ -167,6 +172,151 @@ impl SshTransport {
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(&self.control_dir, std::fs::Permissions::from_mode(0o700));
         Ok(())
+    }
+}
+
+/// What the agent start script prints when the host lacks this agent binary.
+const AGENT_MISSING: &str = "paddock-agent-missing";
+/// What it prints before the remote socket's path.
+const AGENT_SOCKET: &str = "paddock-agent-socket:";
+
+impl SshTransport {
+    fn agent(&self) -> Result<&AgentPlacement> {
+        self.config
+            .agent
+            .as_ref()
+            .ok_or_else(|| self.unavailable("this backend runs without the agent (agent = false)"))
+    }
+
+    /// The agent directory's key: one agent per (backend, session), python_execute's
+    /// `SESSION.python` sharing the session's.
+    fn agent_key(&self, session: &str) -> String {
+        let base = session.strip_suffix(".python").unwrap_or(session);
+        format!("ssh\0{}\0{base}", self.config.name)
+    }
+
+    /// The agent binary's place on the host: named by its content, so a new build is copied
+    /// once and never overwrites one that runs.
+    fn remote_agent_path(binary: &[u8]) -> String {
+        use sha2::Digest;
+        let digest = hex::encode(&sha2::Sha256::digest(binary)[..8]);
+        format!("$HOME/{}/agent/paddock-agent-{digest}", ".cache/paddock")
+    }
+
+    async fn start_remote_agent(&self, session: &str) -> Result<()> {
+        let agent = self.agent()?;
+        let local = self.agent_socket(session)?;
+        let dir_name = local
+            .parent()
+            .and_then(Path::file_name)
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let binary = std::fs::read(&agent.binary).map_err(|e| {
+            self.unavailable(format!(
+                "cannot read the agent {}: {e}",
+                agent.binary.display()
+            ))
+        })?;
+        let remote_bin = Self::remote_agent_path(&binary);
+        let start = format!(
+            r#"b="{remote_bin}"; s="$HOME/.cache/paddock/agents/{dir_name}"
+mkdir -p "$s" || exit 1; chmod 700 "$s"
+[ -x "$b" ] || {{ echo {AGENT_MISSING}; exit 0; }}
+"$b" serve --socket "$s/agent.sock" --daemon --idle-exit 1800 || exit $?
+echo "{AGENT_SOCKET}$s/agent.sock""#
+        );
+        let start_run = || TargetRun {
+            argv: vec!["sh".into(), "-c".into(), start.clone()],
+            stdin: None,
+            pty: false,
+        };
+        let (mut status, mut output) = run_collecting(self, session, start_run()).await?;
+        if status == 0 && output.contains(AGENT_MISSING) {
+            let upload = format!(
+                r#"b="{remote_bin}"; mkdir -p "$(dirname "$b")" && cat > "$b.part.$$" && chmod 755 "$b.part.$$" && mv -f "$b.part.$$" "$b""#
+            );
+            let size = binary.len();
+            let (copied, said) = run_collecting(
+                self,
+                session,
+                TargetRun {
+                    argv: vec!["sh".into(), "-c".into(), upload],
+                    stdin: Some(binary),
+                    pty: false,
+                },
+            )
+            .await?;
+            if copied != 0 {
+                return Err(self.unavailable(format!(
+                    "copying the agent ({size} bytes) to the host failed (exit {copied}): {}",
+                    said.trim()
+                )));
+            }
+            (status, output) = run_collecting(self, session, start_run()).await?;
+        }
+        check_started(self, status, &output)?;
+        let remote = output
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(AGENT_SOCKET))
+            .ok_or_else(|| {
+                self.unavailable(format!(
+                    "the agent start said nothing of its socket: {output}"
+                ))
+            })?
+            .to_owned();
+        // The master forwards a socket here to the agent's there. A stale file (a master that
+        // ended) is removed first, and an old forward of the same pair cancelled.
+        let pair = format!("{}:{remote}", local.display());
+        let mut cancel = self.options(false);
+        cancel.extend([
+            "-O".into(),
+            "cancel".into(),
+            "-L".into(),
+            pair.clone(),
+            self.destination(),
+        ]);
+        let _ = tokio::process::Command::new(&self.config.program)
+            .args(&cancel)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await;
+        let _ = std::fs::remove_file(&local);
+        let mut forward = self.options(false);
+        forward.extend([
+            "-O".into(),
+            "forward".into(),
+            "-L".into(),
+            pair,
+            self.destination(),
+        ]);
+        let out = tokio::process::Command::new(&self.config.program)
+            .args(&forward)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .map_err(|e| self.unavailable(format!("cannot run ssh -O forward: {e}")))?;
+        if !out.status.success() {
+            return Err(self.unavailable(format!(
+                "the master connection would not forward the agent's socket (is                  AllowStreamLocalForwarding off on the host?): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl AgentHost for SshTransport {
+    fn agent_socket(&self, session: &str) -> Result<PathBuf> {
+        let agent = self.agent()?;
+        prepare_agent_dir(
+            &agent_dir(&agent.runtime_dir, &self.agent_key(session)),
+            "ssh",
+            &self.config.name,
+        )
+    }
+
+    fn start_agent<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        Box::pin(self.start_remote_agent(session))
     }
 }
 

@@ -174,8 +174,8 @@ pub struct BackendConfig {
     pub overlay: Option<Spanned<String>>,
     /// Working directory commands start in.
     pub workdir: Option<Spanned<String>>,
-    /// docker, apptainer, sandboxed local: commands go through the in-environment agent
-    /// (default true); false: one `docker exec`/`apptainer exec`/sandbox per command.
+    /// docker, apptainer, ssh, sandboxed local: commands go through the in-environment agent
+    /// (default true); false: one `docker exec`/`apptainer exec`/ssh/sandbox per command.
     pub agent: Option<Spanned<bool>>,
     /// Environment variables set for every command.
     #[serde(default)]
@@ -548,6 +548,7 @@ impl Policy {
                     "known_hosts_file",
                     "host_key_checking",
                     "connect_timeout_seconds",
+                    "agent",
                 ],
                 _ => &[
                     "image",

@@ -407,10 +407,26 @@ impl Sessions {
             });
         }
         let state_removed = self.remove_local_state(id, &python);
-        self.store.remove(id)?;
+        // A backend that could not be closed (down, or not in this policy) keeps the record,
+        // naming only what is left: a later close or sweep tries again instead of forgetting
+        // a container or remote state.
+        let unclosed: BTreeSet<String> = backends
+            .iter()
+            .filter(|b| !b.ok)
+            .map(|b| b.backend.clone())
+            .collect();
+        let closed = unclosed.is_empty();
+        if closed {
+            self.store.remove(id)?;
+        } else {
+            self.store.write(&SessionRecord {
+                backends: unclosed,
+                ..record
+            })?;
+        }
         Ok(CloseReport {
             id: id.to_owned(),
-            closed: true,
+            closed,
             backends,
             processes_killed,
             state_removed,

@@ -78,6 +78,20 @@ pub trait AgentHost: Transport {
     /// The socket on this machine through which the session's agent is reached (its directory
     /// exists when this returns).
     fn agent_socket(&self, session: &str) -> Result<PathBuf>;
+    /// Starts the session's agent detached and answers once it listens on
+    /// [`AgentHost::agent_socket`]. The default runs [`AgentHost::agent_start_argv`] through
+    /// the transport's own client.
+    fn start_agent<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        Box::pin(async move {
+            let run = TargetRun {
+                argv: self.agent_start_argv(session),
+                stdin: None,
+                pty: false,
+            };
+            let (status, output) = run_collecting(self, session, run).await?;
+            check_started(self, status, &output)
+        })
+    }
     /// The program, run through this transport's own client, that starts the agent detached.
     fn agent_start_argv(&self, session: &str) -> Vec<String> {
         let _ = session;
@@ -195,39 +209,16 @@ impl<T: AgentHost> AgentTransport<T> {
         Err(self.unavailable("the agent could not be reached"))
     }
 
-    /// Starts the session's agent through the backend's own client.
+    /// Starts the session's agent (through the backend's own client).
     async fn start(&self, session: &str) -> Result<()> {
         let started = Instant::now();
-        let sink: OutputSink = Arc::new(Mutex::new(Utf8Capped::new(8192)));
-        let run = TargetRun {
-            argv: self.inner.agent_start_argv(session),
-            stdin: None,
-            pty: false,
-        };
-        let status = self.inner.run(session, run, sink.clone()).await?;
-        let output = sink.lock().map(|mut s| s.finish()).unwrap_or_default();
-        let output = output.trim();
-        match status {
-            0 => {
-                tracing::debug!(
-                    backend = self.inner.name(),
-                    ms = started.elapsed().as_millis() as u64,
-                    "agent started"
-                );
-                Ok(())
-            }
-            126 => Err(self.unavailable(format!(
-                "the agent cannot be executed in this environment (a noexec mount, or not an \
-                 x86-64 Linux environment): {output}"
-            ))),
-            127 => Err(self.unavailable(format!(
-                "the agent binary is missing in this environment (made before the agent was \
-                 placed there? close the session to get a new one): {output}"
-            ))),
-            other => {
-                Err(self.unavailable(format!("the agent did not start (exit {other}): {output}")))
-            }
-        }
+        self.inner.start_agent(session).await?;
+        tracing::debug!(
+            backend = self.inner.name(),
+            ms = started.elapsed().as_millis() as u64,
+            "agent started"
+        );
+        Ok(())
     }
 
     async fn run_through_agent(
@@ -266,6 +257,54 @@ impl<T: AgentHost> AgentTransport<T> {
         {
             let _ = std::fs::remove_dir_all(dir);
         }
+    }
+}
+
+/// Runs `run` on the target through `transport`'s own client; answers its status and output.
+pub async fn run_collecting<T: Transport + ?Sized>(
+    transport: &T,
+    session: &str,
+    run: TargetRun,
+) -> Result<(i32, String)> {
+    let sink: OutputSink = Arc::new(Mutex::new(Utf8Capped::new(16 * 1024)));
+    let status = transport.run(session, run, sink.clone()).await?;
+    let output = sink.lock().map(|mut s| s.finish()).unwrap_or_default();
+    Ok((status, output))
+}
+
+/// The error for an agent start that answered `status`.
+pub fn check_started<T: Transport + ?Sized>(
+    transport: &T,
+    status: i32,
+    output: &str,
+) -> Result<()> {
+    let unavailable = |reason: String| BackendError::Unavailable {
+        kind: transport.kind().to_owned(),
+        name: transport.name().to_owned(),
+        reason,
+    };
+    let output = output.trim();
+    match status {
+        0 => Ok(()),
+        126 => Err(unavailable(format!(
+            "the agent cannot be executed in this environment (a noexec mount, or not an \
+             x86-64 Linux environment): {output}"
+        ))),
+        127 => Err(unavailable(format!(
+            "the agent binary is missing in this environment (made before the agent was \
+             placed there? close the session to get a new one): {output}"
+        ))),
+        other => Err(unavailable(format!(
+            "the agent did not start (exit {other}): {output}"
+        ))),
+    }
+}
+
+/// Tells the agent on `socket`, if one answers, to exit (its runs end with it).
+pub async fn shutdown_agent(socket: &Path) {
+    let opened = tokio::time::timeout(Duration::from_secs(2), Link::open(socket)).await;
+    if let Ok(Ok((link, _))) = opened {
+        let _ = tokio::time::timeout(Duration::from_secs(2), link.shutdown()).await;
     }
 }
 
@@ -327,10 +366,21 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
         self.inner.health()
     }
 
+    fn sweep_orphans<'a>(&'a self, live_sessions: &'a [String]) -> BackendFuture<'a, usize> {
+        self.inner.sweep_orphans(live_sessions)
+    }
+
     fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
         Box::pin(async move {
+            // python_execute's `SESSION.python` shares the session's environment and agent.
+            let base = session.strip_suffix(".python").is_none();
+            if base && let Ok(socket) = self.inner.agent_socket(session) {
+                shutdown_agent(&socket).await;
+            }
             let closed = self.inner.close_session(session).await;
-            self.forget_agent(session);
+            if base {
+                self.forget_agent(session);
+            }
             closed
         })
     }

@@ -79,6 +79,12 @@ pub trait Transport: Send + Sync + 'static {
     /// Ends what the session holds on the target (its container or instance; for ssh, its
     /// state directory: the shared connection stays for other sessions).
     fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()>;
+    /// Removes this backend's containers or instances that no live session owns; answers how
+    /// many went.
+    fn sweep_orphans<'a>(&'a self, live_sessions: &'a [String]) -> BackendFuture<'a, usize> {
+        let _ = live_sessions;
+        Box::pin(async { Ok(0) })
+    }
 }
 
 /// Any [`Transport`] as an [`Environment`].
@@ -450,5 +456,9 @@ impl<T: Transport> Environment for RemoteEnvironment<T> {
 
     fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
         self.transport.close_session(session)
+    }
+
+    fn sweep_orphans<'a>(&'a self, live_sessions: &'a [String]) -> BackendFuture<'a, usize> {
+        self.transport.sweep_orphans(live_sessions)
     }
 }

@@ -74,7 +74,7 @@ pub fn build(
     let kind = config.kind.get_ref().as_str();
     let env = config.env.clone();
     // Container and instance backends go through the in-environment agent unless told not to.
-    let agent = matches!(kind, "docker" | "apptainer" | "singularity")
+    let agent = matches!(kind, "docker" | "apptainer" | "singularity" | "ssh")
         .then(|| config.agent.as_ref().is_none_or(|v| *v.get_ref()))
         .filter(|on| *on)
         .map(|_| agent_binary::find(exe));
@@ -133,14 +133,14 @@ pub fn build(
                     workdir: string(&config.workdir),
                     env,
                     program: PathBuf::from("ssh"),
+                    agent: agent
+                        .as_ref()
+                        .and_then(|found| found.as_ref().ok())
+                        .map(|binary| AgentPlacement::new(binary, state_root.join("agents"))),
                 },
                 state_root,
             );
-            Arc::new(RemoteEnvironment::new(
-                transport,
-                state_root.to_path_buf(),
-                exe.to_path_buf(),
-            ))
+            remote(transport, agent, state_root, exe)
         }
         "apptainer" | "singularity" => {
             let image = string(&config.image).unwrap_or_default();

@@ -73,6 +73,32 @@ impl Target {
             eprintln!("SKIPPED: the {backend} backend (PADDOCK_SKIP_BACKENDS)");
             return None;
         }
+        if backend == "docker_exec" {
+            // The docker backend with `agent = false`: one `docker exec` per command, the path
+            // operators keep when they cannot place the agent.
+            if skipped("docker") {
+                eprintln!("SKIPPED: the docker backend (PADDOCK_SKIP_BACKENDS)");
+                return None;
+            }
+            let text = std::fs::read_to_string(services_policy()).unwrap_or_default();
+            let start = text.find("[backends.docker]").expect(
+                "the docker test service is not up: run scripts/test-services.sh as root first",
+            );
+            let rest = &text[start + "[backends.docker]".len()..];
+            let section = &rest[..rest.find("\n[").unwrap_or(rest.len())];
+            let policy = home.path().join("policy.toml");
+            std::fs::write(
+                &policy,
+                format!("[backends.docker_exec]{section}\nagent = false\n"),
+            )
+            .unwrap();
+            return Some(Self {
+                home,
+                backend,
+                policy: Some(policy.display().to_string()),
+                sessions: Default::default(),
+            });
+        }
         let policy = services_policy();
         let text = std::fs::read_to_string(&policy).unwrap_or_default();
         assert!(
@@ -142,6 +168,23 @@ impl Target {
         format!("{name}-{tag}")
     }
 
+    /// A number unique to this check on this backend (`sleep` arguments the host's /proc is
+    /// searched for): the same check runs on every backend at once.
+    fn marker(&self, base: &str) -> String {
+        let index = [
+            "local",
+            "sandboxed",
+            "docker",
+            "docker_exec",
+            "ssh",
+            "apptainer",
+        ]
+        .iter()
+        .position(|b| *b == self.backend)
+        .unwrap_or(9);
+        format!("{base}{index}")
+    }
+
     /// A scratch directory path on the target (created by the commands themselves).
     fn scratch(&self) -> String {
         format!("/tmp/conf-{}", self.session("d"))
@@ -156,7 +199,7 @@ impl Drop for Target {
             let base = session.strip_suffix(".python").unwrap_or(session);
             let name = format!("paddock-{}-{base}", self.backend);
             let _ = match self.backend {
-                "docker" => std::process::Command::new("docker")
+                "docker" | "docker_exec" => std::process::Command::new("docker")
                     .args(["rm", "-f", &name])
                     .output(),
                 "apptainer" => std::process::Command::new(apptainer_binary())
@@ -216,13 +259,13 @@ fn stdout_and_stderr_are_merged_in_order_with_the_exit_code(t: &Target) {
 fn a_timeout_kills_the_whole_tree_and_answers_124(t: &Target) {
     let v = t.sh(
         &t.session("s"),
-        json!({"command": "sleep 300.4711 & sleep 60.4711", "timeout": 1}),
+        json!({"command": format!("sleep {} & sleep 60.4711", t.marker("300.4711")), "timeout": 1}),
     );
     assert_eq!(v["exit_code"], json!(124), "{v}");
     assert!(v["error"].as_str().unwrap().contains("timed out"), "{v}");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
-        processes_matching("300.4711"),
+        processes_matching(&t.marker("300.4711")),
         Vec::<i32>::new(),
         "a background sleep survived the timeout"
     );
@@ -232,19 +275,19 @@ fn a_command_ignoring_sigterm_is_killed_after_the_grace(t: &Target) {
     let started = std::time::Instant::now();
     let v = t.sh(
         &t.session("s"),
-        json!({"command": "trap '' TERM; sleep 60.4712", "timeout": 1}),
+        json!({"command": format!("trap '' TERM; sleep {}", t.marker("60.4712")), "timeout": 1}),
     );
     assert_eq!(v["exit_code"], json!(124), "{v}");
     assert!(started.elapsed() < Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(200));
-    assert!(processes_matching("60.4712").is_empty());
+    assert!(processes_matching(&t.marker("60.4712")).is_empty());
 }
 
 fn leftovers_of_a_finished_command_do_not_outlive_it(t: &Target) {
     let started = std::time::Instant::now();
     let v = t.sh(
         &t.session("s"),
-        json!({"command": "(sleep 300.4713 &) ; echo started"}),
+        json!({"command": format!("(sleep {} &) ; echo started", t.marker("300.4713"))}),
     );
     assert_eq!(v["output"], json!("started\n"));
     assert!(
@@ -252,7 +295,7 @@ fn leftovers_of_a_finished_command_do_not_outlive_it(t: &Target) {
         "the call waited for its daemon"
     );
     std::thread::sleep(Duration::from_millis(200));
-    assert!(processes_matching("300.4713").is_empty());
+    assert!(processes_matching(&t.marker("300.4713")).is_empty());
 }
 
 fn cwd_exports_functions_and_aliases_persist_within_a_session_only(t: &Target) {
@@ -434,7 +477,10 @@ fn background_processes_survive_the_engine_and_stay_in_their_session(t: &Target)
     let id = start_background(
         t,
         &owner,
-        "echo secret-$PADDOCK_SESSION; echo token ghp_abcdefghijklmnopqrstuvwxyz012345; sleep 300.4714",
+        &format!(
+            "echo secret-$PADDOCK_SESSION; echo token ghp_abcdefghijklmnopqrstuvwxyz012345; sleep {}",
+            t.marker("300.4714")
+        ),
         false,
     );
     let poll = t.process(
@@ -470,7 +516,7 @@ fn background_processes_survive_the_engine_and_stay_in_their_session(t: &Target)
     );
     assert_eq!(killed["killed"], json!(true), "{killed}");
     assert_eq!(killed["state"], json!("exited"), "{killed}");
-    assert!(processes_matching("300.4714").is_empty());
+    assert!(processes_matching(&t.marker("300.4714")).is_empty());
     let receipt: Value = serde_json::from_slice(
         &std::fs::read(
             t.home
@@ -491,7 +537,12 @@ fn background_processes_survive_the_engine_and_stay_in_their_session(t: &Target)
 }
 
 fn a_recycled_pid_is_never_signalled(t: &Target) {
-    let id = start_background(t, &t.session("s"), "sleep 300.4715", false);
+    let id = start_background(
+        t,
+        &t.session("s"),
+        &format!("sleep {}", t.marker("300.4715")),
+        false,
+    );
     // Pretend the PID was recycled: the recorded start time no longer matches.
     let meta = t.home.path().join("processes").join(&id).join("meta.json");
     let mut record: Value = serde_json::from_slice(&std::fs::read(&meta).unwrap()).unwrap();
@@ -503,10 +554,10 @@ fn a_recycled_pid_is_never_signalled(t: &Target) {
     );
     assert_eq!(v["killed"], json!(false), "{v}");
     assert!(
-        !processes_matching("300.4715").is_empty(),
+        !processes_matching(&t.marker("300.4715")).is_empty(),
         "the real process was signalled"
     );
-    for pid in processes_matching("300.4715") {
+    for pid in processes_matching(&t.marker("300.4715")) {
         let _ = std::process::Command::new("kill")
             .arg(pid.to_string())
             .status();
@@ -635,4 +686,4 @@ conformance!([
     notify_on_complete_marks_an_unread_completion,
     python_execute_returns_output_and_artifacts_with_a_scrubbed_environment,
 ];
-    local, sandboxed, docker, ssh, apptainer);
+    local, sandboxed, docker, docker_exec, ssh, apptainer);
