@@ -15,7 +15,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Starts `serve` (same arguments, without `--daemon`) detached, its stderr in `LOG`
 /// (`<socket>.log`), and waits until the socket answers.
 pub fn start_detached(socket: &Path, serve_args: &[String]) -> Result<(), AgentError> {
-    let exe = std::env::current_exe()?;
+    // Not current_exe(): inside a container the bound binary may have been replaced on the
+    // host, and only the kernel's own link still reaches the running one.
+    let exe = std::path::PathBuf::from("/proc/self/exe");
     let mut log_name = socket.as_os_str().to_owned();
     log_name.push(".log");
     let log = std::fs::OpenOptions::new()

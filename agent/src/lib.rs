@@ -60,6 +60,11 @@ pub fn run_main(args: Vec<String>) -> i32 {
         }
         Err(err) => {
             eprintln!("paddock-agent: {err}");
+            // Also on stdout: some clients (apptainer exec) keep stderr from the engine.
+            #[expect(clippy::print_stdout, reason = "the start command's only channel")]
+            {
+                println!("paddock-agent: {err}");
+            }
             if matches!(err, AgentError::Usage(_)) {
                 2
             } else {

@@ -18,7 +18,7 @@ use std::io::{Read, Write};
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever a message changes shape. The engine replaces an agent that answers another.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Frames larger than this are refused (a corrupt or hostile peer cannot make us allocate more).
 pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
@@ -91,6 +91,11 @@ pub struct RunRequest {
     /// The agent ends the run's tree after this long and answers `timed_out`.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// Files renamed (`from`, `to`) once the run's tree is gone, before `Exit` is answered:
+    /// the session state a wrapper wrote under a run-tagged name is committed without two
+    /// `mv` processes per command. A missing `from` is skipped.
+    #[serde(default)]
+    pub renames: Vec<(String, String)>,
     /// A terminal (40 rows, 120 columns) instead of pipes.
     #[serde(default)]
     pub pty: bool,

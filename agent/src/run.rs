@@ -156,8 +156,26 @@ pub fn serve_run(stream: UnixStream, request: RunRequest) -> Result<(), AgentErr
         });
     }
     let status = child.wait()?;
-    // What the program left in its group goes with it (as with the local backend).
-    signal_run(pgid, None, rustix::process::Signal::KILL);
+    // What the program left behind goes with it: its group, and daemons that left the group
+    // but carry the run id.
+    signal_run(
+        pgid,
+        request.run_id.as_deref(),
+        rustix::process::Signal::KILL,
+    );
+    for (from, to) in &request.renames {
+        match std::fs::rename(from, to) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                let _ = send(
+                    &writer,
+                    FrameKind::Output,
+                    format!("paddock-agent: cannot commit {from} to {to}: {e}\n").as_bytes(),
+                );
+            }
+        }
+    }
     let _ = drained_rx.recv_timeout(DRAIN_AFTER_EXIT);
     finished.store(true, Ordering::SeqCst);
     let code = status

@@ -286,6 +286,7 @@ impl LocalEnvironment {
             clear_env: true,
             cwd: Some(home_dir().display().to_string()),
             timeout_ms: Some(u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX)),
+            renames: Vec::new(),
             run_id: Some(tag.clone()),
             pty: false,
             stdin: false,

@@ -318,6 +318,14 @@ impl AgentHost for SshTransport {
     fn start_agent<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
         Box::pin(self.start_remote_agent(session))
     }
+
+    fn agent_is_stale<'a>(
+        &'a self,
+        _session: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>> {
+        // Copied under its content's name: a host never runs an old build by mistake.
+        Box::pin(async { false })
+    }
 }
 
 impl Transport for SshTransport {

@@ -18,7 +18,9 @@ pub mod detached;
 pub mod link;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -92,6 +94,25 @@ pub trait AgentHost: Transport {
             check_started(self, status, &output)
         })
     }
+    /// Whether the agent binary the environment holds speaks another protocol than this
+    /// engine (asked when a start failed). The default asks [`AGENT_PATH_INSIDE`] `version`.
+    fn agent_is_stale<'a>(
+        &'a self,
+        session: &'a str,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
+        Box::pin(async move {
+            let run = TargetRun {
+                argv: vec![AGENT_PATH_INSIDE.to_owned(), "version".to_owned()],
+                stdin: None,
+                pty: false,
+            };
+            match run_collecting(self, session, run).await {
+                Ok((0, output)) => !output.contains(&format!("protocol {PROTOCOL_VERSION}")),
+                _ => false,
+            }
+        })
+    }
+
     /// The program, run through this transport's own client, that starts the agent detached.
     fn agent_start_argv(&self, session: &str) -> Vec<String> {
         let _ = session;
@@ -146,6 +167,44 @@ fn run_id_of(argv: &[String]) -> Option<String> {
         .find_map(|a| a.strip_prefix("PADDOCK_RUN=").map(str::to_owned))
 }
 
+/// The agent's request for a target run. A wrapper run (a command with the session's state)
+/// has its `env PADDOCK_RUN=ID` prefix turned into the request's environment (one exec less),
+/// writes its state under run-tagged names the agent renames into place, and leaves the
+/// leftover kill to the agent (a /proc scan in Rust, not in bash).
+fn agent_request(argv: Vec<String>, pty: bool) -> RunRequest {
+    let mut request = RunRequest {
+        run_id: run_id_of(&argv),
+        argv,
+        env: BTreeMap::new(),
+        clear_env: false,
+        cwd: None,
+        timeout_ms: None,
+        renames: Vec::new(),
+        pty,
+        stdin: false,
+    };
+    if let Some(wrapper) = crate::remote::script::wrapper_run(&request.argv) {
+        request.argv.drain(..2);
+        request
+            .env
+            .insert("PADDOCK_RUN".into(), wrapper.run_id.clone());
+        request
+            .env
+            .insert("PADDOCK_AGENT_COMMIT".into(), "1".into());
+        let dir = &wrapper.state_dir;
+        request.renames = ["env.sh", "cwd"]
+            .iter()
+            .map(|name| {
+                (
+                    format!("{dir}/{name}.{}", wrapper.run_id),
+                    format!("{dir}/{name}"),
+                )
+            })
+            .collect();
+    }
+    request
+}
+
 /// Any [`AgentHost`] with its runs going through the agent.
 pub struct AgentTransport<T: AgentHost> {
     inner: T,
@@ -176,26 +235,40 @@ impl<T: AgentHost> AgentTransport<T> {
             return Err(self.unavailable(missing.explain()));
         }
         let socket = self.inner.agent_socket(session)?;
-        let mut replaced_old_version = false;
-        for attempt in 0..3 {
+        let mut old_versions = 0;
+        let mut silent = 0;
+        loop {
             match Link::open(&socket).await {
                 Ok((link, Ok(()))) => return Ok(link),
                 Ok((link, Err(LinkError::Version { found, agent }))) => {
-                    if replaced_old_version {
-                        return Err(self.unavailable(format!(
-                            "the agent in the environment still speaks protocol {found} (agent \
-                             {agent}) after being replaced, this engine {PROTOCOL_VERSION}: the \
-                             environment holds an old agent binary; close the session \
-                             (`paddock sessions close ID`) to get a new environment"
-                        )));
-                    }
+                    old_versions += 1;
                     tracing::info!(backend = self.inner.name(), found, %agent, "replacing an agent of another protocol version");
                     let _ = link.shutdown().await;
                     wait_until_gone(&socket).await;
-                    replaced_old_version = true;
+                    match old_versions {
+                        1 => {}
+                        // The environment itself holds the old binary (a container or instance
+                        // made before the engine was rebuilt): it is replaced, its state lost.
+                        2 => {
+                            tracing::warn!(
+                                backend = self.inner.name(),
+                                session,
+                                "the environment holds an old agent binary; replacing the environment"
+                            );
+                            self.inner.close_session(session).await?;
+                        }
+                        _ => {
+                            return Err(self.unavailable(format!(
+                                "the agent still speaks protocol {found} (agent {agent}) after \
+                                 the environment was replaced, this engine \
+                                 {PROTOCOL_VERSION}: is PADDOCK_AGENT_BIN an old build?"
+                            )));
+                        }
+                    }
                 }
                 Ok((_, Err(other))) | Err(other) => {
-                    if attempt == 2 {
+                    silent += 1;
+                    if silent == 3 {
                         return Err(self.unavailable(format!(
                             "the agent was started but does not answer on {}: {other}",
                             socket.display()
@@ -204,9 +277,18 @@ impl<T: AgentHost> AgentTransport<T> {
                     tracing::debug!(backend = self.inner.name(), error = %other, "no agent answers; starting one");
                 }
             }
-            self.start(session).await?;
+            if let Err(err) = self.start(session).await {
+                // An environment made before the engine was rebuilt holds an old agent binary,
+                // which may not even start: replace the environment, once.
+                if old_versions >= 2 || !self.inner.agent_is_stale(session).await {
+                    return Err(err);
+                }
+                tracing::warn!(backend = self.inner.name(), session, %err, "the environment holds an old agent binary; replacing the environment");
+                old_versions = 2;
+                self.inner.close_session(session).await?;
+                self.start(session).await?;
+            }
         }
-        Err(self.unavailable("the agent could not be reached"))
     }
 
     /// Starts the session's agent (through the backend's own client).
@@ -228,16 +310,7 @@ impl<T: AgentHost> AgentTransport<T> {
         sink: OutputSink,
     ) -> Result<i32> {
         let link = self.connect(session).await?;
-        let request = RunRequest {
-            run_id: run_id_of(&run.argv),
-            argv: run.argv,
-            env: BTreeMap::new(),
-            clear_env: false,
-            cwd: None,
-            timeout_ms: None,
-            pty: run.pty,
-            stdin: false,
-        };
+        let request = agent_request(run.argv, run.pty);
         link.run(request, run.stdin, &sink)
             .await
             .map(|end| end.code)
@@ -389,6 +462,38 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wrapper_run_commits_its_state_through_the_agent() {
+        let mut argv: Vec<String> = vec![
+            "env".into(),
+            "PADDOCK_RUN=r9".into(),
+            "bash".into(),
+            "-c".into(),
+            crate::remote::script::command_script(),
+            "paddock".into(),
+            "/tmp/.paddock".into(),
+            "s1".into(),
+            "r9".into(),
+            "echo hi".into(),
+        ];
+        let request = agent_request(argv.clone(), false);
+        assert_eq!(request.argv, argv[2..].to_vec());
+        assert_eq!(request.env["PADDOCK_RUN"], "r9");
+        assert_eq!(request.run_id.as_deref(), Some("r9"));
+        assert_eq!(
+            request.renames[0],
+            (
+                "/tmp/.paddock/sessions/s1/env.sh.r9".to_owned(),
+                "/tmp/.paddock/sessions/s1/env.sh".to_owned()
+            )
+        );
+        // Anything else (the kill script, an agent start) runs as given.
+        argv[4] = "echo other".into();
+        let plain = agent_request(argv.clone(), false);
+        assert_eq!(plain.argv, argv);
+        assert!(plain.renames.is_empty() && plain.env.is_empty());
+    }
 
     #[test]
     fn the_run_id_is_read_from_the_wrapper_argv() {

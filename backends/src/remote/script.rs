@@ -30,6 +30,9 @@ const REAP_FUNCTION: &str = r#"__paddock_reap() {
 pub fn command_script() -> String {
     format!(
         r#"exec 2>&1
+# Under the agent, the state is written under run-tagged names the agent renames, and the agent
+# ends the run's leftovers: no mv, no /proc scan in bash.
+__p_agent=${{PADDOCK_AGENT_COMMIT:-}}; unset PADDOCK_AGENT_COMMIT
 # A terminal on the far side starts 0x0 and raw when the client has no terminal itself (ssh -tt,
 # docker tty): give it the local backend's size and modes (^D is end of input).
 if [ -t 0 ]; then stty sane rows 40 cols 120 2>/dev/null; fi
@@ -55,6 +58,11 @@ fi
 {REAP_FUNCTION}__paddock_save() {{
     __p_status=$?
     export -n PADDOCK_RUN
+    if [ -n "$__p_agent" ]; then
+        {{ export -p; declare -f; alias -p; }} > "$__p_state/env.sh.$__p_run" 2>/dev/null
+        if [ -z "$__p_workdir" ]; then pwd -P > "$__p_state/cwd.$__p_run" 2>/dev/null; fi
+        return $__p_status
+    fi
     {{ export -p; declare -f; alias -p; }} > "$__p_state/env.sh.$$" 2>/dev/null && mv -f "$__p_state/env.sh.$$" "$__p_state/env.sh"
     if [ -z "$__p_workdir" ]; then
         pwd -P > "$__p_state/cwd.$$" 2>/dev/null && mv -f "$__p_state/cwd.$$" "$__p_state/cwd"
@@ -67,6 +75,43 @@ shopt -s expand_aliases
 unset __p_cwd
 eval "$__p_cmd""#
     )
+}
+
+/// The parts of a wrapper run's argv (`env PADDOCK_RUN=ID bash -c COMMAND_SCRIPT paddock ROOT
+/// SESSION RUN ...`) the agent needs: the run id and the session's state directory on the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrapperRun {
+    pub run_id: String,
+    pub state_dir: String,
+}
+
+/// Recognises a wrapper run's argv.
+pub fn wrapper_run(argv: &[String]) -> Option<WrapperRun> {
+    match argv {
+        [
+            env,
+            assignment,
+            bash,
+            dash_c,
+            script,
+            _name,
+            root,
+            session,
+            run,
+            ..,
+        ] if env == "env"
+            && bash == "bash"
+            && dash_c == "-c"
+            && *script == command_script()
+            && assignment.strip_prefix("PADDOCK_RUN=") == Some(run.as_str()) =>
+        {
+            Some(WrapperRun {
+                run_id: run.clone(),
+                state_dir: format!("{root}/sessions/{session}"),
+            })
+        }
+        _ => None,
+    }
 }
 
 /// `bash -c KILL_SCRIPT paddock RUN`: TERM to the run's processes, a grace, then KILL.
