@@ -124,6 +124,9 @@ enum Command {
     /// Internal: supervise one background command.
     #[command(name = "__supervise", hide = true)]
     Supervise { dir: PathBuf },
+    /// Fills a docker backend's warm pool (started detached by the backend).
+    #[command(name = "__docker-warm", hide = true)]
+    DockerWarm { spec: String },
     /// A background command's link to a docker exec (run by its supervisor).
     #[command(name = "__docker-attach", hide = true)]
     DockerAttach { spec: String },
@@ -226,6 +229,10 @@ pub fn run_main() -> ExitCode {
         return ExitCode::from(
             u8::try_from(paddock_sandbox_worker::confine::probes::main(args)).unwrap_or(125),
         );
+    }
+    if let Command::DockerWarm { spec } = &cli.command {
+        init_logging();
+        return paddock_backends::docker::warm_main(spec);
     }
     if let Command::DockerAttach { spec } = &cli.command {
         init_logging();
@@ -345,6 +352,7 @@ async fn dispatch(command: Command) -> ExitCode {
         Command::Zygote
         | Command::Supervise { .. }
         | Command::DockerAttach { .. }
+        | Command::DockerWarm { .. }
         | Command::SandboxExec { .. }
         | Command::Agent { .. }
         | Command::SandboxProbe { .. } => ExitCode::from(2),

@@ -177,6 +177,8 @@ pub struct BackendConfig {
     /// docker, apptainer, ssh, sandboxed local: commands go through the in-environment agent
     /// (default true); false: one `docker exec`/`apptainer exec`/ssh/sandbox per command.
     pub agent: Option<Spanned<bool>>,
+    /// docker: containers kept ready, agent running, for new sessions (default 0).
+    pub warm: Option<Spanned<u64>>,
     /// Environment variables set for every command.
     #[serde(default)]
     pub env: std::collections::BTreeMap<String, String>,
@@ -480,7 +482,7 @@ impl Policy {
                 other => other,
             };
             // Keys that do not apply to this kind of backend are mistakes, not no-ops.
-            let present: [(&str, Option<std::ops::Range<usize>>); 24] = [
+            let present: [(&str, Option<std::ops::Range<usize>>); 25] = [
                 ("sandbox", config.sandbox.as_ref().map(Spanned::span)),
                 ("workspace", config.workspace.as_ref().map(Spanned::span)),
                 ("image", config.image.as_ref().map(Spanned::span)),
@@ -522,6 +524,7 @@ impl Policy {
                 ),
                 ("overlay", config.overlay.as_ref().map(Spanned::span)),
                 ("agent", config.agent.as_ref().map(Spanned::span)),
+                ("warm", config.warm.as_ref().map(Spanned::span)),
                 ("env", None),
             ];
             let applies: &[&str] = match kind {
@@ -538,6 +541,7 @@ impl Policy {
                     "tmp_size_mb",
                     "socket",
                     "agent",
+                    "warm",
                 ],
                 "ssh" => &[
                     "host",

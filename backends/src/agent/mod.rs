@@ -44,12 +44,13 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 
 /// Where a container or instance backend places the agent: the binary bound read-only at
 /// [`AGENT_PATH_INSIDE`], a per-environment directory of `runtime_dir` at [`AGENT_DIR_INSIDE`].
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct AgentPlacement {
     pub binary: PathBuf,
     /// Changes when the binary is rebuilt: part of a container's settings digest, so that a
     /// container holding an old binary is replaced.
     pub identity: String,
+    /// Not part of what a container is made with (its digest); carried apart where needed.
     #[serde(skip)]
     pub runtime_dir: PathBuf,
 }
@@ -94,6 +95,13 @@ pub trait AgentHost: Transport {
             check_started(self, status, &output)
         })
     }
+    /// Gives the session an environment kept ready (a warm pool), its agent already
+    /// listening on [`AgentHost::agent_socket`]; `false` when there is none to claim.
+    fn claim_warm<'a>(&'a self, session: &'a str) -> BackendFuture<'a, bool> {
+        let _ = session;
+        Box::pin(async { Ok(false) })
+    }
+
     /// Whether the agent binary the environment holds speaks another protocol than this
     /// engine (asked when a start failed). The default asks [`AGENT_PATH_INSIDE`] `version`.
     fn agent_is_stale<'a>(
@@ -237,6 +245,7 @@ impl<T: AgentHost> AgentTransport<T> {
         let socket = self.inner.agent_socket(session)?;
         let mut old_versions = 0;
         let mut silent = 0;
+        let mut tried_warm = false;
         loop {
             match Link::open(&socket).await {
                 Ok((link, Ok(()))) => return Ok(link),
@@ -275,6 +284,12 @@ impl<T: AgentHost> AgentTransport<T> {
                         )));
                     }
                     tracing::debug!(backend = self.inner.name(), error = %other, "no agent answers; starting one");
+                    if !tried_warm {
+                        tried_warm = true;
+                        if self.inner.claim_warm(session).await? {
+                            continue;
+                        }
+                    }
                 }
             }
             if let Err(err) = self.start(session).await {
@@ -321,15 +336,6 @@ impl<T: AgentHost> AgentTransport<T> {
                      next command starts a new agent"
                 )),
             })
-    }
-
-    /// Removes the session's agent directory (its socket, lock and log).
-    fn forget_agent(&self, session: &str) {
-        if let Ok(socket) = self.inner.agent_socket(session)
-            && let Some(dir) = socket.parent()
-        {
-            let _ = std::fs::remove_dir_all(dir);
-        }
     }
 }
 
@@ -447,12 +453,22 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
         Box::pin(async move {
             // python_execute's `SESSION.python` shares the session's environment and agent.
             let base = session.strip_suffix(".python").is_none();
-            if base && let Ok(socket) = self.inner.agent_socket(session) {
-                shutdown_agent(&socket).await;
+            let socket = if base {
+                self.inner.agent_socket(session).ok()
+            } else {
+                None
+            };
+            if let Some(socket) = &socket {
+                shutdown_agent(socket).await;
             }
             let closed = self.inner.close_session(session).await;
-            if base {
-                self.forget_agent(session);
+            // The agent's directory (its socket, lock and log) goes with it; for a claimed warm
+            // container it is a link, removed as such.
+            if let Some(dir) = socket.as_deref().and_then(Path::parent) {
+                let _ = match std::fs::symlink_metadata(dir) {
+                    Ok(meta) if meta.file_type().is_symlink() => std::fs::remove_file(dir),
+                    _ => std::fs::remove_dir_all(dir),
+                };
             }
             closed
         })

@@ -104,6 +104,11 @@ pub fn build(
                         .as_ref()
                         .and_then(|found| found.as_ref().ok())
                         .map(|binary| AgentPlacement::new(binary, state_root.join("agents"))),
+                    home: DockerConfig::home_of(state_root),
+                    warm: config
+                        .warm
+                        .as_ref()
+                        .map_or(0, |v| usize::try_from(*v.get_ref()).unwrap_or(usize::MAX)),
                 },
                 exe.to_path_buf(),
             );

@@ -32,6 +32,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
+mod warm;
+
 use crate::agent::{AgentHost, AgentPlacement, agent_dir, prepare_agent_dir};
 use crate::remote::{OutputSink, TargetRun, Transport};
 use crate::{BackendError, BackendFuture, Result};
@@ -59,7 +61,7 @@ const CLIENT_TIMEOUT_S: u64 = 4 * 3600;
 const KEEPALIVE: &str = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done";
 
 /// `[backends.NAME]` of kind docker.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DockerConfig {
     pub name: String,
     pub image: String,
@@ -78,9 +80,19 @@ pub struct DockerConfig {
     pub socket: String,
     /// Commands go through the in-environment agent placed so (`agent = true`, the default).
     pub agent: Option<AgentPlacement>,
+    /// Containers kept ready (agent running) for new sessions (`warm = N`); needs the agent.
+    pub warm: usize,
+    /// A digest of the engine's state directory: containers are bound to its agent
+    /// directories, so engines with another `PADDOCK_HOME` neither sweep nor claim them.
+    pub home: String,
 }
 
 impl DockerConfig {
+    /// The value of [`DockerConfig::home`] for a state directory.
+    pub fn home_of(state_root: &std::path::Path) -> String {
+        hex::encode(&Sha256::digest(state_root.as_os_str().as_encoded_bytes())[..8])
+    }
+
     /// The daemon socket from `DOCKER_HOST` (unix only), else the default.
     pub fn default_socket() -> String {
         std::env::var("DOCKER_HOST")
@@ -89,8 +101,14 @@ impl DockerConfig {
             .unwrap_or_else(|| "/var/run/docker.sock".into())
     }
 
+    /// What a container was made with; the size of the warm pool is not part of it.
     fn digest(&self) -> String {
-        let text = serde_json::to_string(self).unwrap_or_default();
+        let made_with = Self {
+            warm: 0,
+            home: String::new(),
+            ..self.clone()
+        };
+        let text = serde_json::to_string(&made_with).unwrap_or_default();
         hex::encode(&Sha256::digest(text.as_bytes())[..8])
     }
 }
@@ -188,7 +206,15 @@ impl DockerTransport {
                 base_session(session).to_owned(),
             ),
             ("paddock.config".to_owned(), self.config_digest.clone()),
+            ("paddock.home".to_owned(), self.config.home.clone()),
         ])
+        .into_iter()
+        .chain(
+            session
+                .starts_with(warm::WARM_MARK)
+                .then(|| ("paddock.warm".to_owned(), self.config.name.clone())),
+        )
+        .collect()
     }
 
     fn create_body(&self, session: &str) -> ContainerCreateBody {
@@ -245,6 +271,7 @@ impl DockerTransport {
             "label".to_owned(),
             vec![
                 "paddock.managed=true".to_owned(),
+                format!("paddock.home={}", self.config.home),
                 format!("paddock.backend={}", self.config.name),
             ],
         )]);
@@ -446,6 +473,7 @@ impl DockerTransport {
             "label".to_owned(),
             vec![
                 "paddock.managed=true".to_owned(),
+                format!("paddock.home={}", self.config.home),
                 format!("paddock.backend={}", self.config.name),
             ],
         )]);
@@ -461,15 +489,21 @@ impl DockerTransport {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
         let mut removed = 0;
+        let prefix = format!("/paddock-{}-", self.config.name);
         for container in list {
-            let session = container
-                .labels
+            // The name tells the session (a claimed warm container keeps its first labels).
+            let Some(session) = container
+                .names
                 .as_ref()
-                .and_then(|l| l.get("paddock.session"))
-                .cloned()
-                .unwrap_or_default();
+                .and_then(|n| n.iter().find_map(|n| n.strip_prefix(&prefix)))
+                .map(str::to_owned)
+            else {
+                continue;
+            };
             let young = container.created.is_some_and(|c| now - c < 60);
-            if young || live.iter().any(|s| *s == session) {
+            // Warm containers belong to the pool while it is wanted (its filler trims it).
+            let pooled = session.starts_with(warm::WARM_MARK) && self.config.warm > 0;
+            if young || pooled || live.iter().any(|s| *s == session) {
                 continue;
             }
             let Some(id) = container.id else { continue };
@@ -497,7 +531,13 @@ impl DockerTransport {
     }
 }
 
+pub use warm::{WARM_SUBCOMMAND, warm_main};
+
 impl AgentHost for DockerTransport {
+    fn claim_warm<'a>(&'a self, session: &'a str) -> BackendFuture<'a, bool> {
+        Box::pin(self.claim_warm(session))
+    }
+
     fn agent_socket(&self, session: &str) -> Result<PathBuf> {
         let Some(agent) = &self.config.agent else {
             return Err(self.unavailable("this backend runs without the agent (agent = false)"));
@@ -614,6 +654,12 @@ impl Transport for DockerTransport {
             let docker = self.client().await?;
             let name = self.container_name(session);
             self.forget(&name);
+            // A claimed warm container's agent directory is where the session's links to.
+            if let Some(agent) = &self.config.agent
+                && let Ok(target) = std::fs::read_link(agent_dir(&agent.runtime_dir, &name))
+            {
+                let _ = std::fs::remove_dir_all(target);
+            }
             match docker
                 .remove_container(
                     &name,
