@@ -52,6 +52,11 @@ fi
 step "build (release; the first build compiles RustPython: 10-15 minutes)"
 cargo build "${CARGO_FLAGS[@]}" --workspace --all-targets
 
+step "the static paddock-agent (docker, apptainer and ssh backends place it in their environments)"
+# Only the agent crate and its few dependencies, for the explicit target (~15 s cold).
+PADDOCK_AGENT_BIN=$(scripts/build-agent.sh)
+export PADDOCK_AGENT_BIN
+
 step "tests"
 cargo test "${CARGO_FLAGS[@]}" --workspace --no-fail-fast
 

@@ -1,0 +1,146 @@
+//! Warm pools (`[backends.NAME] warm = N`) on the real docker service: a new session claims a
+//! container that was made before it asked, and the pool is refilled.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use paddock_tests::{Run, paddock_env};
+use serde_json::json;
+
+fn services_policy() -> String {
+    std::env::var("PADDOCK_TEST_POLICY")
+        .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned())
+}
+
+fn skipped(backend: &str) -> bool {
+    std::env::var("PADDOCK_SKIP_BACKENDS")
+        .unwrap_or_default()
+        .split(',')
+        .any(|b| b.trim() == backend)
+}
+
+fn run(home: &Path, args: &[&str]) -> Run {
+    paddock_env(
+        args,
+        &[("PADDOCK_HOME", home.to_str().unwrap())],
+        None,
+        Duration::from_secs(120),
+    )
+}
+
+/// `docker ps` (running only): (id, name) of containers whose name starts with `prefix`.
+fn containers(prefix: &str) -> Vec<(String, String)> {
+    let out = std::process::Command::new("docker")
+        .args(["ps", "--no-trunc", "--format", "{{.ID}} {{.Names}}"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, name)| name.starts_with(prefix))
+        .map(|(id, name)| (id.to_owned(), name.to_owned()))
+        .collect()
+}
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let until = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < until, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_new_session_claims_a_warm_container_and_the_pool_is_refilled() {
+    if skipped("docker") {
+        eprintln!("SKIPPED: the docker backend (PADDOCK_SKIP_BACKENDS)");
+        return;
+    }
+    let text = std::fs::read_to_string(services_policy()).unwrap_or_default();
+    let start = text
+        .find("[backends.docker]")
+        .expect("the docker test service is not up: run scripts/test-services.sh as root first");
+    let rest = &text[start + "[backends.docker]".len()..];
+    let section = &rest[..rest.find("\n[").unwrap_or(rest.len())];
+    let home = tempfile::tempdir().unwrap();
+    let tag: String = home
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect::<String>()
+        .to_lowercase();
+    let backend = format!("warm{tag}");
+    let policy = home.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!("[backends.{backend}]{section}\nwarm = 2\n"),
+    )
+    .unwrap();
+    let policy = policy.to_str().unwrap();
+    let warm_prefix = format!("paddock-{backend}-.warm-");
+    let terminal = |session: &str| {
+        let args = json!({"command": "echo ready-$PADDOCK_SESSION"}).to_string();
+        let out = run(
+            home.path(),
+            &[
+                "call",
+                "terminal",
+                "--args",
+                &args,
+                "--session",
+                session,
+                "--backend",
+                &backend,
+                "--policy",
+                policy,
+            ],
+        );
+        assert_eq!(out.code, 0, "stdout={} stderr={}", out.stdout, out.stderr);
+        assert_eq!(out.json()["output"], json!(format!("ready-{session}\n")));
+    };
+
+    // The first session finds the pool empty: it makes its own container and starts the filler.
+    terminal("first");
+    wait_for(
+        "the pool to hold 2 containers",
+        Duration::from_secs(90),
+        || containers(&warm_prefix).len() == 2,
+    );
+    let pool = containers(&warm_prefix);
+
+    // The second claims one of them: its container is one that existed before it asked.
+    terminal("second");
+    let mine = containers(&format!("paddock-{backend}-second"));
+    assert_eq!(mine.len(), 1, "{mine:?}");
+    assert!(
+        pool.iter().any(|(id, _)| *id == mine[0].0),
+        "the session's container {mine:?} is not one of the warm ones {pool:?}"
+    );
+    wait_for(
+        "the pool to be refilled to 2",
+        Duration::from_secs(90),
+        || {
+            let now = containers(&warm_prefix);
+            now.len() == 2 && now.iter().all(|(id, _)| *id != mine[0].0)
+        },
+    );
+
+    // Closing the sessions removes their containers; the pool itself is the operator's.
+    for session in ["first", "second"] {
+        let out = run(
+            home.path(),
+            &["sessions", "close", session, "--policy", policy],
+        );
+        assert_eq!(out.code, 0, "{} {}", out.stdout, out.stderr);
+    }
+    assert!(containers(&format!("paddock-{backend}-first")).is_empty());
+    assert!(containers(&format!("paddock-{backend}-second")).is_empty());
+    for (id, _) in containers(&warm_prefix) {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", &id])
+            .output();
+    }
+}
