@@ -595,6 +595,18 @@ impl Policy {
                     ));
                 }
             }
+            if let (Some(warm), Some(agent)) = (&config.warm, &config.agent)
+                && *warm.get_ref() > 0
+                && !*agent.get_ref()
+            {
+                return Err(invalid(
+                    warm.span(),
+                    &key("warm"),
+                    "a warm pool keeps environments with their agent running: it needs `agent = \
+                     true` (the default)"
+                        .to_owned(),
+                ));
+            }
             if let Some(checking) = &config.host_key_checking {
                 one_of(
                     checking,
