@@ -503,7 +503,7 @@ impl DockerTransport {
             let young = container.created.is_some_and(|c| now - c < 60);
             // Warm containers belong to the pool while it is wanted (its filler trims it).
             let pooled = session.starts_with(warm::WARM_MARK) && self.config.warm > 0;
-            if young || pooled || live.iter().any(|s| *s == session) {
+            if young || pooled || live.contains(&session) {
                 continue;
             }
             let Some(id) = container.id else { continue };

@@ -81,9 +81,11 @@ impl Target {
                 return None;
             }
             let text = std::fs::read_to_string(services_policy()).unwrap_or_default();
-            let start = text.find("[backends.docker]").expect(
-                "the docker test service is not up: run scripts/test-services.sh as root first",
-            );
+            let start = text.find("[backends.docker]").unwrap_or_else(|| {
+                panic!(
+                    "the docker test service is not up: run scripts/test-services.sh as root first"
+                )
+            });
             let rest = &text[start + "[backends.docker]".len()..];
             let section = &rest[..rest.find("\n[").unwrap_or(rest.len())];
             let policy = home.path().join("policy.toml");
