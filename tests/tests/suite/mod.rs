@@ -1,3 +1,4 @@
+mod agent;
 mod approvals;
 mod asyncio_surface;
 mod backends_down;
