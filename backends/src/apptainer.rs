@@ -171,7 +171,12 @@ impl ApptainerTransport {
 
 impl ApptainerTransport {
     /// Instances of this backend (`paddock-<backend>-<session>`) whose session is not live.
+    /// Instances carry no labels: only those this state directory made (their agent directory
+    /// is here, older than a minute) are considered, never another engine's.
     async fn remove_orphans(&self, live: &[String]) -> Result<usize> {
+        let Some(agent) = &self.config.agent else {
+            return Ok(0);
+        };
         let binary = self.binary()?;
         let out = tokio::process::Command::new(binary)
             .args(["instance", "list", "--json"])
@@ -195,6 +200,12 @@ impl ApptainerTransport {
             .filter_map(|name| name.strip_prefix(&prefix))
             .filter(|session| !live.iter().any(|s| s == session))
             .map(str::to_owned)
+            .filter(|session| {
+                let dir = agent_dir(&agent.runtime_dir, &self.instance_name(session));
+                std::fs::metadata(dir)
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|made| made.elapsed().is_ok_and(|age| age.as_secs() >= 60))
+            })
             .collect();
         let mut removed = 0;
         for session in orphans {
@@ -206,9 +217,7 @@ impl ApptainerTransport {
                 .await;
             if stopped.is_ok_and(|o| o.status.success()) {
                 removed += 1;
-                if let Some(agent) = &self.config.agent {
-                    let _ = std::fs::remove_dir_all(agent_dir(&agent.runtime_dir, &name));
-                }
+                let _ = std::fs::remove_dir_all(agent_dir(&agent.runtime_dir, &name));
             }
         }
         Ok(removed)

@@ -757,18 +757,10 @@ fn idle_sessions_lose_their_containers() {
     t.close(&other);
 }
 
-/// PRODUCT BUG, this test fails until it is fixed: the apptainer backend's orphan sweep
-/// (`ApptainerTransport::remove_orphans`, run after an idle session is closed) stops every
-/// `paddock-<backend>-*` instance whose session this state directory does not know: instances
-/// of another `PADDOCK_HOME` (another engine, another user's state directory, a concurrent test)
-/// are stopped while in use, and with no grace period. The docker sweep filters by the
-/// `paddock.home` label and skips containers younger than a minute; apptainer should do the
-/// same (e.g. a home marker in the instance name or an instance label/env, and the age check).
-/// Ignored because, while the bug lasts, running it stops every apptainer instance of this user
-/// on the machine: `cargo test ... -- --ignored agent::idle_sweep` runs it.
+/// An idle sweep in one state directory never stops an apptainer instance another state
+/// directory's live session owns (instances carry no labels: the sweep only considers those
+/// whose agent directory is its own).
 #[test]
-#[ignore = "product bug: the apptainer orphan sweep stops other state directories' instances \
-            (running it stops every apptainer instance of this user)"]
 fn idle_sweep_leaves_other_state_directories_instances_alone() {
     let Some(owner) = Target::new(&["apptainer"], "") else {
         return;

@@ -12,3 +12,4 @@ mod hostile_script;
 mod hostile_shell;
 mod policies;
 mod sessions;
+mod warm;
