@@ -1,19 +1,25 @@
 //! `terminal` on each docker/ssh/apptainer backend of a policy (`--backends POLICY`, e.g. the
-//! file scripts/test-services.sh prints), against the bare tool doing the same (`docker exec`,
-//! `ssh` over a ControlMaster, `apptainer exec instance://`), interleaved sample by sample.
+//! file scripts/test-services.sh prints), through the in-environment agent and with
+//! `agent = false` (a copy of the backend's section), against the bare tool doing the same
+//! (`docker exec`, `ssh` over a ControlMaster, `apptainer exec instance://`), interleaved
+//! sample by sample; on docker also a whole `paddock call terminal` process per command.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::json;
+use serde_json::{Value, json};
+use toml::Spanned;
 
+use super::{script_method, terminal_script_once};
 use crate::bench::report::{Better, Outcome, Role, ScenarioReport};
 use crate::bench::{Bench, BenchError, Result, ms};
-use crate::engine::{Engine, EngineOptions};
+use crate::engine::{CallExtras, Engine, EngineOptions};
 use crate::policy::{BackendConfig, Policy};
 use crate::registry::Registry;
 
-const SESSION: &str = "bench";
+/// The session every backend scenario runs in; closed at the end.
+const SESSION: &str = "bench-backends";
 
 /// The bare tool's argv for backend `name`, or `None` for a kind without one (local).
 fn bare_argv(name: &str, config: &BackendConfig) -> Option<Vec<String>> {
@@ -106,24 +112,29 @@ async fn terminal_once(engine: &Engine, name: &str) -> Result<f64> {
     Ok(elapsed)
 }
 
-async fn one_backend(
-    b: &Bench,
-    policy: &Policy,
-    name: &str,
-    argv: &[String],
-) -> Result<ScenarioReport> {
-    let kind = policy
-        .backends
-        .get(name)
-        .map_or("?", |c| c.kind.get_ref().as_str())
-        .to_owned();
-    let mut r = ScenarioReport::new(
-        &format!("backend_{name}"),
-        &format!("`terminal` (`true`) on {kind} backend `{name}` vs the bare tool"),
-        "ms",
-        Better::Lower,
-    );
-    let engine = Engine::with_options(
+/// The name of backend `name`'s copy with `agent = false`.
+fn exec_name(name: &str) -> String {
+    format!("{name}-noagent")
+}
+
+/// `policy` with, beside each backend that has a bare tool, a copy of it under
+/// [`exec_name`] with `agent = false` (one docker exec / apptainer exec / ssh per command).
+fn with_exec_copies(policy: &Policy) -> Policy {
+    let mut derived = policy.clone();
+    for (name, config) in &policy.backends {
+        if bare_argv(name, config).is_none() {
+            continue;
+        }
+        let mut copy = config.clone();
+        copy.agent = Some(Spanned::new(0..0, false));
+        derived.backends.insert(exec_name(name), copy);
+    }
+    derived
+}
+
+/// An engine over `policy` whose environment tools are forced onto backend `name`.
+fn engine_on(b: &Bench, policy: &Policy, name: &str) -> Result<Engine> {
+    Ok(Engine::with_options(
         policy.clone(),
         Registry::with_builtins(),
         Arc::default(),
@@ -132,39 +143,264 @@ async fn one_backend(
             backend: Some(name.into()),
             exe: Some(b.exe.clone()),
         },
-    )?;
-    // Warm-up: brings up the container, the instance or the master connection.
+    )?)
+}
+
+/// Samples of one Paddock configuration: per command from one script, and one call.
+#[derive(Default)]
+struct Samples {
+    script: Vec<f64>,
+    call: Vec<f64>,
+}
+
+impl Samples {
+    async fn take(&mut self, b: &Bench, engine: &Engine, name: &str) -> Result<()> {
+        self.script
+            .push(terminal_script_once(engine, &b.limits, name).await?);
+        self.call.push(terminal_once(engine, name).await?);
+        Ok(())
+    }
+}
+
+/// What the bare tool is called in the report.
+fn bare_label(kind: &str) -> &'static str {
+    match kind {
+        "ssh" => "ssh (ControlMaster)",
+        "docker" => "docker exec",
+        "apptainer" | "singularity" => "apptainer exec",
+        _ => "bare tool",
+    }
+}
+
+const CALL_METHOD: &str = "Engine::call_tool(\"terminal\", {\"command\": \"true\"}) on the same \
+                           backend: host wall time from call to result.";
+
+/// `backend_NAME` (the agent) and `backend_NAME_no_agent` (agent = false), both against the
+/// bare tool, from one loop that alternates all of them sample by sample.
+async fn one_backend(
+    b: &Bench,
+    policy: &Policy,
+    agent: &Engine,
+    name: &str,
+    argv: &[String],
+) -> Result<Vec<ScenarioReport>> {
+    let kind = policy
+        .backends
+        .get(name)
+        .map_or("?", |c| c.kind.get_ref().as_str())
+        .to_owned();
+    let exec = exec_name(name);
+    // Warm-up: brings up the container, the instance or the master connection, and the agent.
     for _ in 0..2 {
-        terminal_once(&engine, name).await?;
+        terminal_once(agent, name).await?;
+        terminal_script_once(agent, &b.limits, name).await?;
         let _ = bare_once(argv, name).await;
     }
-    let samples = b.pick(15, 40);
-    let (mut bare, mut paddock) = (Vec::new(), Vec::new());
+    // agent = false: its own environment; a failure there is reported, not fatal.
+    let mut exec_error = None;
+    let per_command = match engine_on(b, policy, &exec) {
+        Ok(engine) => {
+            for _ in 0..2 {
+                if let Err(err) = terminal_once(&engine, &exec).await {
+                    exec_error = Some(err.to_string());
+                }
+            }
+            Some(engine)
+        }
+        Err(err) => {
+            exec_error = Some(err.to_string());
+            None
+        }
+    };
+    let samples = b.pick(5, 20);
+    let mut bare = Vec::new();
+    let (mut with_agent, mut without) = (Samples::default(), Samples::default());
+    let mut remade = 0;
     for _ in 0..samples {
-        bare.push(bare_once(argv, name).await?);
-        paddock.push(terminal_once(&engine, name).await?);
+        bare.push(match bare_once(argv, name).await {
+            Ok(ms) => ms,
+            // Another Paddock on this machine (another PADDOCK_HOME) may sweep the container
+            // or instance as an orphan: a terminal call makes it again, then one retry.
+            Err(_) => {
+                remade += 1;
+                terminal_once(agent, name).await?;
+                bare_once(argv, name).await?
+            }
+        });
+        with_agent.take(b, agent, name).await?;
+        if let (Some(engine), None) = (&per_command, &exec_error)
+            && let Err(err) = without.take(b, engine, &exec).await
+        {
+            exec_error = Some(err.to_string());
+        }
     }
+    let bare_outcome = || {
+        Outcome::measured(
+            format!("`{}`: host wall time from spawn to exit.", argv.join(" ")),
+            None,
+            bare.clone(),
+        )
+    };
+    let exec_outcome = |samples: Vec<f64>| match &exec_error {
+        Some(error) => Outcome::Failed {
+            error: error.clone(),
+        },
+        None => Outcome::measured(
+            script_method(&format!(
+                "backend `{exec}`: `{name}` with agent = false, one {} per command",
+                bare_label(&kind)
+            )),
+            None,
+            samples,
+        ),
+    };
+    let label = bare_label(&kind);
+    let interleaving = format!(
+        "The bare tool, Paddock with the agent and Paddock with agent = false (each from one \
+         script, then one call) alternate sample by sample; `backend_{name}` and \
+         `backend_{name}_no_agent` come from this one loop and share the bare tool's samples. \
+         The bare tool runs in the agent's environment (container `paddock-{name}-{SESSION}`, \
+         instance, or the host)."
+    );
+
+    let mut r = ScenarioReport::new(
+        &format!("backend_{name}"),
+        &format!("`terminal` per command (`true`) on {kind} backend `{name}` (agent)"),
+        "ms",
+        Better::Lower,
+    );
     r.push(
         "paddock",
         Role::Paddock,
         None,
         Outcome::measured(
+            script_method(&format!(
+                "backend `{name}` ({kind}), commands through the in-environment agent"
+            )),
+            None,
+            with_agent.script,
+        ),
+    );
+    r.push(
+        "paddock, one call",
+        Role::Variant,
+        None,
+        Outcome::measured(CALL_METHOD, None, with_agent.call),
+    );
+    r.push(label, Role::Peer, None, bare_outcome());
+    r.push(
+        "paddock, agent = false",
+        Role::Peer,
+        None,
+        exec_outcome(without.script.clone()),
+    );
+    r.note(interleaving.clone());
+    if remade > 0 {
+        r.note(format!(
+            "The environment disappeared {remade} time(s) during the run (removed from outside \
+             this bench) and was made again by a `terminal` call before the bare tool's sample \
+             was retried."
+        ));
+    }
+
+    let mut e = ScenarioReport::new(
+        &format!("backend_{name}_no_agent"),
+        &format!("`terminal` per command (`true`) on {kind} backend `{name}`, agent = false"),
+        "ms",
+        Better::Lower,
+    );
+    match &exec_error {
+        Some(error) => e.error = Some(format!("backend `{exec}` (agent = false): {error}")),
+        None => {
+            e.push("paddock", Role::Paddock, None, exec_outcome(without.script));
+            e.push(
+                "paddock, one call",
+                Role::Variant,
+                None,
+                Outcome::measured(CALL_METHOD, None, without.call),
+            );
+            e.push(label, Role::Peer, None, bare_outcome());
+        }
+    }
+    e.note(interleaving);
+    Ok(vec![r, e])
+}
+
+/// `backend_NAME_call`: a whole `paddock call terminal` process on the docker session the
+/// agent engine already brought up, against `docker exec` into the same container.
+async fn paddock_call(
+    b: &Bench,
+    policy_path: &Path,
+    name: &str,
+    argv: &[String],
+) -> Result<ScenarioReport> {
+    let mut r = ScenarioReport::new(
+        &format!("backend_{name}_call"),
+        &format!(
+            "`paddock call terminal` (`true`), a new engine process per command, on an existing \
+             docker session (backend `{name}`)"
+        ),
+        "ms",
+        Better::Lower,
+    );
+    let call: Vec<String> = vec![
+        b.exe.display().to_string(),
+        "call".into(),
+        "terminal".into(),
+        "--args".into(),
+        r#"{"command":"true"}"#.into(),
+        "--policy".into(),
+        policy_path.display().to_string(),
+        "--session".into(),
+        SESSION.into(),
+        "--backend".into(),
+        name.into(),
+    ];
+    let call_once = async || -> Result<f64> {
+        let t = Instant::now();
+        let out = tokio::process::Command::new(&call[0])
+            .args(&call[1..])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .map_err(BenchError::io(format!("{name}: paddock call")))?;
+        let elapsed = ms(t.elapsed());
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        if !out.status.success() || answer["exit_code"] != json!(0) {
+            return Err(BenchError::unexpected(
+                format!("{name}: paddock call terminal"),
+                &json!({"status": out.status.code(), "stdout": answer,
+                        "stderr": String::from_utf8_lossy(&out.stderr)}),
+            ));
+        }
+        Ok(elapsed)
+    };
+    for _ in 0..2 {
+        call_once().await?;
+        bare_once(argv, name).await?;
+    }
+    let samples = b.pick(5, 20);
+    let (mut paddock, mut bare) = (Vec::new(), Vec::new());
+    for _ in 0..samples {
+        bare.push(bare_once(argv, name).await?);
+        paddock.push(call_once().await?);
+    }
+    r.push(
+        "paddock call",
+        Role::Paddock,
+        None,
+        Outcome::measured(
             format!(
-                "Engine::call_tool(\"terminal\", {{\"command\": \"true\"}}) forced onto backend \
-                 `{name}` ({kind}): host wall time from call to result."
+                "`paddock call terminal --args '{{\"command\":\"true\"}}' --policy POLICY \
+                 --session {SESSION} --backend {name}`: a new engine process (policy load, \
+                 engine, agent connection, one command), host wall time from spawn to exit."
             ),
             None,
             paddock,
         ),
     );
-    let label = match kind.as_str() {
-        "ssh" => "ssh (ControlMaster)",
-        "docker" => "docker exec",
-        "apptainer" | "singularity" => "apptainer exec",
-        _ => "bare tool",
-    };
     r.push(
-        label,
+        "docker exec",
         Role::Peer,
         None,
         Outcome::measured(
@@ -173,8 +409,222 @@ async fn one_backend(
             bare,
         ),
     );
-    r.note("The bare tool and Paddock alternate sample by sample.");
+    r.note("`paddock call` and `docker exec` alternate sample by sample.");
     Ok(r)
+}
+
+/// Containers kept warm in the `backend_NAME_first` scenario.
+const WARM: u64 = 2;
+
+/// The policy file at `path` with a copy of backend `name`'s section as `NAME-warm` with
+/// `warm = 2`, written beside the other temporary files; loaded as a policy. Done on the text
+/// (not the struct) so that the bench builds and reports "skipped" where `warm` is unknown.
+fn warm_policy(path: &Path, name: &str) -> std::result::Result<(Policy, PathBuf), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut section = doc["backends"][name].clone();
+    section["warm"] = toml_edit::value(i64::try_from(WARM).unwrap_or(2));
+    doc["backends"][&warm_name(name)] = section;
+    let derived = std::env::temp_dir().join(format!(
+        "paddock-bench-warm-{}-{name}.toml",
+        std::process::id()
+    ));
+    std::fs::write(&derived, doc.to_string()).map_err(|e| format!("{}: {e}", derived.display()))?;
+    let policy = Policy::load(&derived).map_err(|e| e.to_string());
+    policy.map(|p| (p, derived))
+}
+
+fn warm_name(name: &str) -> String {
+    format!("{name}-warm")
+}
+
+/// Ids of the running warm containers of backend `backend` (the label the pool puts on them).
+async fn warm_containers(backend: &str) -> Result<Vec<String>> {
+    let out = tokio::process::Command::new("docker")
+        .args(["ps", "-q", "--filter"])
+        .arg(format!("label=paddock.warm={backend}"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(BenchError::io("docker ps"))?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Waits until backend `backend`'s pool holds [`WARM`] running containers and no filler holds
+/// its lock (the last one's agent is up); an error after 90 s.
+async fn pool_ready(backend: &str) -> Result<()> {
+    let lock = crate::tools::environment::state_root()
+        .join("agents")
+        .join(format!("warm-{backend}.lock"));
+    let t = Instant::now();
+    loop {
+        let full = warm_containers(backend).await?.len() >= usize::try_from(WARM).unwrap_or(2);
+        let filling = std::fs::File::open(&lock).is_ok_and(|file| file.try_lock_shared().is_err());
+        if full && !filling {
+            return Ok(());
+        }
+        if t.elapsed().as_secs() > 90 {
+            return Err(BenchError::Timeout {
+                what: format!("the warm pool of `{backend}` refilling to {WARM}"),
+                seconds: 90,
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// The first `terminal true` of a brand-new session on `engine`'s backend; the session is
+/// closed afterwards (not timed).
+async fn first_command(engine: &Engine, backend: &str, session: &str) -> Result<f64> {
+    let t = Instant::now();
+    let out = engine
+        .call_tool_with(
+            "terminal",
+            json!({"command": "true"}),
+            CallExtras {
+                session: Some(session.into()),
+                ..CallExtras::default()
+            },
+        )
+        .await
+        .map_err(BenchError::tool(format!(
+            "{backend}: first terminal of {session}"
+        )))?;
+    let elapsed = ms(t.elapsed());
+    let closed = engine.close_session(session).await;
+    if out["exit_code"] != json!(0) {
+        return Err(BenchError::unexpected(format!("{backend}: terminal"), &out));
+    }
+    if let Err(err) = closed {
+        tracing::warn!(%session, %err, "bench: closing a session");
+    }
+    Ok(elapsed)
+}
+
+/// `backend_NAME_first`: the first command of a new session on docker backend `name` with
+/// `warm = 2` (a copy of its section), against the same with no warm pool and a bare
+/// `docker run --rm IMAGE true`.
+async fn first_of_session(
+    b: &Bench,
+    path: &Path,
+    name: &str,
+    config: &BackendConfig,
+) -> Result<ScenarioReport> {
+    let mut r = ScenarioReport::new(
+        &format!("backend_{name}_first"),
+        &format!(
+            "the first `terminal` (`true`) of a new session on docker backend `{name}` with \
+             warm = {WARM}"
+        ),
+        "ms",
+        Better::Lower,
+    );
+    let warm = warm_name(name);
+    let (policy, derived) = match warm_policy(path, name) {
+        Ok(loaded) => loaded,
+        Err(err) => {
+            r.skipped = Some(format!("`warm = {WARM}` is not accepted here: {err}"));
+            return Ok(r);
+        }
+    };
+    let _ = std::fs::remove_file(&derived);
+    let warm_engine = engine_on(b, &policy, &warm)?;
+    let cold_engine = engine_on(b, &policy, name)?;
+    let mut docker_run: Vec<String> = ["docker", "run", "--rm", "--network", "none"]
+        .map(str::to_owned)
+        .to_vec();
+    docker_run.push(
+        config
+            .image
+            .as_ref()
+            .map(|i| i.get_ref().clone())
+            .unwrap_or_default(),
+    );
+    docker_run.push("true".into());
+    let pid = std::process::id();
+    // Warm-up: the first claim finds the pool empty, makes the session's container the slow
+    // way and starts the filler.
+    first_command(&warm_engine, &warm, &format!("bench-first-{pid}-w")).await?;
+    bare_once(&docker_run, name).await?;
+    let samples = b.pick(3, 6);
+    let (mut warm_samples, mut cold, mut bare) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..samples {
+        pool_ready(&warm).await?;
+        warm_samples
+            .push(first_command(&warm_engine, &warm, &format!("bench-first-{pid}-{i}")).await?);
+        cold.push(first_command(&cold_engine, name, &format!("bench-cold-{pid}-{i}")).await?);
+        bare.push(bare_once(&docker_run, name).await?);
+    }
+    // The pool goes with the bench: let the last filler finish, then remove what it made.
+    let cleanup = pool_ready(&warm).await;
+    let leftovers = warm_containers(&warm).await.unwrap_or_default();
+    if !leftovers.is_empty() {
+        let _ = tokio::process::Command::new("docker")
+            .args(["rm", "-f"])
+            .args(&leftovers)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await;
+    }
+    cleanup?;
+    r.push(
+        "paddock, warm = 2",
+        Role::Paddock,
+        None,
+        Outcome::measured(
+            format!(
+                "Engine::call_tool_with(\"terminal\", {{\"command\": \"true\"}}) in a new \
+                 session on backend `{warm}` (`{name}`'s section with warm = {WARM}), after \
+                 waiting for the pool to hold {WARM} ready containers: host wall time from call \
+                 to result (claiming a container, linking its agent, the command)."
+            ),
+            None,
+            warm_samples,
+        ),
+    );
+    r.push(
+        "paddock, warm = 0",
+        Role::Peer,
+        None,
+        Outcome::measured(
+            format!(
+                "the same on backend `{name}` (no warm pool): creating and starting the \
+                 container, placing and starting the agent, the command."
+            ),
+            None,
+            cold,
+        ),
+    );
+    r.push(
+        "docker run --rm",
+        Role::Peer,
+        None,
+        Outcome::measured(
+            format!(
+                "`{}`: a new container running one command, host wall time from spawn to exit.",
+                docker_run.join(" ")
+            ),
+            None,
+            bare,
+        ),
+    );
+    r.note(
+        "Each sample is a new session, closed (not timed) after its first command; the three \
+         contenders alternate sample by sample. The warm pool's containers are removed at the \
+         end.",
+    );
+    Ok(r)
+}
+
+fn failed(name: &str, title: &str, error: String) -> ScenarioReport {
+    let mut report = ScenarioReport::new(name, title, "ms", Better::Lower);
+    report.error = Some(error);
+    report
 }
 
 pub async fn backends(b: &Bench) -> Vec<ScenarioReport> {
@@ -194,7 +644,7 @@ pub async fn backends(b: &Bench) -> Vec<ScenarioReport> {
         return vec![skipped];
     };
     let policy = match Policy::load(path) {
-        Ok(policy) => policy,
+        Ok(policy) => with_exec_copies(&policy),
         Err(err) => {
             skipped.error = Some(err.to_string());
             skipped.wall_s = started.elapsed().as_secs_f64();
@@ -202,26 +652,59 @@ pub async fn backends(b: &Bench) -> Vec<ScenarioReport> {
         }
     };
     let mut out = Vec::new();
+    let mut closer = None;
     for (name, config) in &policy.backends {
+        if name.ends_with("-noagent") {
+            continue;
+        }
         let Some(argv) = bare_argv(name, config) else {
             continue;
         };
         let t = Instant::now();
-        let mut report = match one_backend(b, &policy, name, &argv).await {
-            Ok(report) => report,
+        let agent = match engine_on(b, &policy, name) {
+            Ok(engine) => engine,
             Err(err) => {
-                let mut failed = ScenarioReport::new(
+                out.push(failed(
                     &format!("backend_{name}"),
                     &format!("`terminal` on backend `{name}`"),
-                    "ms",
-                    Better::Lower,
-                );
-                failed.error = Some(err.to_string());
-                failed
+                    err.to_string(),
+                ));
+                continue;
             }
         };
-        report.wall_s = t.elapsed().as_secs_f64();
-        out.push(report);
+        let mut reports = match one_backend(b, &policy, &agent, name, &argv).await {
+            Ok(reports) => reports,
+            Err(err) => vec![failed(
+                &format!("backend_{name}"),
+                &format!("`terminal` on backend `{name}`"),
+                err.to_string(),
+            )],
+        };
+        for report in &mut reports {
+            report.wall_s = t.elapsed().as_secs_f64();
+        }
+        out.extend(reports);
+        if config.kind.get_ref() == "docker" {
+            let t = Instant::now();
+            let title = format!("`paddock call terminal` on backend `{name}`");
+            let mut report = paddock_call(b, path, name, &argv)
+                .await
+                .unwrap_or_else(|err| {
+                    failed(&format!("backend_{name}_call"), &title, err.to_string())
+                });
+            report.wall_s = t.elapsed().as_secs_f64();
+            out.push(report);
+            let t = Instant::now();
+            let title = format!("first command of a new session on backend `{name}`, warm");
+            let mut report = first_of_session(b, path, name, config)
+                .await
+                .unwrap_or_else(|err| {
+                    failed(&format!("backend_{name}_first"), &title, err.to_string())
+                });
+            report.wall_s = t.elapsed().as_secs_f64();
+            out.push(report);
+        }
+        closer = Some(agent);
     }
     if out.is_empty() {
         skipped.skipped = Some(format!(
@@ -229,6 +712,14 @@ pub async fn backends(b: &Bench) -> Vec<ScenarioReport> {
             path.display()
         ));
         return vec![skipped];
+    }
+    // The bench's session ends with it: containers, instances, agents, remote state.
+    if let Some(engine) = closer {
+        match engine.close_session(SESSION).await {
+            Ok(report) if report.all_ok() => {}
+            Ok(report) => tracing::warn!(?report, "bench: closing the backends' session"),
+            Err(err) => tracing::warn!(%err, "bench: closing the backends' session"),
+        }
     }
     out
 }

@@ -16,9 +16,13 @@ mod terminal;
 
 use std::time::Instant;
 
+use serde_json::json;
+
 use super::peers::{PeerRequest, PeerSamples};
 use super::report::{Outcome, Role, ScenarioReport};
-use super::{Bench, BenchError, Result};
+use super::{Bench, BenchError, Result, ms};
+use crate::codemode::Limits;
+use crate::engine::Engine;
 
 /// Every scenario, in the order a full run takes them, with what it measures.
 pub const SCENARIOS: &[(&str, &str)] = &[
@@ -48,7 +52,8 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     (
         "terminal",
-        "`terminal` per-command overhead against a bare `bash -c` and Hermes",
+        "`terminal` per-command overhead (unconfined, workspace-write with and without the \
+         agent) against a bare `bash -c` and Hermes",
     ),
     ("terminal_burst", "100 concurrent `terminal` commands"),
     (
@@ -61,7 +66,8 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     (
         "backends",
-        "`terminal` on each docker/ssh/apptainer backend against the bare tool (--backends POLICY)",
+        "`terminal` on each docker/ssh/apptainer backend, with and without the agent, and \
+         `paddock call terminal` on docker, against the bare tool (--backends POLICY)",
     ),
 ];
 
@@ -98,37 +104,73 @@ pub fn select(wanted: &[String], have_backends: bool) -> Result<Vec<&'static str
 /// still run.
 pub async fn run(name: &'static str, b: &Bench) -> Vec<ScenarioReport> {
     let started = Instant::now();
+    let one = |r: Result<ScenarioReport>| r.map(|report| vec![report]);
     let result = match name {
-        "trivial" => scripts::trivial(b).await,
-        "nested_call" => calls::nested_call(b).await,
-        "gather" => calls::gather(b).await,
-        "cpu" => cpu::cpu(b).await,
-        "script_size" => growth::script_size(b).await,
-        "output" => growth::output(b).await,
-        "throughput" => scripts::throughput(b).await,
-        "idle_memory" => memory::idle_memory(b).await,
-        "startup" => scripts::startup(b).await,
+        "trivial" => one(scripts::trivial(b).await),
+        "nested_call" => one(calls::nested_call(b).await),
+        "gather" => one(calls::gather(b).await),
+        "cpu" => one(cpu::cpu(b).await),
+        "script_size" => one(growth::script_size(b).await),
+        "output" => one(growth::output(b).await),
+        "throughput" => one(scripts::throughput(b).await),
+        "idle_memory" => one(memory::idle_memory(b).await),
+        "startup" => one(scripts::startup(b).await),
+        // Several reports measured in one interleaved loop: each carries the loop's wall time.
         "terminal" => terminal::terminal(b).await,
-        "terminal_burst" => terminal::burst(b).await,
-        "python_execute" => terminal::python_execute(b).await,
-        "mcp" => mcp::mcp(b).await,
+        "terminal_burst" => one(terminal::burst(b).await),
+        "python_execute" => one(terminal::python_execute(b).await),
+        "mcp" => one(mcp::mcp(b).await),
         "backends" => return backends::backends(b).await,
         other => Err(BenchError::UnknownScenario {
             name: other.into(),
             known: String::new(),
         }),
     };
-    let mut report = result.unwrap_or_else(|err| {
+    let mut reports = result.unwrap_or_else(|err| {
         let title = SCENARIOS
             .iter()
             .find(|(n, _)| *n == name)
             .map_or(name, |(_, about)| *about);
         let mut failed = ScenarioReport::new(name, title, "", super::report::Better::Lower);
         failed.error = Some(err.to_string());
-        failed
+        vec![failed]
     });
-    report.wall_s = started.elapsed().as_secs_f64();
-    vec![report]
+    for report in &mut reports {
+        report.wall_s = started.elapsed().as_secs_f64();
+    }
+    reports
+}
+
+/// Commands per "from one script" sample.
+pub const SCRIPT_COMMANDS: usize = 20;
+
+/// One `run_tools_script` that awaits `tools.terminal(command="true")` [`SCRIPT_COMMANDS`]
+/// times in sequence (each must exit 0); host wall time of the whole script divided by
+/// [`SCRIPT_COMMANDS`], so script start-up is charged to the commands.
+pub async fn terminal_script_once(engine: &Engine, limits: &Limits, what: &str) -> Result<f64> {
+    let code = format!(
+        "for _ in range({SCRIPT_COMMANDS}):\n    r = await tools.terminal(command=\"true\")\n    \
+         if r[\"exit_code\"] != 0:\n        raise RuntimeError(str(r))\n{SCRIPT_COMMANDS}\n"
+    );
+    let t = Instant::now();
+    let result = engine.run_script(&code, limits).await?;
+    let elapsed = ms(t.elapsed());
+    if result["ok"] != json!(true) || result["result"] != json!(SCRIPT_COMMANDS) {
+        return Err(BenchError::unexpected(
+            format!("{what}: {SCRIPT_COMMANDS} terminal calls from one script"),
+            &result,
+        ));
+    }
+    Ok(elapsed / SCRIPT_COMMANDS as f64)
+}
+
+/// The method text of a "from one script" sample.
+pub fn script_method(what: &str) -> String {
+    format!(
+        "one `run_tools_script` awaiting `tools.terminal(command=\"true\")` \
+         {SCRIPT_COMMANDS} times in sequence ({what}); sample = host wall time of the whole \
+         script (start-up included) / {SCRIPT_COMMANDS}."
+    )
 }
 
 /// One peer measured in rounds between Paddock's samples.

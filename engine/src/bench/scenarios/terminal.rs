@@ -1,6 +1,7 @@
-//! The environment tools on the local backend: `terminal` per-command overhead against a bare
-//! `bash -c` and Hermes Agent's terminal, a burst of concurrent commands, and `python_execute`
-//! against a bare `python3`.
+//! The environment tools on the local backend: `terminal` per-command overhead (from one script
+//! and per call; unconfined, and in the workspace-write sandbox with and without the agent)
+//! against a bare `bash -c` and Hermes Agent's terminal, a burst of concurrent commands, and
+//! `python_execute` against a bare `python3`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -9,11 +10,12 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::{PeerPlan, interleaved, push_peers};
+use super::{PeerPlan, interleaved, push_peers, script_method, terminal_script_once};
 use crate::bench::report::{Better, Outcome, Role, ScenarioReport};
-use crate::bench::{Bench, BenchError, Result, bench_engine, ms};
-use crate::engine::Engine;
+use crate::bench::{Bench, BenchError, Result, ms};
+use crate::engine::{Engine, EngineOptions};
 use crate::policy::Policy;
+use crate::registry::Registry;
 
 /// `terminal` through the registry; fails unless the command exited 0.
 async fn terminal_once(engine: &Engine, command: &str) -> Result<f64> {
@@ -69,98 +71,220 @@ impl Drop for Scratch {
     }
 }
 
-/// An engine whose local backend runs commands in the workspace-write sandbox.
-fn sandboxed_engine(b: &Bench, scratch: &Scratch) -> Result<Engine> {
-    let workspace = scratch.0.join("workspace");
+/// An engine on its own session whose local backend runs commands in the workspace-write
+/// sandbox, through the in-environment agent (`agent`) or one sandbox helper per command.
+fn sandboxed_engine(b: &Bench, scratch: &Scratch, session: &str, agent: bool) -> Result<Engine> {
+    let workspace = scratch.0.join(format!("workspace-{session}"));
     std::fs::create_dir_all(&workspace)
         .map_err(BenchError::io(format!("creating {}", workspace.display())))?;
-    let policy_path = scratch.0.join("policy.toml");
+    let policy_path = scratch.0.join(format!("policy-{session}.toml"));
     std::fs::write(
         &policy_path,
         format!(
-            "[backends.local]\nkind = \"local\"\nsandbox = \"workspace-write\"\nworkspace = {}\n",
+            "[backends.local]\nkind = \"local\"\n\
+             sandbox = \"workspace-write\"\nworkspace = {}\nagent = {agent}\n",
             Value::String(workspace.display().to_string())
         ),
     )
     .map_err(BenchError::io(format!("writing {}", policy_path.display())))?;
-    bench_engine(b.exe.clone(), Policy::load(&policy_path)?)
+    session_engine(b, Policy::load(&policy_path)?, session)
 }
 
-pub async fn terminal(b: &Bench) -> Result<ScenarioReport> {
-    let mut r = ScenarioReport::new(
-        "terminal",
-        "`terminal` per-command latency (`true`), local backend",
-        "ms",
-        Better::Lower,
-    );
+/// An engine over `policy` on session `session` (the bench's own engine has session `bench`).
+fn session_engine(b: &Bench, policy: Policy, session: &str) -> Result<Engine> {
+    Ok(Engine::with_options(
+        policy,
+        Registry::with_builtins(),
+        Arc::default(),
+        EngineOptions {
+            session: Some(session.into()),
+            backend: None,
+            exe: Some(b.exe.clone()),
+        },
+    )?)
+}
+
+/// Ends the sessions this scenario made (their agents, their state), whatever happened.
+async fn close_sessions(engines: &[(&Engine, &str)]) {
+    for (engine, session) in engines {
+        if let Err(err) = engine.close_session(session).await {
+            tracing::warn!(%session, %err, "bench: closing a session");
+        }
+    }
+}
+
+/// The local `terminal` reports: `terminal` (unconfined), `terminal_sandboxed`
+/// (workspace-write, agent) and `terminal_sandboxed_no_agent` (workspace-write, one sandbox
+/// helper per command), each against a bare `bash -c true`; Hermes beside the first.
+pub async fn terminal(b: &Bench) -> Result<Vec<ScenarioReport>> {
     let scratch = Scratch::new("terminal")?;
-    let sandboxed = sandboxed_engine(b, &scratch)?;
-    for _ in 0..3 {
-        terminal_once(&b.engine, "true").await?;
-        terminal_once(&sandboxed, "true").await?;
+    let sandboxed = sandboxed_engine(b, &scratch, "bench-sandboxed", true)?;
+    let per_command = sandboxed_engine(b, &scratch, "bench-sandboxed-exec", false)?;
+    let result = terminal_measure(b, &sandboxed, &per_command).await;
+    close_sessions(&[
+        (&sandboxed, "bench-sandboxed"),
+        (&per_command, "bench-sandboxed-exec"),
+    ])
+    .await;
+    result
+}
+
+/// Samples of one contender.
+#[derive(Default)]
+struct Samples {
+    script: Vec<f64>,
+    call: Vec<f64>,
+}
+
+impl Samples {
+    async fn take(&mut self, b: &Bench, engine: &Engine, what: &str) -> Result<()> {
+        self.script
+            .push(terminal_script_once(engine, &b.limits, what).await?);
+        self.call.push(terminal_once(engine, "true").await?);
+        Ok(())
+    }
+}
+
+async fn terminal_measure(
+    b: &Bench,
+    sandboxed: &Engine,
+    per_command: &Engine,
+) -> Result<Vec<ScenarioReport>> {
+    let limits = &b.limits;
+    for _ in 0..2 {
+        for engine in [&*b.engine, sandboxed, per_command] {
+            terminal_once(engine, "true").await?;
+            terminal_script_once(engine, limits, "warm-up").await?;
+        }
         bare_once("bash", &["-c", "true"], None).await?;
     }
     let rounds = b.pick(1, 3);
-    let per_round = b.pick(30, 50);
+    let per_round = b.pick(10, 25);
     let plans = [PeerPlan::new("hermes", "hermes", "terminal", per_round, 3)];
-    let (mut bare, mut confined) = (Vec::new(), Vec::new());
-    let (samples, peers) = interleaved(
+    let mut bare = Vec::new();
+    let (mut open, mut confined, mut exec) =
+        (Samples::default(), Samples::default(), Samples::default());
+    let (script, peers) = interleaved(
         b,
         rounds,
         async || {
             let mut out = Vec::with_capacity(per_round);
             for _ in 0..per_round {
                 bare.push(bare_once("bash", &["-c", "true"], None).await?);
-                out.push(terminal_once(&b.engine, "true").await?);
-                confined.push(terminal_once(&sandboxed, "true").await?);
+                out.push(terminal_script_once(&b.engine, limits, "local").await?);
+                open.call.push(terminal_once(&b.engine, "true").await?);
+                confined.take(b, sandboxed, "local workspace-write").await?;
+                exec.take(b, per_command, "local workspace-write, agent = false")
+                    .await?;
             }
             Ok(out)
         },
         &plans,
     )
     .await?;
-    r.push(
-        "paddock",
-        Role::Paddock,
-        None,
-        Outcome::measured(
-            "Engine::call_tool(\"terminal\", {\"command\": \"true\"}) on the local backend, \
-             unconfined (the built-in policy): host wall time from call to result. Each \
-             command is a fresh bash that restores and saves the session's state (cwd, env, \
-             functions).",
-            None,
-            samples,
-        ),
-    );
-    r.push(
-        "paddock workspace-write sandbox",
-        Role::Variant,
-        None,
-        Outcome::measured(
-            "the same call on a local backend with sandbox = \"workspace-write\" (namespaces, \
-             mounts, Landlock, seccomp per command).",
-            None,
-            confined,
-        ),
-    );
-    r.push(
-        "bash -c (bare)",
-        Role::Peer,
-        None,
+    open.script = script;
+
+    let bare_outcome = || {
         Outcome::measured(
             "a bare `bash -c true` spawned from this process with tokio, stdout and stderr \
              captured through pipes: host wall time from spawn to exit. The floor any \
              spawn-per-command terminal pays.",
             None,
-            bare,
+            bare.clone(),
+        )
+    };
+    let interleaving = format!(
+        "Bare bash and the three Paddock configurations (each from one script, then one \
+         call) alternate sample by sample; Hermes runs in {rounds} round(s) of {per_round} \
+         between them. The reports `terminal`, `terminal_sandboxed` and \
+         `terminal_sandboxed_no_agent` come from this one loop and share its bare-bash \
+         samples (and its wall time)."
+    );
+
+    let mut r = ScenarioReport::new(
+        "terminal",
+        "`terminal` per command (`true`), local backend, unconfined",
+        "ms",
+        Better::Lower,
+    );
+    r.push(
+        "paddock",
+        Role::Paddock,
+        None,
+        Outcome::measured(
+            script_method("local backend, unconfined: the built-in policy"),
+            None,
+            open.script.clone(),
         ),
     );
+    r.push(
+        "paddock, one call",
+        Role::Variant,
+        None,
+        Outcome::measured(
+            "Engine::call_tool(\"terminal\", {\"command\": \"true\"}) on the same backend: \
+             host wall time from call to result.",
+            None,
+            open.call,
+        ),
+    );
+    r.push("bash -c (bare)", Role::Peer, None, bare_outcome());
     push_peers(&mut r, &plans, peers, None);
-    r.note(format!(
-        "Bare bash, Paddock and Paddock sandboxed alternate sample by sample; Hermes runs in \
-         {rounds} round(s) of {per_round} between them."
-    ));
-    Ok(r)
+    r.note(interleaving.clone());
+
+    let sandboxed_report = |name: &str, title: &str, main: Samples, what: &str| {
+        let mut r = ScenarioReport::new(name, title, "ms", Better::Lower);
+        r.push(
+            "paddock",
+            Role::Paddock,
+            None,
+            Outcome::measured(script_method(what), None, main.script),
+        );
+        r.push(
+            "paddock, one call",
+            Role::Variant,
+            None,
+            Outcome::measured(
+                "Engine::call_tool(\"terminal\", {\"command\": \"true\"}) on the same \
+                 backend: host wall time from call to result.",
+                None,
+                main.call,
+            ),
+        );
+        r.push("bash -c (bare)", Role::Peer, None, bare_outcome());
+        r
+    };
+    let exec_script = exec.script.clone();
+    let mut s = sandboxed_report(
+        "terminal_sandboxed",
+        "`terminal` per command (`true`), local backend, workspace-write sandbox, agent",
+        confined,
+        "local backend with sandbox = \"workspace-write\": commands go to the session's \
+         confined agent",
+    );
+    s.push(
+        "paddock, agent = false",
+        Role::Peer,
+        None,
+        Outcome::measured(
+            script_method(
+                "the same sandbox with agent = false: one sandbox helper (namespaces, mounts, \
+                 Landlock, seccomp) per command",
+            ),
+            None,
+            exec_script,
+        ),
+    );
+    s.note(interleaving.clone());
+    let mut e = sandboxed_report(
+        "terminal_sandboxed_no_agent",
+        "`terminal` per command (`true`), local backend, workspace-write sandbox, agent = false",
+        exec,
+        "local backend with sandbox = \"workspace-write\" and agent = false: one sandbox \
+         helper (namespaces, mounts, Landlock, seccomp) per command",
+    );
+    e.note(interleaving);
+    Ok(vec![r, s, e])
 }
 
 pub async fn burst(b: &Bench) -> Result<ScenarioReport> {
