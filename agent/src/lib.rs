@@ -18,6 +18,7 @@ pub mod daemon;
 pub mod protocol;
 pub mod run;
 pub mod server;
+pub mod spare;
 
 use std::path::PathBuf;
 use std::time::Duration;

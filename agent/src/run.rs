@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::AgentError;
+use crate::spare::SparePool;
 use crate::protocol::{FrameKind, Reply, RunRequest, read_frame, write_message};
 
 /// After the program exits, how long its output may take to drain (a grandchild that kept the
@@ -40,7 +41,11 @@ enum Input {
 
 /// Runs `request` for the connection `stream` (whose stdin frames, if any, come next) and answers
 /// `Exit`. Returns when the reply is sent or the connection is gone.
-pub fn serve_run(stream: UnixStream, request: RunRequest) -> Result<(), AgentError> {
+pub fn serve_run(
+    stream: UnixStream,
+    request: RunRequest,
+    spares: &Arc<SparePool>,
+) -> Result<(), AgentError> {
     let Some((program, args)) = request.argv.split_first() else {
         let mut stream = stream;
         write_message(
@@ -52,7 +57,16 @@ pub fn serve_run(stream: UnixStream, request: RunRequest) -> Result<(), AgentErr
         return Ok(());
     };
     let writer: SharedWriter = Arc::new(Mutex::new(stream.try_clone()?));
-    let spawned = if request.pty {
+    // A spare shell when one waits (its boot file goes when `_boot` does, after the run).
+    let mut _boot = None;
+    let spawned = if let Some((spare, boot)) = spares.take(&request) {
+        _boot = Some(boot);
+        let output: Box<dyn Read + Send> = Box::new(spare.output);
+        match spare.stdin {
+            Some(stdin) => Ok((spare.child, output, Input::Pipe(stdin))),
+            None => Err(std::io::Error::other("the spare shell has no stdin")),
+        }
+    } else if request.pty {
         spawn_terminal(program, args, &request)
     } else {
         spawn_pipes(program, args, &request)
@@ -194,6 +208,7 @@ pub fn serve_run(stream: UnixStream, request: RunRequest) -> Result<(), AgentErr
 }
 
 type Spawned = (Child, Box<dyn Read + Send>, Input);
+
 
 fn spawn_pipes(program: &str, args: &[String], request: &RunRequest) -> std::io::Result<Spawned> {
     // One pipe for stdout and stderr: the caller gets them merged, in order.

@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::AgentError;
 use crate::protocol::{PROTOCOL_VERSION, Reply, Request, read_message, write_message};
 use crate::run::{discard_stdin, reply_error, serve_run};
+use crate::spare::SparePool;
 
 /// What `serve` was asked to do.
 #[derive(Debug, Clone)]
@@ -72,6 +73,13 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
         source: e,
     })?;
     let _ = std::fs::set_permissions(&options.socket, std::fs::Permissions::from_mode(0o600));
+    // Boot files of spare shells live beside the socket (a directory the agent may write).
+    let spares = SparePool::new(
+        options
+            .socket
+            .parent()
+            .map_or_else(|| PathBuf::from("/tmp"), Path::to_path_buf),
+    );
     let activity = Arc::new(Activity::default());
     activity.last.store(now_secs(), Ordering::SeqCst);
     // The watchdog: an agent whose socket was removed (its session closed, its state
@@ -105,14 +113,16 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
         };
         activity.open.fetch_add(1, Ordering::SeqCst);
         let activity = activity.clone();
+        let spares = spares.clone();
         let socket = options.socket.clone();
         std::thread::spawn(move || {
-            let outcome = conversation(stream);
+            let outcome = conversation(stream, &spares);
             activity.last.store(now_secs(), Ordering::SeqCst);
             activity.open.fetch_sub(1, Ordering::SeqCst);
             match outcome {
                 Ok(Next::Continue) => {}
                 Ok(Next::Exit) => {
+                    spares.drain();
                     let _ = std::fs::remove_file(&socket);
                     std::process::exit(0);
                 }
@@ -130,7 +140,7 @@ enum Next {
 }
 
 /// One connection: hello, then one request.
-fn conversation(mut stream: UnixStream) -> Result<Next, AgentError> {
+fn conversation(mut stream: UnixStream, spares: &Arc<SparePool>) -> Result<Next, AgentError> {
     let hello: Request = read_message(&mut stream, "hello")?;
     let Request::Hello { version } = hello else {
         reply_error(&mut stream, "the first message must be hello".into())?;
@@ -171,7 +181,7 @@ fn conversation(mut stream: UnixStream) -> Result<Next, AgentError> {
                 reply_error(&mut stream, "run: argv is empty".into())?;
                 return Ok(Next::Continue);
             }
-            serve_run(stream, run)?;
+            serve_run(stream, run, spares)?;
             Ok(Next::Continue)
         }
         Request::Hello { .. } => {

@@ -1,0 +1,246 @@
+//! Spare shells: a `bash` started ahead of need, waiting for its script, so that a command's
+//! critical path holds no fork, exec or shell start-up (about a millisecond a command, more
+//! under seccomp and Landlock).
+//!
+//! A spare runs `bash -c 'IFS= read -r -d "" f || exit 0; . "$f"'`: it reads, byte by byte
+//! from its stdin, the path of a boot file ended by a NUL, then sources that file, which sets
+//! up what `Command` would have (the environment, the directory, the positional arguments)
+//! and runs the request's `-c` script. Whatever follows the NUL on stdin is the command's own
+//! stdin. Used only for `bash -c SCRIPT NAME ARGS...` requests with pipes; anything else is
+//! spawned as asked.
+
+use std::collections::HashMap;
+use std::io::{PipeReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::protocol::RunRequest;
+
+/// What a spare runs until it is given work.
+const SPARE_SCRIPT: &str = r#"IFS= read -r -d '' __paddock_boot || exit 0; . "$__paddock_boot""#;
+
+/// One waiting shell.
+pub struct Spare {
+    pub child: Child,
+    pub stdin: Option<ChildStdin>,
+    pub output: PipeReader,
+}
+
+/// Spares by program (`bash`, `/usr/bin/bash`), and where boot files are written.
+pub struct SparePool {
+    spares: Mutex<HashMap<String, Spare>>,
+    boot_dir: PathBuf,
+    counter: AtomicU64,
+}
+
+/// A spare's boot file, removed when dropped (after the run).
+pub struct BootFile(PathBuf);
+
+impl Drop for BootFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Quotes `word` for bash.
+fn quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r#"'\''"#))
+}
+
+impl SparePool {
+    pub fn new(boot_dir: PathBuf) -> Arc<Self> {
+        Arc::new(Self {
+            spares: Mutex::new(HashMap::new()),
+            boot_dir,
+            counter: AtomicU64::new(0),
+        })
+    }
+
+    /// Whether a spare can serve `request`: `bash -c SCRIPT [NAME ARGS...]` with pipes.
+    fn serves(request: &RunRequest) -> bool {
+        !request.pty
+            && request.argv.len() >= 3
+            && request.argv[1] == "-c"
+            && Path::new(&request.argv[0])
+                .file_name()
+                .is_some_and(|n| n == "bash")
+    }
+
+    /// Starts a spare of `program` in the background when there is none.
+    pub fn refill(self: &Arc<Self>, program: &str) {
+        let pool = self.clone();
+        let program = program.to_owned();
+        std::thread::spawn(move || {
+            if pool
+                .spares
+                .lock()
+                .is_ok_and(|s| s.contains_key(&program))
+            {
+                return;
+            }
+            let Ok(spare) = start(&program) else { return };
+            if let Ok(mut spares) = pool.spares.lock() {
+                if let Some(mut extra) = spares.insert(program, spare) {
+                    // Two refills raced: the older one goes.
+                    let _ = extra.child.kill();
+                    let _ = extra.child.wait();
+                }
+            }
+        });
+    }
+
+    /// A spare given `request`'s work, or `None` (spawn it the ordinary way). A spare of the
+    /// program is started for next time either way.
+    pub fn take(self: &Arc<Self>, request: &RunRequest) -> Option<(Spare, BootFile)> {
+        if !Self::serves(request) {
+            return None;
+        }
+        let program = request.argv[0].clone();
+        let taken = self.spares.lock().ok()?.remove(&program);
+        self.refill(&program);
+        let mut spare = taken?;
+        // A spare that died while waiting (killed from outside) is not used.
+        if !matches!(spare.child.try_wait(), Ok(None)) {
+            return None;
+        }
+        let boot_file = BootFile(self.boot_dir.join(format!(
+            "boot-{}-{}",
+            std::process::id(),
+            self.counter.fetch_add(1, Ordering::Relaxed)
+        )));
+        std::fs::write(&boot_file.0, boot_script(request)).ok()?;
+        let mut line = boot_file.0.as_os_str().as_encoded_bytes().to_vec();
+        line.push(0);
+        let sent = spare
+            .stdin
+            .as_mut()
+            .is_some_and(|stdin| stdin.write_all(&line).is_ok());
+        if !sent {
+            let _ = spare.child.kill();
+            let _ = spare.child.wait();
+            return None;
+        }
+        Some((spare, boot_file))
+    }
+
+    /// Ends the waiting spares (the agent is leaving).
+    pub fn drain(&self) {
+        if let Ok(mut spares) = self.spares.lock() {
+            for (_, mut spare) in spares.drain() {
+                let _ = spare.child.kill();
+                let _ = spare.child.wait();
+            }
+        }
+    }
+}
+
+/// Starts one waiting shell: its own process group, stdout and stderr on one pipe.
+fn start(program: &str) -> std::io::Result<Spare> {
+    let (reader, writer) = std::io::pipe()?;
+    let mut command = Command::new(program);
+    command
+        .args(["-c", SPARE_SCRIPT, "paddock"])
+        .stdin(Stdio::piped())
+        .stdout(writer.try_clone()?)
+        .stderr(writer)
+        .process_group(0);
+    let mut child = command.spawn()?;
+    drop(command);
+    let stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| std::io::Error::other("the spare's stdin was not piped"))?;
+    Ok(Spare {
+        child,
+        stdin: Some(stdin),
+        output: reader,
+    })
+}
+
+/// What the spare sources: the environment (cleared first when asked), the directory, the
+/// positional arguments, then the request's `-c` script.
+fn boot_script(request: &RunRequest) -> String {
+    let mut text = String::from("unset __paddock_boot\n");
+    if request.clear_env {
+        text.push_str("for __paddock_v in $(compgen -e); do unset \"$__paddock_v\"; done; unset __paddock_v\n");
+    }
+    for (key, value) in &request.env {
+        text.push_str(&format!("export {}\n", quote(&format!("{key}={value}"))));
+    }
+    if let Some(cwd) = &request.cwd {
+        text.push_str(&format!("builtin cd -- {} || exit 126\n", quote(cwd)));
+    }
+    // argv = bash -c SCRIPT [NAME [ARGS...]]: NAME is $0, which a sourced file cannot set.
+    let args: Vec<String> = request.argv.iter().skip(4).map(|a| quote(a)).collect();
+    text.push_str(&format!("set -- {}\n", args.join(" ")));
+    text.push_str(&request.argv[2]);
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(argv: &[&str]) -> RunRequest {
+        RunRequest {
+            argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+            env: [
+                ("A".to_owned(), "it's".to_owned()),
+                ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
+            ]
+            .into_iter()
+            .collect(),
+            clear_env: true,
+            cwd: Some("/tmp".into()),
+            timeout_ms: None,
+            renames: Vec::new(),
+            pty: false,
+            stdin: false,
+            run_id: None,
+        }
+    }
+
+    #[test]
+    fn a_spare_runs_the_script_with_its_environment_arguments_and_stdin() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = SparePool::new(dir.path().to_path_buf());
+        pool.refill("bash");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !pool.spares.lock().unwrap().contains_key("bash") {
+            assert!(std::time::Instant::now() < deadline, "no spare started");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let req = request(&[
+            "bash",
+            "-c",
+            r#"echo "$A|$1|$2|$(pwd)|${HOME-unset}"; cat"#,
+            "name",
+            "one two",
+            "x'y",
+        ]);
+        let (mut spare, _boot) = pool.take(&req).expect("a spare");
+        let mut stdin = spare.stdin.take().unwrap();
+        stdin.write_all(b"from stdin\n").unwrap();
+        drop(stdin);
+        let mut out = String::new();
+        use std::io::Read;
+        let status = spare.child.wait().unwrap();
+        spare.output.read_to_string(&mut out).unwrap_or_default();
+        assert!(status.success(), "{status}: {out}");
+        assert_eq!(out, "it's|one two|x'y|/tmp|unset\nfrom stdin\n");
+        pool.drain();
+    }
+
+    #[test]
+    fn only_bash_with_pipes_is_served() {
+        assert!(SparePool::serves(&request(&["/usr/bin/bash", "-c", "true"])));
+        assert!(!SparePool::serves(&request(&["sh", "-c", "true"])));
+        let mut pty = request(&["bash", "-c", "true"]);
+        pty.pty = true;
+        assert!(!SparePool::serves(&pty));
+    }
+}
