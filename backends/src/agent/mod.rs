@@ -149,6 +149,19 @@ pub fn prepare_agent_dir(dir: &Path, kind: &str, name: &str) -> Result<PathBuf> 
         name: name.to_owned(),
         reason,
     };
+    // The directory of all agent directories is the user's alone: another user of this
+    // machine can neither reach a socket (and read what the engine sends) nor plant one. The
+    // per-environment directories below are open to any user *inside* the environment (an
+    // image's user need not be ours), who reaches them through the bind mount only.
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            unavailable(format!(
+                "cannot make the agent directory {}: {e}",
+                parent.display()
+            ))
+        })?;
+        let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o700));
+    }
     std::fs::create_dir_all(dir).map_err(|e| {
         unavailable(format!(
             "cannot make the agent directory {}: {e}",
