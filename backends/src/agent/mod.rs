@@ -376,8 +376,16 @@ pub fn check_started<T: Transport + ?Sized>(
         reason,
     };
     let output = output.trim();
+    // Shells say 126; docker's runtime answers 1 with the kernel's words.
+    let lower = output.to_ascii_lowercase();
+    let not_executable = lower.contains("exec format error")
+        || (lower.contains("permission denied") && lower.contains("paddock-agent"));
     match status {
         0 => Ok(()),
+        _ if not_executable => Err(unavailable(format!(
+            "the agent cannot be executed in this environment (a noexec mount, or not an \
+             x86-64 Linux environment): {output}"
+        ))),
         126 => Err(unavailable(format!(
             "the agent cannot be executed in this environment (a noexec mount, or not an \
              x86-64 Linux environment): {output}"

@@ -9,7 +9,7 @@
 //! `$PADDOCK_HOME/agents/` (inside a container or instance, through `/proc/PID/root`).
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -791,4 +791,85 @@ fn idle_sweep_leaves_other_state_directories_instances_alone() {
     assert_eq!(v["output"], json!("still\n"), "{v}");
     owner.close(&s);
     sweeper.close(&next);
+}
+
+/// An agent that cannot run in the environment (here: an x86-64 agent whose header says it is
+/// for another machine, as on an arm64 host) is an error naming the backend and the reason, and
+/// the command does not quietly run through `docker exec` instead. A dynamically linked agent
+/// is refused before anything is started, saying how to build the static one.
+#[test]
+fn an_agent_that_cannot_run_there_is_a_named_error_not_a_fallback() {
+    let Some(t) = Target::new(&["docker"], "") else {
+        return;
+    };
+    let real = std::env::var("PADDOCK_AGENT_BIN").map_or_else(
+        |_| {
+            paddock_tests::paddock_bin()
+                .parent()
+                .unwrap()
+                .parent()
+                .unwrap()
+                .join("x86_64-unknown-linux-gnu/release/paddock-agent")
+        },
+        PathBuf::from,
+    );
+    let mut bytes = std::fs::read(&real).unwrap_or_else(|e| {
+        panic!(
+            "no static agent at {} ({e}): run scripts/build-agent.sh",
+            real.display()
+        )
+    });
+    // e_machine (offset 18): 183 = AArch64.
+    bytes[18] = 183;
+    bytes[19] = 0;
+    let foreign = t.home.path().join("paddock-agent-aarch64");
+    std::fs::write(&foreign, &bytes).unwrap();
+    std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let session = t.session("foreign");
+    t.used
+        .lock()
+        .unwrap()
+        .insert(("docker".to_owned(), session.clone()));
+    let call = |agent: &Path| {
+        let args = json!({"command": "echo ran"}).to_string();
+        paddock_env(
+            &[
+                "call",
+                "terminal",
+                "--args",
+                &args,
+                "--session",
+                &session,
+                "--backend",
+                "docker",
+                "--policy",
+                &t.policy,
+            ],
+            &[
+                ("PADDOCK_HOME", t.home.path().to_str().unwrap()),
+                ("PADDOCK_AGENT_BIN", agent.to_str().unwrap()),
+            ],
+            None,
+            Duration::from_secs(120),
+        )
+    };
+    let out = call(&foreign);
+    assert_eq!(out.code, 1, "stdout={} stderr={}", out.stdout, out.stderr);
+    let v = out.json();
+    let error = v["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("docker backend 'docker'") && error.contains("cannot be executed"),
+        "{v}"
+    );
+    assert!(!out.stdout.contains("ran"), "the command ran anyway: {v}");
+
+    let out = call(Path::new("/bin/bash"));
+    assert_eq!(out.code, 1, "stdout={} stderr={}", out.stdout, out.stderr);
+    let error = out.json()["error"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        error.contains("static paddock-agent") && error.contains("scripts/build-agent.sh"),
+        "{error}"
+    );
+    t.close(&session);
 }
