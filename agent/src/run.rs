@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::AgentError;
-use crate::spare::SparePool;
 use crate::protocol::{FrameKind, Reply, RunRequest, read_frame, write_message};
+use crate::spare::SparePool;
 
 /// After the program exits, how long its output may take to drain (a grandchild that kept the
 /// pipe open is not waited for longer).
@@ -208,7 +208,6 @@ pub fn serve_run(
 }
 
 type Spawned = (Child, Box<dyn Read + Send>, Input);
-
 
 fn spawn_pipes(program: &str, args: &[String], request: &RunRequest) -> std::io::Result<Spawned> {
     // One pipe for stdout and stderr: the caller gets them merged, in order.

@@ -74,20 +74,16 @@ impl SparePool {
         let pool = self.clone();
         let program = program.to_owned();
         std::thread::spawn(move || {
-            if pool
-                .spares
-                .lock()
-                .is_ok_and(|s| s.contains_key(&program))
-            {
+            if pool.spares.lock().is_ok_and(|s| s.contains_key(&program)) {
                 return;
             }
             let Ok(spare) = start(&program) else { return };
-            if let Ok(mut spares) = pool.spares.lock() {
-                if let Some(mut extra) = spares.insert(program, spare) {
-                    // Two refills raced: the older one goes.
-                    let _ = extra.child.kill();
-                    let _ = extra.child.wait();
-                }
+            if let Ok(mut spares) = pool.spares.lock()
+                && let Some(mut extra) = spares.insert(program, spare)
+            {
+                // Two refills raced: the older one goes.
+                let _ = extra.child.kill();
+                let _ = extra.child.wait();
             }
         });
     }
@@ -237,7 +233,11 @@ mod tests {
 
     #[test]
     fn only_bash_with_pipes_is_served() {
-        assert!(SparePool::serves(&request(&["/usr/bin/bash", "-c", "true"])));
+        assert!(SparePool::serves(&request(&[
+            "/usr/bin/bash",
+            "-c",
+            "true"
+        ])));
         assert!(!SparePool::serves(&request(&["sh", "-c", "true"])));
         let mut pty = request(&["bash", "-c", "true"]);
         pty.pty = true;
