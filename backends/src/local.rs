@@ -24,6 +24,7 @@ use crate::{
     BackendError, BackendFuture, BackgroundRequest, Environment, ExecOutput, ExecRequest,
     RemoteFile, Result,
 };
+use paddock_agent::spare::SparePool;
 
 /// How long output is still read after the shell exited (a backgrounded grandchild may hold
 /// the pipe open; it is killed right after).
@@ -39,6 +40,8 @@ pub struct LocalEnvironment {
     sandbox: Option<LocalSandbox>,
     /// Sandboxed commands go through one confined agent per session (`agent = true`).
     agent: bool,
+    /// Spare shells for unconfined commands (started ahead of need, off the critical path).
+    spares: Option<Arc<SparePool>>,
 }
 
 /// `sandbox = "read-only" | "workspace-write"` of a local backend (`none` is no sandbox).
@@ -111,7 +114,21 @@ impl LocalEnvironment {
             supervisor_exe,
             sandbox: None,
             agent: false,
+            spares: None,
         }
+    }
+
+    /// Keeps a spare shell ready for the next unconfined command (an engine that runs many
+    /// commands: `paddock run`, `paddock serve`); its boot files go under the state directory.
+    pub fn with_spare_shells(mut self) -> Self {
+        let dir = self.state_root.join("spares");
+        if std::fs::create_dir_all(&dir).is_ok() {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+            // The first command starts the first spare: an engine that runs none pays nothing.
+            self.spares = Some(SparePool::new(dir));
+        }
+        self
     }
 
     /// Sandboxed commands of a session share one confined environment served by an agent
@@ -322,6 +339,100 @@ impl LocalEnvironment {
         Ok(ended.finish(request, state, text, chars))
     }
 
+    /// Starts `bash -c WRAPPER ...` for one foreground command with pipes: its process group,
+    /// its exit (a task), and the reading end of its merged output.
+    fn spawn_shell(
+        &self,
+        request: &ExecRequest,
+        state: &std::path::Path,
+        workdir: &str,
+        tag: &str,
+        env: &BTreeMap<String, String>,
+    ) -> Result<StartedShell> {
+        let (reader, writer) = std::io::pipe()?;
+        let writer_err = writer.try_clone()?;
+        let (program, args) =
+            self.shell_argv(state, &request.session, &request.command, workdir, tag)?;
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args(&args)
+            .env_clear()
+            .envs(env)
+            .current_dir(home_dir())
+            .stdin(if request.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::from(writer))
+            .stderr(Stdio::from(writer_err))
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(BackendError::Spawn)?;
+        // Our copies of the write end went into the Command and are closed now.
+        drop(command);
+        let pgid = child.id().map(|p| p as i32);
+        if let (Some(data), Some(mut stdin)) = (request.stdin.clone(), child.stdin.take()) {
+            tokio::spawn(async move {
+                let _ = stdin.write_all(&data).await;
+            });
+        }
+        let exit = tokio::spawn(async move { child.wait().await });
+        Ok((pgid, exit, OwnedFd::from(reader)))
+    }
+
+    /// The same on a spare shell started ahead of need (unconfined backend only: a sandboxed
+    /// one has its agent, which keeps spares of its own), or `None`. A new spare is started
+    /// for the next command either way.
+    fn take_spare(
+        &self,
+        request: &ExecRequest,
+        state: &std::path::Path,
+        workdir: &str,
+        tag: &str,
+        env: &BTreeMap<String, String>,
+    ) -> Option<StartedShell> {
+        let spares = self.spares.as_ref()?;
+        let run = RunRequest {
+            argv: vec![
+                crate::shell::bash_path().display().to_string(),
+                "-c".to_owned(),
+                WRAPPER.to_owned(),
+                "paddock".to_owned(),
+                state.display().to_string(),
+                request.command.clone(),
+                workdir.to_owned(),
+                tag.to_owned(),
+            ],
+            env: env.clone(),
+            clear_env: true,
+            cwd: Some(home_dir().display().to_string()),
+            timeout_ms: None,
+            renames: Vec::new(),
+            run_id: None,
+            pty: false,
+            stdin: false,
+        };
+        let (mut spare, boot) = spares.take(&run)?;
+        let pgid = i32::try_from(spare.child.id()).ok();
+        let stdin = spare.stdin.take();
+        let data = request.stdin.clone();
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            if let (Some(mut stdin), Some(data)) = (stdin, data) {
+                let _ = stdin.write_all(&data);
+            }
+        });
+        let mut child = spare.child;
+        let exit = tokio::task::spawn_blocking(move || {
+            let status = child.wait();
+            // The boot file goes once the shell has read it and ended.
+            drop(boot);
+            status
+        });
+        Some((pgid, exit, OwnedFd::from(spare.output)))
+    }
+
     pub fn registry(&self) -> ProcessRegistry {
         ProcessRegistry::new(self.state_root.join("processes"))
     }
@@ -354,51 +465,35 @@ impl LocalEnvironment {
             return run_pty(&request, &state, argv, &tag, &env).await;
         }
         let started = Instant::now();
-        let (reader, writer) = std::io::pipe()?;
-        let writer_err = writer.try_clone()?;
         let tag = crate::ids::new_run_id("t");
-        let (program, args) =
-            self.shell_argv(&state, &request.session, &request.command, &workdir, &tag)?;
-        let mut command = tokio::process::Command::new(program);
-        command
-            .args(&args)
-            .env_clear()
-            .envs(&env)
-            .current_dir(home_dir())
-            .stdin(if request.stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::from(writer))
-            .stderr(Stdio::from(writer_err))
-            .process_group(0)
-            .kill_on_drop(true);
-        let mut child = command.spawn().map_err(BackendError::Spawn)?;
-        // Our copies of the write end went into the Command and are closed now.
-        drop(command);
-        let pgid = child.id().map(|p| p as i32);
+        let (pgid, mut exit, reader) = match self.take_spare(&request, &state, &workdir, &tag, &env)
+        {
+            Some(spare) => spare,
+            None => self.spawn_shell(&request, &state, &workdir, &tag, &env)?,
+        };
         // A caller that stops waiting (an MCP client cancelled the call) ends the command.
         let mut cancel_guard = GroupGuard { pgid };
-        if let (Some(data), Some(mut stdin)) = (request.stdin.clone(), child.stdin.take()) {
-            tokio::spawn(async move {
-                let _ = stdin.write_all(&data).await;
-            });
-        }
-        let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))?;
+        let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(reader)?;
         let mut output = Utf8Capped::new(request.max_output_chars);
         let deadline = tokio::time::sleep(request.timeout);
         tokio::pin!(deadline);
         let mut buf = vec![0u8; 64 * 1024];
         let mut timed_out = false;
+        let joined = |j: std::result::Result<
+            std::io::Result<std::process::ExitStatus>,
+            tokio::task::JoinError,
+        >| {
+            j.map_err(|e| BackendError::Io(std::io::Error::other(e)))?
+                .map_err(BackendError::Io)
+        };
         let status = loop {
             tokio::select! {
                 read = pipe.read(&mut buf) => match read {
-                    Ok(0) => break child.wait().await?,
+                    Ok(0) => break joined((&mut exit).await)?,
                     Ok(n) => output.push(&buf[..n]),
                     Err(e) => return Err(e.into()),
                 },
-                status = child.wait() => break status?,
+                status = &mut exit => break joined(status)?,
                 () = &mut deadline, if !timed_out => {
                     timed_out = true;
                     terminate_group(pgid).await;
@@ -424,6 +519,13 @@ impl LocalEnvironment {
         Ok(ended.finish(&request, &state, output.finish(), output.total_chars()))
     }
 }
+
+/// A started foreground shell: its process group, its exit, its merged output.
+type StartedShell = (
+    Option<i32>,
+    tokio::task::JoinHandle<std::io::Result<std::process::ExitStatus>>,
+    OwnedFd,
+);
 
 /// Kills a foreground command's process group, and what escaped it, when the future running
 /// the command is dropped before the command ended.

@@ -178,7 +178,7 @@ pub fn build(
             let local = LocalEnvironment::new(name, state_root.to_path_buf(), exe.to_path_buf());
             let mode = string(&config.sandbox).unwrap_or_else(|| "workspace-write".into());
             if mode == "none" {
-                return Arc::new(local);
+                return Arc::new(local.with_spare_shells());
             }
             // The workspace is relative to where Paddock runs (the project), not to the policy.
             let workspace = config.workspace.as_ref().map_or(".", |w| w.get_ref());

@@ -61,11 +61,9 @@ impl Environments {
         let mut backends = BTreeMap::new();
         backends.insert(
             "local".to_owned(),
-            Arc::new(LocalEnvironment::new(
-                "local",
-                state_root.clone(),
-                exe.clone(),
-            )) as Arc<dyn Environment>,
+            Arc::new(
+                LocalEnvironment::new("local", state_root.clone(), exe.clone()).with_spare_shells(),
+            ) as Arc<dyn Environment>,
         );
         for (name, config) in &policy.backends {
             backends.insert(
