@@ -74,11 +74,14 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
     })?;
     let _ = std::fs::set_permissions(&options.socket, std::fs::Permissions::from_mode(0o600));
     // Boot files of spare shells live beside the socket (a directory the agent may write).
+    // The agent's own environment is what its commands would get (a container's, a remote
+    // login's; the local sandbox starts it with the commands' environment), so spares keep it.
     let spares = SparePool::new(
         options
             .socket
             .parent()
             .map_or_else(|| PathBuf::from("/tmp"), Path::to_path_buf),
+        false,
     );
     let activity = Arc::new(Activity::default());
     activity.last.store(now_secs(), Ordering::SeqCst);

@@ -34,6 +34,11 @@ pub struct SparePool {
     spares: Mutex<HashMap<String, Spare>>,
     boot_dir: PathBuf,
     counter: AtomicU64,
+    /// Spares start with an empty environment and serve only requests that set their whole
+    /// environment (`clear_env`): a shell's first environment stays readable in
+    /// `/proc/PID/environ` whatever it unsets later, so a spare must not start with secrets
+    /// its commands are not to see.
+    clean: bool,
 }
 
 /// A spare's boot file, removed when dropped (after the run).
@@ -51,11 +56,14 @@ fn quote(word: &str) -> String {
 }
 
 impl SparePool {
-    pub fn new(boot_dir: PathBuf) -> Arc<Self> {
+    /// `clean`: see [`SparePool`]; an agent whose own environment is what its commands get
+    /// anyway (a container's, a remote login's) passes `false`.
+    pub fn new(boot_dir: PathBuf, clean: bool) -> Arc<Self> {
         Arc::new(Self {
             spares: Mutex::new(HashMap::new()),
             boot_dir,
             counter: AtomicU64::new(0),
+            clean,
         })
     }
 
@@ -77,7 +85,9 @@ impl SparePool {
             if pool.spares.lock().is_ok_and(|s| s.contains_key(&program)) {
                 return;
             }
-            let Ok(spare) = start(&program) else { return };
+            let Ok(spare) = start(&program, pool.clean) else {
+                return;
+            };
             if let Ok(mut spares) = pool.spares.lock()
                 && let Some(mut extra) = spares.insert(program, spare)
             {
@@ -91,7 +101,7 @@ impl SparePool {
     /// A spare given `request`'s work, or `None` (spawn it the ordinary way). A spare of the
     /// program is started for next time either way.
     pub fn take(self: &Arc<Self>, request: &RunRequest) -> Option<(Spare, BootFile)> {
-        if !Self::serves(request) {
+        if !Self::serves(request) || (self.clean && !request.clear_env) {
             return None;
         }
         let program = request.argv[0].clone();
@@ -134,9 +144,12 @@ impl SparePool {
 }
 
 /// Starts one waiting shell: its own process group, stdout and stderr on one pipe.
-fn start(program: &str) -> std::io::Result<Spare> {
+fn start(program: &str, clean: bool) -> std::io::Result<Spare> {
     let (reader, writer) = std::io::pipe()?;
     let mut command = Command::new(program);
+    if clean {
+        command.env_clear();
+    }
     command
         .args(["-c", SPARE_SCRIPT, "paddock"])
         .stdin(Stdio::piped())
@@ -203,7 +216,7 @@ mod tests {
     #[test]
     fn a_spare_runs_the_script_with_its_environment_arguments_and_stdin() {
         let dir = tempfile::tempdir().unwrap();
-        let pool = SparePool::new(dir.path().to_path_buf());
+        let pool = SparePool::new(dir.path().to_path_buf(), true);
         pool.refill("bash");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while !pool.spares.lock().unwrap().contains_key("bash") {
@@ -213,7 +226,7 @@ mod tests {
         let req = request(&[
             "bash",
             "-c",
-            r#"echo "$A|$1|$2|$(pwd)|${HOME-unset}"; cat"#,
+            r#"echo "$A|$1|$2|$(pwd)|${HOME-unset}|$(tr '\0' ' ' < /proc/$$/environ)"; cat"#,
             "name",
             "one two",
             "x'y",
@@ -227,7 +240,8 @@ mod tests {
         let status = spare.child.wait().unwrap();
         spare.output.read_to_string(&mut out).unwrap_or_default();
         assert!(status.success(), "{status}: {out}");
-        assert_eq!(out, "it's|one two|x'y|/tmp|unset\nfrom stdin\n");
+        // The shell's first environment (what /proc shows) was empty.
+        assert_eq!(out, "it's|one two|x'y|/tmp|unset|\nfrom stdin\n");
         pool.drain();
     }
 

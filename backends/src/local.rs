@@ -126,7 +126,7 @@ impl LocalEnvironment {
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
             // The first command starts the first spare: an engine that runs none pays nothing.
-            self.spares = Some(SparePool::new(dir));
+            self.spares = Some(SparePool::new(dir, true));
         }
         self
     }
@@ -267,6 +267,9 @@ impl LocalEnvironment {
             socket,
             program,
             args,
+            // What a sandboxed command got before the agent: never the engine's own
+            // environment, whose secrets a command could read in /proc/PID/environ.
+            env: self.sandbox_env(command_env(&BTreeMap::new(), session)),
             log: dir.join("agent.log"),
             kind: "local",
             name: self.name.clone(),

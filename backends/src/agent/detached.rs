@@ -25,6 +25,8 @@ pub struct DetachedAgent {
     /// The program and its arguments (the sandbox helper, then the agent's `serve` argv).
     pub program: PathBuf,
     pub args: Vec<String>,
+    /// The whole environment it starts with (commands get theirs with each request).
+    pub env: std::collections::BTreeMap<String, String>,
     /// Where the sandbox's and the agent's stderr go.
     pub log: PathBuf,
     /// For errors: `local`, and the backend's name.
@@ -76,6 +78,8 @@ impl DetachedAgent {
             .map_err(|e| self.unavailable(format!("cannot open {}: {e}", self.log.display())))?;
         let mut child = std::process::Command::new(&self.program)
             .args(&self.args)
+            .env_clear()
+            .envs(&self.env)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -873,3 +873,83 @@ fn an_agent_that_cannot_run_there_is_a_named_error_not_a_fallback() {
     );
     t.close(&session);
 }
+
+/// The engine's own secrets never reach a command, not even through `/proc/PID/environ` of the
+/// shells and agents that serve it: spare shells start with an empty environment, and a
+/// sandboxed session's agent with the commands' environment. Several commands from one script,
+/// so that the second and later run on spare shells.
+#[test]
+fn secrets_of_the_engine_reach_no_process_a_command_can_read() {
+    let Some(t) = Target::new(&[], "") else {
+        return;
+    };
+    // Unconfined, the engine itself is this user's process and readable; the claim is about
+    // the shell. Sandboxed, every process the sandbox shows (its init, the agent, spares).
+    let probe = |command: &str| {
+        format!(
+            "outs = []\nfor _ in range(3):\n    r = await tools.terminal(command={command:?})\n    outs.append(r[\"output\"])\nreturn outs\n"
+        )
+    };
+    let unconfined = t.home.path().join("probe-unconfined.py");
+    // Only the telling lines come back (a whole environment per process is too much output).
+    let keep = " | grep -e PADDOCK_SESSION= -e leaked-4711";
+    std::fs::write(
+        &unconfined,
+        probe(&format!("tr '\\0' '\\n' < /proc/$$/environ{keep}")),
+    )
+    .unwrap();
+    let sandboxed = t.home.path().join("probe-sandboxed.py");
+    std::fs::write(
+        &sandboxed,
+        probe(&format!(
+            "for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null{keep}"
+        )),
+    )
+    .unwrap();
+    // The unconfined local backend (built in) and the sandboxed one (this policy's, routed).
+    let sandboxed_policy = t.home.path().join("routed.toml");
+    std::fs::write(
+        &sandboxed_policy,
+        format!(
+            "{}\n[routes]\nterminal = \"sandboxed\"\n",
+            std::fs::read_to_string(&t.policy).unwrap()
+        ),
+    )
+    .unwrap();
+    for (path, policy) in [
+        (&unconfined, None),
+        (&sandboxed, Some(sandboxed_policy.to_str().unwrap())),
+    ] {
+        let mut argv = vec!["run", path.to_str().unwrap(), "--session", "secrets"];
+        if let Some(policy) = policy {
+            argv.extend(["--policy", policy]);
+        }
+        let out = paddock_env(
+            &argv,
+            &[
+                ("PADDOCK_HOME", t.home.path().to_str().unwrap()),
+                ("AWS_SECRET_ACCESS_KEY", "leaked-4711-secret"),
+                ("GITHUB_TOKEN", "leaked-4711-token"),
+            ],
+            None,
+            Duration::from_secs(120),
+        );
+        assert_eq!(out.code, 0, "stdout={} stderr={}", out.stdout, out.stderr);
+        let v = out.json();
+        let outputs = v["result"].as_array().unwrap_or_else(|| panic!("{v}"));
+        assert_eq!(outputs.len(), 3, "{v}");
+        // The probe did read environments (a spare shell's first one is empty).
+        assert!(
+            outputs
+                .iter()
+                .any(|o| o.as_str().unwrap().contains("PADDOCK_SESSION=secrets")),
+            "{v}"
+        );
+        assert!(
+            !out.stdout.contains("leaked-4711"),
+            "a secret of the engine was readable (policy {policy:?}): {}",
+            out.stdout
+        );
+    }
+    t.close("secrets");
+}
