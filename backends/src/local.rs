@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -191,7 +191,7 @@ impl LocalEnvironment {
         sandbox: &LocalSandbox,
         state: &std::path::Path,
         session: &str,
-        agent_dir: Option<&std::path::Path>,
+        agent: Option<(&std::path::Path, &std::path::Path)>,
     ) -> Result<(PathBuf, Vec<String>)> {
         // The session keeps its own /tmp between commands, apart from the host's.
         let tmp = self.state_root.join("sandbox-tmp").join(session);
@@ -207,13 +207,19 @@ impl LocalEnvironment {
         // Paddock's own state: other sessions, approvals, processes.
         masked.push(self.state_root.clone());
         let mut writable = vec![state.to_path_buf(), python];
-        writable.extend(agent_dir.map(std::path::Path::to_path_buf));
+        let mut readable = vec![home.clone()];
+        // The agent's socket directory, and the directory its program lies in (which the
+        // sandbox's own /tmp would hide when the binary is under /tmp).
+        if let Some((agent_dir, program_dir)) = agent {
+            writable.push(agent_dir.to_path_buf());
+            readable.push(program_dir.to_path_buf());
+        }
         let profile = serde_json::json!({
             "mode": sandbox.mode,
             "workspace": sandbox.workspace,
             "writable": writable,
             "tmp_dir": tmp,
-            "readable": [&home],
+            "readable": readable,
             "protected": sandbox.protected,
             "masked": masked,
             "network": sandbox.network,
@@ -241,21 +247,32 @@ impl LocalEnvironment {
         state: &std::path::Path,
         session: &str,
     ) -> Result<DetachedAgent> {
-        let (_, unkeyed) = self.sandbox_launch(sandbox, state, session, None)?;
-        let key = format!("local\0{}\0{session}\0{}", self.name, unkeyed.join("\0"));
-        let dir = crate::agent::agent_dir(&self.state_root.join("agents"), &key);
-        let socket = crate::agent::prepare_agent_dir(&dir, "local", &self.name)?;
-        let (program, mut args) = self.sandbox_launch(sandbox, state, session, Some(&dir))?;
         // A dynamically linked agent is fine here: it runs on this machine.
         let small = self.supervisor_exe.with_file_name("paddock-agent");
-        if small.is_file() {
-            args.push(small.display().to_string());
+        let agent_argv = if small.is_file() {
+            vec![small.display().to_string()]
         } else {
-            args.extend([
+            vec![
                 self.supervisor_exe.display().to_string(),
                 AGENT_SUBCOMMAND.to_owned(),
-            ]);
-        }
+            ]
+        };
+        let program_dir = Path::new(&agent_argv[0])
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .to_path_buf();
+        let (_, unkeyed) = self.sandbox_launch(sandbox, state, session, None)?;
+        let key = format!(
+            "local\0{}\0{session}\0{}\0{}",
+            self.name,
+            unkeyed.join("\0"),
+            agent_argv.join("\0")
+        );
+        let dir = crate::agent::agent_dir(&self.state_root.join("agents"), &key);
+        let socket = crate::agent::prepare_agent_dir(&dir, "local", &self.name)?;
+        let (program, mut args) =
+            self.sandbox_launch(sandbox, state, session, Some((&dir, &program_dir)))?;
+        args.extend(agent_argv);
         args.extend([
             "serve".to_owned(),
             "--socket".to_owned(),
