@@ -34,9 +34,18 @@ fn repo_root() -> std::path::PathBuf {
         .to_path_buf()
 }
 
+/// What a command running when its service dies should get.
+#[derive(Clone, Copy, PartialEq)]
+enum Expect {
+    /// A clear error naming the backend.
+    Error,
+    /// Its own end: the agent in the container does not need dockerd to finish a command.
+    Finished,
+}
+
 /// Runs a script whose `terminal` goes to `backend` (killed by `kill` after 3 s) and whose
-/// `python_execute` stays local.
-fn kill_mid_command(backend: &str, kill: &str) {
+/// `python_execute` stays local. `extra` is added to the backend's policy section.
+fn kill_mid_command(backend: &str, kill: &str, extra: &str, expect: Expect) {
     let policy_text = std::fs::read_to_string(services_policy()).unwrap_or_default();
     assert!(
         policy_text.contains(&format!("[backends.{backend}]")),
@@ -47,12 +56,18 @@ fn kill_mid_command(backend: &str, kill: &str) {
     let policy = write_file(
         &dir,
         "p.toml",
-        format!("{policy_text}\n[routes]\nterminal = \"{backend}\"\npython_execute = \"local\"\n"),
+        format!(
+            "{}\n[routes]\nterminal = \"{backend}\"\npython_execute = \"local\"\n",
+            policy_text.replace(
+                &format!("[backends.{backend}]\n"),
+                &format!("[backends.{backend}]\n{extra}"),
+            )
+        ),
     );
     let script = r#"
 try:
-    await tools.terminal(command="sleep 25; echo finished", timeout=60)
-    first = "no error"
+    r = await tools.terminal(command="sleep 25; echo finished", timeout=60)
+    first = "no error: " + r["output"]
 except Exception as e:
     first = str(e)
 second = await tools.python_execute(code="print('local still works')")
@@ -84,13 +99,18 @@ return {"first": first, "second": second["output"]}
     let v = run.json();
     assert_eq!(v["ok"], json!(true), "{v}");
     let first = v["result"]["first"].as_str().unwrap();
-    assert!(
-        first.contains(&format!(
-            "the {backend} backend '{backend}' is not available"
-        )),
-        "{first}"
-    );
-    assert!(!first.contains("finished"), "{first}");
+    match expect {
+        Expect::Error => {
+            assert!(
+                first.contains(&format!(
+                    "the {backend} backend '{backend}' is not available"
+                )),
+                "{first}"
+            );
+            assert!(!first.contains("finished"), "{first}");
+        }
+        Expect::Finished => assert_eq!(first, "no error: finished\n"),
+    }
     assert_eq!(v["result"]["second"], json!("local still works\n"), "{v}");
 
     // And the backend serves again once its service is back.
@@ -123,14 +143,19 @@ fn killing_sshd_or_dockerd_mid_command_is_a_clear_error_and_the_engine_serves_on
         kill_mid_command(
             "ssh",
             "kill -KILL $(cat /tmp/paddock-services/ssh/sshd.pid) && pkill -KILL -f 'sshd: paddock-ci'",
+            "",
+            Expect::Error,
         );
     }
     if skipped("docker") {
         eprintln!("SKIPPED: the docker outage (PADDOCK_SKIP_BACKENDS)");
     } else {
-        kill_mid_command(
-            "docker",
-            "kill -KILL $(cat /tmp/paddock-services/dockerd.pid 2>/dev/null || pgrep -x dockerd)",
-        );
+        let kill =
+            "kill -KILL $(cat /tmp/paddock-services/dockerd.pid 2>/dev/null || pgrep -x dockerd)";
+        // Per-command exec goes through dockerd: its death is the command's.
+        kill_mid_command("docker", kill, "agent = false\n", Expect::Error);
+        // Through the agent the command is between the engine and the container (kept by
+        // containerd): dockerd's death does not end it.
+        kill_mid_command("docker", kill, "", Expect::Finished);
     }
 }

@@ -101,11 +101,12 @@ impl DockerConfig {
             .unwrap_or_else(|| "/var/run/docker.sock".into())
     }
 
-    /// What a container was made with; the size of the warm pool is not part of it.
+    /// What a container was made with; the size of the warm pool is not part of it. The
+    /// state directory is: the container's agent directory is bound from it, so a container
+    /// another `PADDOCK_HOME` made under the same name is replaced, not reused.
     fn digest(&self) -> String {
         let made_with = Self {
             warm: 0,
-            home: String::new(),
             ..self.clone()
         };
         let text = serde_json::to_string(&made_with).unwrap_or_default();
