@@ -595,6 +595,24 @@ impl Policy {
                     ));
                 }
             }
+            // An unconfined local backend runs commands itself (on a spare shell); its agent
+            // exists to hold a session's sandbox. Saying `agent = true` there would be a no-op.
+            if kind == "local"
+                && let Some(agent) = &config.agent
+                && *agent.get_ref()
+                && config
+                    .sandbox
+                    .as_ref()
+                    .is_some_and(|m| m.get_ref() == "none")
+            {
+                return Err(invalid(
+                    agent.span(),
+                    &key("agent"),
+                    "the local agent holds a sandboxed session's sandbox; with `sandbox = \"none\"` \
+                     commands run directly (on a spare shell): remove `agent`, or choose a sandbox"
+                        .to_owned(),
+                ));
+            }
             if let (Some(warm), Some(agent)) = (&config.warm, &config.agent)
                 && *warm.get_ref() > 0
                 && !*agent.get_ref()
@@ -949,6 +967,16 @@ mod tests {
         );
         let e = err("[backends.c]\nkind = \"docker\"\n");
         assert!(e.contains("a docker backend needs `image`"), "{e}");
+        let e = err("[backends.l]\nkind = \"local\"\nsandbox = \"none\"\nagent = true\n");
+        assert!(
+            e.contains(":4: backends.l.agent") && e.contains("sandbox"),
+            "{e}"
+        );
+        let e = err("[backends.d]\nkind = \"docker\"\nimage = \"x\"\nagent = false\nwarm = 2\n");
+        assert!(
+            e.contains(":5: backends.d.warm") && e.contains("agent = true"),
+            "{e}"
+        );
         let e = err("[backends.c]\nkind = \"dokcer\"\n");
         assert!(e.contains("did you mean \"docker\""), "{e}");
     }
