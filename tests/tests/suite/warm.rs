@@ -144,3 +144,63 @@ fn a_new_session_claims_a_warm_container_and_the_pool_is_refilled() {
             .output();
     }
 }
+
+/// A long-lived `paddock serve` fills its backends' warm pools when it starts, before any
+/// session asks.
+#[test]
+fn paddock_serve_fills_the_pool_when_it_starts() {
+    if skipped("docker") {
+        eprintln!("SKIPPED: the docker backend (PADDOCK_SKIP_BACKENDS)");
+        return;
+    }
+    let text = std::fs::read_to_string(services_policy()).unwrap_or_default();
+    let start = text.find("[backends.docker]").unwrap_or_else(|| {
+        panic!("the docker test service is not up: run scripts/test-services.sh as root first")
+    });
+    let rest = &text[start + "[backends.docker]".len()..];
+    let section = &rest[..rest.find("\n[").unwrap_or(rest.len())];
+    let home = tempfile::tempdir().unwrap();
+    let tag: String = home
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect::<String>()
+        .to_lowercase();
+    let backend = format!("serve{tag}");
+    let policy = home.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!("[backends.{backend}]{section}\nwarm = 1\n"),
+    )
+    .unwrap();
+    let mut serve = std::process::Command::new(paddock_tests::paddock_bin())
+        .args(["serve", "--policy", policy.to_str().unwrap()])
+        .env("PADDOCK_HOME", home.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let warm_prefix = format!("paddock-{backend}-.warm-");
+    let filled = Instant::now() + Duration::from_secs(90);
+    let mut ready = false;
+    while Instant::now() < filled {
+        if containers(&warm_prefix).len() == 1 {
+            ready = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(serve.stdin.take());
+    let _ = serve.kill();
+    let _ = serve.wait();
+    for (id, _) in containers(&warm_prefix) {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", &id])
+            .output();
+    }
+    assert!(ready, "paddock serve did not fill its pool of 1");
+}
