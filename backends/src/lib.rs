@@ -188,4 +188,8 @@ pub trait Environment: Send + Sync {
         let _ = live_sessions;
         Box::pin(async { Ok(0) })
     }
+
+    /// Starts filling this backend's warm pool, if it has one (a long-lived engine does so
+    /// when it starts, so that its first sessions find environments ready).
+    fn prewarm(&self) {}
 }

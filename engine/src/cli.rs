@@ -606,6 +606,7 @@ async fn serve(
         Err(e) => return usage_error(&e),
     };
     shared.engine.start_sweep();
+    shared.engine.prewarm();
     let sweeper = tokio::spawn(sweep_every_minute(shared.clone()));
     let stdio = http.is_none();
     let served = match http {

@@ -193,6 +193,14 @@ impl Engine {
         Ok(sessions.sweep(&expired).await)
     }
 
+    /// Starts filling the warm pools of the policy's backends (`paddock serve` does so when it
+    /// starts; a short `paddock call` leaves it to the first session that claims).
+    pub fn prewarm(&self) {
+        if let Some(sessions) = &self.sessions {
+            sessions.prewarm();
+        }
+    }
+
     /// Every recorded session.
     pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, EngineError> {
         Ok(self.sessions()?.list())

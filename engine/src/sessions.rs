@@ -452,6 +452,13 @@ impl Sessions {
         removed
     }
 
+    /// Starts filling every backend's warm pool.
+    pub fn prewarm(&self) {
+        for env in self.backends.values() {
+            env.prewarm();
+        }
+    }
+
     /// Sessions idle longer than the timeout, except `keep` (the caller's own).
     pub fn expired(&self, keep: &str) -> Vec<String> {
         self.store

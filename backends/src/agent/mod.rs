@@ -470,6 +470,12 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
         self.inner.sweep_orphans(live_sessions)
     }
 
+    fn prewarm(&self) {
+        if self.binary.is_ok() {
+            self.inner.prewarm();
+        }
+    }
+
     fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
         Box::pin(async move {
             // python_execute's `SESSION.python` shares the session's environment and agent.

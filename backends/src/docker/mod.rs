@@ -649,6 +649,13 @@ impl Transport for DockerTransport {
         Box::pin(self.remove_orphans(live_sessions))
     }
 
+    fn prewarm(&self) {
+        if self.config.warm > 0 && self.config.agent.is_some() {
+            // The detached filler counts what is ready and makes only what is missing.
+            self.spawn_refill();
+        }
+    }
+
     fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
         Box::pin(async move {
             crate::shell::check_session(session)?;

@@ -138,7 +138,7 @@ impl DockerTransport {
     }
 
     /// Starts the detached filler (`paddock __docker-warm`).
-    fn spawn_refill(&self) {
+    pub(super) fn spawn_refill(&self) {
         let spec = WarmSpec {
             config: self.config.clone(),
             runtime_dir: self.config.agent.as_ref().map(|a| a.runtime_dir.clone()),

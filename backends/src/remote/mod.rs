@@ -85,6 +85,8 @@ pub trait Transport: Send + Sync + 'static {
         let _ = live_sessions;
         Box::pin(async { Ok(0) })
     }
+    /// Starts filling the warm pool, if the backend has one.
+    fn prewarm(&self) {}
 }
 
 /// Any [`Transport`] as an [`Environment`].
@@ -460,5 +462,9 @@ impl<T: Transport> Environment for RemoteEnvironment<T> {
 
     fn sweep_orphans<'a>(&'a self, live_sessions: &'a [String]) -> BackendFuture<'a, usize> {
         self.transport.sweep_orphans(live_sessions)
+    }
+
+    fn prewarm(&self) {
+        self.transport.prewarm();
     }
 }
