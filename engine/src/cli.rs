@@ -152,7 +152,8 @@ enum Command {
 
 #[derive(clap::Args)]
 struct Common {
-    /// Policy file (default: $PADDOCK_POLICY, else the built-in policy).
+    /// Policy file (default: $PADDOCK_POLICY, else the built-in policy: commands run in the
+    /// workspace-write sandbox over the current directory, with no network).
     #[arg(long, value_name = "F")]
     policy: Option<PathBuf>,
     /// Session id: shell state, environments and background processes belong to it (default:
@@ -168,7 +169,7 @@ enum PolicyCommand {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// What the policy decides for a command: {"decision", "reason", "rule"}.
+    /// What the policy decides for a command: {"decision", "reason", "rule", "pack"}.
     Explain {
         #[arg(long)]
         command: String,
@@ -176,6 +177,26 @@ enum PolicyCommand {
         policy: Option<PathBuf>,
         #[arg(long, default_value = "default")]
         session: String,
+        /// The directory the command would run in (default: the current one); relative
+        /// paths and `..` are judged where they land.
+        #[arg(long)]
+        cwd: Option<PathBuf>,
+    },
+    /// The rule packs and their rules, one JSON object per rule.
+    Packs {
+        #[arg(long)]
+        policy: Option<PathBuf>,
+    },
+    /// Measures the approval rules on command corpora: files of `LABEL<TAB>COMMAND` lines
+    /// (H: must be denied, D: must not be allowed, S: harmless, must be allowed; `\n` is a
+    /// newline). Prints one report line per file and a total; `--misses` lists each miss.
+    Corpus {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        #[arg(long)]
+        misses: bool,
     },
 }
 
@@ -339,8 +360,20 @@ async fn dispatch(command: Command) -> ExitCode {
                     command,
                     policy,
                     session,
+                    cwd,
                 },
-        } => policy_explain(&command, policy.as_deref(), &session),
+        } => policy_explain(&command, policy.as_deref(), &session, cwd),
+        Command::Policy {
+            command: PolicyCommand::Packs { policy },
+        } => policy_packs(policy.as_deref()),
+        Command::Policy {
+            command:
+                PolicyCommand::Corpus {
+                    files,
+                    policy,
+                    misses,
+                },
+        } => policy_corpus(&files, policy.as_deref(), misses),
         Command::Bench {
             quick,
             out,
@@ -759,19 +792,77 @@ fn policy_check(files: &[PathBuf]) -> ExitCode {
     }
 }
 
-fn policy_explain(command: &str, policy: Option<&Path>, session: &str) -> ExitCode {
-    let policy = match load_policy(policy) {
-        Ok(p) => p,
-        Err(e) => return usage_error(&e),
-    };
-    let gate = match crate::approval::ApprovalGate::from_policy(
-        &policy,
-        crate::tools::environment::state_root(),
-    ) {
+fn approval_gate(policy: Option<&Path>) -> Result<crate::approval::ApprovalGate, ExitCode> {
+    let policy = load_policy(policy).map_err(|e| usage_error(&e))?;
+    crate::approval::ApprovalGate::from_policy(&policy, crate::tools::environment::state_root())
+        .map_err(|e| usage_error(&e))
+}
+
+fn policy_explain(
+    command: &str,
+    policy: Option<&Path>,
+    session: &str,
+    cwd: Option<PathBuf>,
+) -> ExitCode {
+    let gate = match approval_gate(policy) {
         Ok(g) => g,
-        Err(e) => return usage_error(&e),
+        Err(code) => return code,
     };
-    let explanation = gate.explain(command, session);
+    let cwd = cwd
+        .or_else(|| std::env::current_dir().ok())
+        .and_then(|c| std::path::absolute(c).ok());
+    let explanation = gate.explain_in(command, session, cwd.as_deref().and_then(Path::to_str));
     print_line(&serde_json::to_value(&explanation).unwrap_or_default());
+    ExitCode::SUCCESS
+}
+
+fn policy_packs(policy: Option<&Path>) -> ExitCode {
+    let gate = match approval_gate(policy) {
+        Ok(g) => g,
+        Err(code) => return code,
+    };
+    match gate.catalogue() {
+        Ok(catalogue) => {
+            for rule in catalogue.rules() {
+                let (examples, counter_examples) = rule.examples();
+                print_line(&serde_json::json!({
+                    "pack": rule.pack,
+                    "rule": rule.id,
+                    "severity": rule.severity,
+                    "description": rule.description,
+                    "examples": examples,
+                    "counter_examples": counter_examples,
+                }));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => usage_error(&e),
+    }
+}
+
+fn policy_corpus(files: &[PathBuf], policy: Option<&Path>, misses: bool) -> ExitCode {
+    let gate = match approval_gate(policy) {
+        Ok(g) => g,
+        Err(code) => return code,
+    };
+    let mut total = crate::approval::corpus::Tally::default();
+    let mut out = std::io::stdout().lock();
+    for file in files {
+        let text = match std::fs::read_to_string(file) {
+            Ok(t) => t,
+            Err(e) => return usage_error(&format!("{}: {e}", file.display())),
+        };
+        let tally = crate::approval::corpus::measure(&gate, &text);
+        let _ = writeln!(out, "{}: {}", file.display(), tally.report());
+        if misses {
+            for miss in &tally.misses {
+                let _ = writeln!(out, "  {miss}");
+            }
+        }
+        total.add(&tally);
+    }
+    if files.len() > 1 {
+        let _ = writeln!(out, "total: {}", total.report());
+    }
     ExitCode::SUCCESS
 }

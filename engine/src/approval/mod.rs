@@ -3,8 +3,13 @@
 //! call waits for a human, the script's clock is paused.
 
 pub mod approvers;
+pub mod corpus;
+pub mod interpreters;
 pub mod normalize;
+pub mod packs;
+pub mod paths;
 pub mod rules;
+pub mod shell;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,7 +22,7 @@ use serde_json::json;
 use crate::policy::Policy;
 use crate::registry::{CallContext, ToolError};
 use approvers::{Answer, ApprovalRequest, Approver, CommandApprover, TerminalApprover};
-use rules::{Catalogue, Finding, Severity};
+use rules::{Catalogue, Finding, PolicyRule, Severity};
 
 /// What the policy decides for a command before anyone is asked.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -26,6 +31,10 @@ pub struct Explanation {
     pub decision: &'static str,
     pub reason: String,
     pub rule: Option<String>,
+    /// The rule pack the rule belongs to (`core`, `cloud`, ..., `policy` for the policy's
+    /// own rules).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pack: Option<String>,
 }
 
 /// The approval machinery of one engine.
@@ -33,7 +42,8 @@ pub struct ApprovalGate {
     /// Built (regexes compiled, examples checked) on first use: most of an engine's start-up
     /// cost, which calls that never run a command should not pay.
     catalogue: std::sync::OnceLock<Result<Catalogue, String>>,
-    extra_rules: Vec<(String, String, Severity, String)>,
+    packs: Option<Vec<String>>,
+    extra_rules: Vec<PolicyRule>,
     mode: String,
     allowlist: GlobSet,
     deny: GlobSet,
@@ -52,21 +62,20 @@ impl ApprovalGate {
     /// terminal when a person sits at one, else none.
     pub fn from_policy(policy: &Policy, state_root: PathBuf) -> Result<Self, String> {
         let a = &policy.approval;
-        let extra: Vec<(String, String, Severity, String)> = a
+        let extra: Vec<PolicyRule> = a
             .rules
             .iter()
-            .map(|r| {
-                let severity = if r.severity.as_deref() == Some("hardline") {
+            .map(|r| PolicyRule {
+                id: r.id.clone(),
+                pattern: r.pattern.clone(),
+                severity: if r.severity.as_deref() == Some("hardline") {
                     Severity::Hardline
                 } else {
                     Severity::Dangerous
-                };
-                (
-                    r.id.clone(),
-                    r.pattern.clone(),
-                    severity,
-                    r.description.clone().unwrap_or_else(|| r.id.clone()),
-                )
+                },
+                description: r.description.clone().unwrap_or_else(|| r.id.clone()),
+                examples: r.examples.clone(),
+                counter_examples: r.counter_examples.clone(),
             })
             .collect();
         let approver_named = a
@@ -87,6 +96,10 @@ impl ApprovalGate {
             };
         Ok(Self {
             catalogue: std::sync::OnceLock::new(),
+            packs: a
+                .packs
+                .as_ref()
+                .map(|p| p.iter().map(|s| s.get_ref().clone()).collect()),
             extra_rules: extra,
             mode: a.mode.get_ref().clone(),
             allowlist: globs(a.allowlist.iter().map(|s| s.get_ref().as_str())),
@@ -99,23 +112,33 @@ impl ApprovalGate {
         })
     }
 
-    /// The policy's decision for `command` in `session` (no human involved).
+    /// The policy's decision for `command` in `session` (no human involved), its working
+    /// directory unknown.
     pub fn explain(&self, command: &str, session: &str) -> Explanation {
+        self.explain_in(command, session, None)
+    }
+
+    /// Same, for a command run in `cwd` (an absolute path of the machine it runs on): relative
+    /// paths and `..` are then judged where they land.
+    pub fn explain_in(&self, command: &str, session: &str, cwd: Option<&str>) -> Explanation {
         if self.deny.is_match(command) {
             return Explanation {
                 decision: "deny",
                 reason: "the command matches [approval] deny".into(),
                 rule: Some("policy:deny".into()),
+                pack: None,
             };
         }
+        let cwd = cwd.filter(|c| c.starts_with('/')).map(home_relative);
         let findings = match self.catalogue() {
-            Ok(catalogue) => catalogue.findings(command),
+            Ok(catalogue) => catalogue.findings(command, cwd.as_deref()),
             Err(err) => {
                 // Fail closed: without rules nothing can be judged safe.
                 return Explanation {
                     decision: "deny",
                     reason: format!("the approval rules failed to load: {err}"),
                     rule: None,
+                    pack: None,
                 };
             }
         };
@@ -124,13 +147,16 @@ impl ApprovalGate {
                 decision: "allow",
                 reason: "no rule matches".into(),
                 rule: None,
+                pack: None,
             };
         };
+        let pack = Some(first.pack.clone());
         if first.severity == Severity::Hardline {
             return Explanation {
                 decision: "deny",
                 reason: format!("{} (hardline: never approvable)", first.description),
                 rule: Some(first.rule.clone()),
+                pack: pack.clone(),
             };
         }
         match self.mode.as_str() {
@@ -138,11 +164,13 @@ impl ApprovalGate {
                 decision: "allow",
                 reason: format!("{} ([approval] mode = allow)", first.description),
                 rule: Some(first.rule.clone()),
+                pack: pack.clone(),
             },
             "deny" => Explanation {
                 decision: "deny",
                 reason: format!("{} ([approval] mode = deny)", first.description),
                 rule: Some(first.rule.clone()),
+                pack: pack.clone(),
             },
             _ => {
                 if self.allowlist.is_match(command) || self.remembered(session, command, &findings)
@@ -151,12 +179,14 @@ impl ApprovalGate {
                         decision: "allow",
                         reason: format!("{} (approved earlier)", first.description),
                         rule: Some(first.rule.clone()),
+                        pack: pack.clone(),
                     };
                 }
                 Explanation {
                     decision: "ask",
                     reason: first.description.clone(),
                     rule: Some(first.rule.clone()),
+                    pack: pack.clone(),
                 }
             }
         }
@@ -168,9 +198,10 @@ impl ApprovalGate {
         &self,
         tool: &str,
         command: &str,
+        cwd: Option<&str>,
         ctx: &CallContext,
     ) -> Result<(), ToolError> {
-        let explanation = self.explain(command, &ctx.session);
+        let explanation = self.explain_in(command, &ctx.session, cwd);
         match explanation.decision {
             "allow" => Ok(()),
             "deny" => {
@@ -216,6 +247,7 @@ impl ApprovalGate {
             decision: "ask",
             reason: format!("tool '{tool}' needs approval ([tools] require_approval)"),
             rule: Some("policy:require_approval".into()),
+            pack: None,
         };
         let request = ApprovalRequest {
             kind: "tool_approval",
@@ -395,10 +427,26 @@ impl ApprovalGate {
     /// The rule catalogue, loaded (and its examples checked) on first use.
     pub fn catalogue(&self) -> Result<&Catalogue, String> {
         self.catalogue
-            .get_or_init(|| Catalogue::load(&self.extra_rules))
+            .get_or_init(|| Catalogue::load(self.packs.as_deref(), &self.extra_rules))
             .as_ref()
             .map_err(Clone::clone)
     }
+}
+
+/// `cwd` with the user's home spelled as the analyser spells it (`/home/~`), so that `..`
+/// out of a project in the home lands in the home.
+fn home_relative(cwd: &str) -> String {
+    let home = std::env::var("HOME").unwrap_or_default();
+    let home = home.trim_end_matches('/');
+    if !home.is_empty() && home != "/" {
+        if cwd == home {
+            return paths::HOME.to_owned();
+        }
+        if let Some(rest) = cwd.strip_prefix(&format!("{home}/")) {
+            return format!("{}/{rest}", paths::HOME);
+        }
+    }
+    cwd.to_owned()
 }
 
 /// Adds `command` (as a literal glob) to `[approval] allowlist` of the policy file, keeping the
@@ -441,38 +489,11 @@ fn globs<'a>(patterns: impl Iterator<Item = &'a str>) -> GlobSet {
 mod tests {
     use super::*;
 
-    fn unescape(line: &str) -> String {
-        let mut out = String::new();
-        let mut chars = line.chars();
-        while let Some(c) = chars.next() {
-            if c == '\\' {
-                match chars.next() {
-                    Some('n') => out.push('\n'),
-                    Some('e') => out.push('\u{1b}'),
-                    Some('\\') => out.push('\\'),
-                    Some(other) => {
-                        out.push('\\');
-                        out.push(other);
-                    }
-                    None => out.push('\\'),
-                }
-            } else {
-                out.push(c);
-            }
-        }
-        out
-    }
-
-    fn corpus(name: &str) -> Vec<String> {
+    fn corpus(name: &str) -> String {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../tests/corpus")
             .join(name);
-        std::fs::read_to_string(path)
-            .unwrap()
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .map(unescape)
-            .collect()
+        std::fs::read_to_string(path).unwrap()
     }
 
     fn gate() -> ApprovalGate {
@@ -515,47 +536,39 @@ mod tests {
 
     #[test]
     fn the_dangerous_corpus_is_caught_and_no_hardline_case_is_missed() {
-        let gate = gate();
-        let lines = corpus("dangerous.txt");
-        assert!(lines.len() >= 150, "{}", lines.len());
-        let mut missed = Vec::new();
-        for line in &lines {
-            let (severity, command) = line.split_once('\t').unwrap();
-            let e = gate.explain(command, "corpus");
-            let ok = match severity {
-                "H" => e.decision == "deny",
-                _ => e.decision != "allow",
-            };
-            if !ok {
-                missed.push(format!("{severity} {command:?} -> {e:?}"));
-            }
-        }
+        let tally = corpus::measure(&gate(), &corpus("dangerous.txt"));
         assert!(
-            missed.is_empty(),
-            "{} missed:\n{}",
-            missed.len(),
-            missed.join("\n")
+            tally.hardline + tally.dangerous >= 250,
+            "{}",
+            tally.report()
+        );
+        assert!(
+            tally.misses.is_empty(),
+            "{}\n{}",
+            tally.report(),
+            tally.misses.join("\n")
         );
     }
 
     #[test]
-    fn the_safe_corpus_raises_at_most_two_percent_false_alarms() {
-        let gate = gate();
-        let lines = corpus("safe.txt");
-        assert!(lines.len() >= 150, "{}", lines.len());
-        let alarms: Vec<String> = lines
-            .iter()
-            .filter_map(|c| {
-                let e = gate.explain(c, "corpus");
-                (e.decision != "allow").then(|| format!("{c:?} -> {e:?}"))
-            })
-            .collect();
-        let rate = alarms.len() as f64 / lines.len() as f64;
+    fn the_safe_corpus_raises_at_most_one_percent_false_alarms() {
+        let tally = corpus::measure(&gate(), &corpus("safe.txt"));
+        assert!(tally.harmless >= 170, "{}", tally.report());
         assert!(
-            rate <= 0.02,
-            "{:.1}% false alarms:\n{}",
-            rate * 100.0,
-            alarms.join("\n")
+            tally.harmless_flagged * 100 <= tally.harmless,
+            "{}\n{}",
+            tally.report(),
+            tally.misses.join("\n")
         );
+    }
+
+    #[test]
+    fn explain_names_the_pack_and_rule() {
+        let e = gate().explain("aws s3 rb s3://b --force", "s");
+        assert_eq!(e.decision, "ask");
+        assert_eq!(e.pack.as_deref(), Some("cloud"));
+        assert_eq!(e.rule.as_deref(), Some("aws-delete"));
+        let e = gate().explain("rm -rf /", "s");
+        assert_eq!((e.decision, e.pack.as_deref()), ("deny", Some("core")));
     }
 }

@@ -6,7 +6,8 @@
 fn fold_char(c: char) -> Option<char> {
     let code = c as u32;
     // Invisible: zero-width spaces and joiners, BOM, soft hyphen.
-    if matches!(code, 0x200B..=0x200F | 0x2060..=0x2064 | 0xFEFF | 0x00AD) {
+    if matches!(code, 0x200B..=0x200F | 0x2060..=0x2064 | 0xFEFF | 0x00AD | 0x00 | 0x80..=0x9A | 0x9C..=0x9F)
+    {
         return None;
     }
     if (0xFF01..=0xFF5E).contains(&code) {
@@ -59,6 +60,15 @@ fn strip_ansi(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
+        // The 8-bit CSI is ESC [ in one character.
+        if c == '\u{9b}' {
+            for d in chars.by_ref() {
+                if ('@'..='~').contains(&d) {
+                    break;
+                }
+            }
+            continue;
+        }
         if c == '\u{1b}' {
             match chars.peek() {
                 Some('[') => {
@@ -86,13 +96,36 @@ fn strip_ansi(text: &str) -> String {
     out
 }
 
-/// Disguises removed, structure (quotes, `$(...)`, `<(...)`) kept: for rules about how a
-/// command is nested.
+/// Disguises removed, structure (quotes, `$(...)`, `<(...)`, tabs, newlines) kept: what the
+/// parser reads. `$IFS` in any spelling is the space bash splits it into.
 pub fn unmask(command: &str) -> String {
     let text = strip_ansi(command);
     let text: String = text.chars().filter_map(fold_char).collect();
     let text = text.replace("\\\r\n", "").replace("\\\n", "");
-    collapse_spaces(&text.replace("${IFS}", " ").replace("$IFS", " "))
+    replace_ifs(&text)
+}
+
+fn replace_ifs(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("$IFS").or_else(|| rest.find("${IFS")) {
+        let i = [rest.find("$IFS"), rest.find("${IFS")]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(i);
+        out.push_str(&rest[..i]);
+        let after = &rest[i..];
+        let len = if after.starts_with("${IFS") {
+            after.find('}').map_or(after.len(), |e| e + 1)
+        } else {
+            4
+        };
+        out.push(' ');
+        rest = &after[len..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The command line as the shell would roughly see it, flattened: one string, nesting opened

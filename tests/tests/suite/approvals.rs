@@ -144,7 +144,7 @@ fn hardline_commands_are_denied_even_in_allow_mode() {
     );
     assert_eq!(
         explain(None, "git push --force"),
-        json!({"decision": "ask", "reason": "rewriting shared history or discarding work: force push, hard reset, clean", "rule": "git-force"})
+        json!({"decision": "ask", "reason": "rewriting or deleting shared history: force push, mirror, remote branch deletion", "rule": "git-force", "pack": "core"})
     );
 }
 

@@ -1,6 +1,7 @@
 //! The environment conformance suite: the contract of `Environment` (paddock-backends), checked
 //! through the real binary's `terminal`, `process` and `python_execute` tools. Every check runs
-//! on every backend: `local`, and `docker`, `ssh` and `apptainer` against the real services that
+//! on every backend: `local` (unconfined, `sandbox = "none"`, and in its workspace-write
+//! sandbox), and `docker`, `ssh` and `apptainer` against the real services that
 //! `scripts/test-services.sh` starts (it writes the policy naming them). A backend whose service
 //! is not up fails its checks with a message saying how to start it, unless
 //! `PADDOCK_SKIP_BACKENDS` names it.
@@ -62,10 +63,18 @@ impl Target {
             });
         }
         if backend == "local" {
+            // The unconfined local backend: a policy has to say so (the built-in `local` is
+            // the workspace-write sandbox, which the `sandboxed` target covers).
+            let policy = home.path().join("policy.toml");
+            std::fs::write(
+                &policy,
+                "[backends.local]\nkind = \"local\"\nsandbox = \"none\"\n",
+            )
+            .unwrap();
             return Some(Self {
                 home,
                 backend,
-                policy: None,
+                policy: Some(policy.display().to_string()),
                 sessions: Default::default(),
             });
         }
@@ -346,7 +355,7 @@ fn a_vanished_working_directory_is_reported_and_recovered_from(t: &Target) {
     // Removed behind the session's back (workdir: this call does not move the session).
     let removed = t.sh(
         &a,
-        json!({"command": format!("rm -rf {d}/gone"), "workdir": "/"}),
+        json!({"command": format!("rm -r {d}/gone"), "workdir": "/"}),
     );
     assert_eq!(removed["exit_code"], json!(0), "{removed}");
     let v = t.sh(&a, json!({"command": "echo still-running"}));

@@ -45,7 +45,9 @@ impl Host {
         std::fs::write(
             &policy,
             format!(
-                "[backends.local]\nkind = \"local\"\nsandbox = \"workspace-write\"\nworkspace = \"{}\"\n",
+                // The sandbox is what these commands test: the approval layer (tested in
+                // approvals.rs) lets all but hardline ones through.
+                "[approval]\nmode = \"allow\"\n[backends.local]\nkind = \"local\"\nsandbox = \"workspace-write\"\nworkspace = \"{}\"\n",
                 workspace.display()
             ),
         )

@@ -1,0 +1,374 @@
+//! Code given to an interpreter on the command line (`python3 -c`, `perl -e`, `ruby -e`,
+//! `node -e`, `php -r`, or a here-document on its standard input) is read for what it does to
+//! the machine: the shell commands it runs (`os.system`, `subprocess`, `system`, backticks,
+//! `execSync`) and the files it deletes or writes (`shutil.rmtree`, `FileUtils.rm_rf`,
+//! `fs.rmSync`, `open(..., 'w')`). Each is turned into the equivalent shell command line and
+//! judged by the same rules. Only literal arguments are read: `os.system(cmd)` with a variable
+//! tells nothing.
+
+use std::sync::OnceLock;
+
+use regex::Regex;
+
+use super::shell::Invocation;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Language {
+    Python,
+    Perl,
+    Ruby,
+    Node,
+    Php,
+}
+
+fn language_of(program: &str) -> Option<Language> {
+    let p = program.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    Some(match p {
+        "python" | "pypy" | "python3-" | "uv" => Language::Python,
+        "perl" => Language::Perl,
+        "ruby" | "jruby" => Language::Ruby,
+        "node" | "nodejs" | "bun" | "deno" => Language::Node,
+        "php" => Language::Php,
+        _ => return None,
+    })
+}
+
+/// The code `inv` runs, when it is an interpreter given code on its command line or stdin.
+pub fn code_of(inv: &Invocation, upstream: &[Invocation]) -> Option<(Language, String)> {
+    let language = language_of(&inv.program)?;
+    let flags: &[&str] = match language {
+        Language::Python => &["-c"],
+        Language::Perl => &["-e", "-E"],
+        Language::Ruby => &["-e"],
+        Language::Node => &["-e", "--eval", "-p", "--print", "eval"],
+        Language::Php => &["-r"],
+    };
+    let mut code = Vec::new();
+    let mut script_file = false;
+    let mut i = 0;
+    while i < inv.args.len() {
+        let t = inv.args[i].text.as_str();
+        if flags.contains(&t) {
+            if let Some(c) = inv.args.get(i + 1) {
+                code.push(c.text.clone());
+            }
+            i += 2;
+            continue;
+        }
+        // `-ce 'code'`, `-le 'code'` (perl bundles).
+        if language == Language::Perl && t.starts_with('-') && t.ends_with('e') && t.len() > 2 {
+            if let Some(c) = inv.args.get(i + 1) {
+                code.push(c.text.clone());
+            }
+            i += 2;
+            continue;
+        }
+        if !t.starts_with('-') && code.is_empty() {
+            script_file = t != "-";
+            break;
+        }
+        i += 1;
+    }
+    if !code.is_empty() {
+        return Some((language, code.join("\n")));
+    }
+    if script_file {
+        return None;
+    }
+    if let Some(stdin) = &inv.stdin {
+        return Some((language, stdin.clone()));
+    }
+    upstream
+        .last()
+        .filter(|u| matches!(u.program.as_str(), "echo" | "printf"))
+        .map(|u| (language, u.arg_text()))
+}
+
+/// What a call does, given its first literal argument(s).
+#[derive(Clone, Copy)]
+enum Action {
+    /// The argument is a shell command line (or a list of argv words).
+    Shell,
+    /// Deletes the path, recursively or not.
+    Delete { recursive: bool },
+    /// Writes (or appends to) the path.
+    Write,
+    /// Moves the first path to the second.
+    Move,
+}
+
+struct Calls {
+    /// `name(` or `name ` followed by a literal or a list of literals.
+    call: Regex,
+    literal: Regex,
+    /// Backticks, `%x(...)`, `qx(...)`: shell code.
+    backticks: Regex,
+    /// `open(PATH, 'w')` (Python), `File.open(PATH, 'w')` (Ruby).
+    open_write: Regex,
+    /// Perl's `open(FH, '>PATH')` / `open(my $fh, '>', PATH)`.
+    perl_open: Regex,
+    /// `os.kill(-1, ...)`, `Process.kill(..., -1)`: every process.
+    kill_all: Regex,
+}
+
+const LIT: &str = r#"(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"#;
+
+fn calls() -> Option<&'static Calls> {
+    static CALLS: OnceLock<Option<Calls>> = OnceLock::new();
+    CALLS
+        .get_or_init(|| {
+            Some(Calls {
+                call: Regex::new(&format!(
+                    r"(?x)
+                    \b(?P<name>
+                        system|popen|getoutput|getstatusoutput|check_output|check_call|call|run|Popen
+                        |exec|execSync|spawnSync|spawn|execFileSync|execFile|shell_exec|passthru
+                        |proc_open|capture2|capture2e|capture3|popen3|pipeline_r
+                        |rmtree|rm_rf|rm_r|remove_tree|remove_dir|remove_entry|remove_entry_secure|rmSync|rmdirSync|removedirs|rm
+                        |remove|unlink|unlinkSync|delete|rm_f|remove_file|rmdir|rmdirs
+                        |writeFileSync|appendFileSync|write_text|write_bytes|write|binwrite|file_put_contents
+                        |move|rename|renameSync|mv
+                    )\s*(?:\(\s*|\s+)(?:\[\s*)?(?P<args>{LIT}(?:\s*,\s*{LIT})*)"
+                ))
+                .ok()?,
+                literal: Regex::new(LIT).ok()?,
+                backticks: Regex::new(r"`([^`]+)`|%x\(([^)]*)\)|qx[({/]([^)}/]*)[)}/]").ok()?,
+                open_write: Regex::new(&format!(
+                    r#"\bopen\s*\(\s*(?P<path>{LIT})\s*,\s*['"](?P<mode>[wax][b+t]*)['"]"#
+                ))
+                .ok()?,
+                perl_open: Regex::new(&format!(
+                    r#"\bopen\s*\(?\s*(?:my\s+)?[$\w]+\s*,\s*(?:'(?P<inline>>>?[^']+)'|"(?P<inline2>>>?[^"]+)"|['"](?P<mode>>>?)['"]\s*,\s*(?P<path>{LIT}))"#
+                ))
+                .ok()?,
+                kill_all: Regex::new(r"\bkill\s*\(\s*-1\b|\bkill\s*\([^)]*,\s*-1\s*\)|\bkillpg\s*\(\s*0\b").ok()?,
+            })
+        })
+        .as_ref()
+}
+
+fn unquote(literal: &str) -> String {
+    let inner = &literal[1..literal.len().saturating_sub(1).max(1)];
+    let mut out = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.next() {
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                Some(other) => out.push(other),
+                None => {}
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Single-quotes a word for a shell line.
+fn quote(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-~*=:@%+,".contains(c))
+    {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// Home-directory spellings of each language, as the shell's `~`.
+fn with_home(code: &str) -> String {
+    let code = match Regex::new(&format!(r"os\.path\.expanduser\(\s*({LIT})\s*\)")) {
+        Ok(r) => r.replace_all(code, "$1").into_owned(),
+        Err(_) => code.to_owned(),
+    };
+    let code = match Regex::new(&format!(r"\bglob\(\s*({LIT})\s*\)")) {
+        Ok(r) => r.replace_all(&code, "$1").into_owned(),
+        Err(_) => code,
+    };
+    code.replace("Path.home()", "'~'")
+        .replace("os.environ['HOME']", "'~'")
+        .replace("os.environ[\"HOME\"]", "'~'")
+        .replace("os.getenv('HOME')", "'~'")
+        .replace("Dir.home", "'~'")
+        .replace("os.homedir()", "'~'")
+        .replace("ENV['HOME']", "'~'")
+        .replace("$ENV{HOME}", "'~'")
+        .replace("$ENV{'HOME'}", "'~'")
+}
+
+/// Shell command lines equivalent to what `code` does.
+pub fn commands_in(_language: Language, code: &str) -> Vec<String> {
+    let Some(calls) = calls() else {
+        return Vec::new();
+    };
+    let code = with_home(code);
+    let mut out = Vec::new();
+    for cap in calls.call.captures_iter(&code) {
+        let name = cap.name("name").map_or("", |m| m.as_str());
+        let args: Vec<String> = cap
+            .name("args")
+            .map(|m| {
+                calls
+                    .literal
+                    .find_iter(m.as_str())
+                    .map(|l| unquote(l.as_str()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let Some(first) = args.first() else {
+            continue;
+        };
+        let action = match name {
+            "rmtree"
+            | "rm_rf"
+            | "rm_r"
+            | "remove_tree"
+            | "remove_dir"
+            | "remove_entry"
+            | "remove_entry_secure"
+            | "rmSync"
+            | "rmdirSync"
+            | "removedirs"
+            | "rm" => Action::Delete { recursive: true },
+            "remove" | "unlink" | "unlinkSync" | "delete" | "rm_f" | "remove_file" | "rmdir"
+            | "rmdirs" => Action::Delete { recursive: false },
+            "writeFileSync" | "appendFileSync" | "write_text" | "write_bytes" | "write"
+            | "binwrite" | "file_put_contents" => Action::Write,
+            "move" | "rename" | "renameSync" | "mv" => Action::Move,
+            _ => Action::Shell,
+        };
+        match action {
+            Action::Shell => {
+                if args.len() > 1 {
+                    out.push(args.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" "));
+                } else {
+                    out.push(first.clone());
+                }
+            }
+            Action::Delete { recursive } => {
+                let flag = if recursive { "-rf" } else { "-f" };
+                out.push(format!("rm {flag} -- {}", quote(first)));
+            }
+            Action::Write => {
+                // `Path('x').write_text(...)` names its path before the call; `write('x')`
+                // of a file object writes data, not a path: only path-first calls count.
+                if matches!(name, "write_text" | "write_bytes" | "write") {
+                    continue;
+                }
+                out.push(format!(": > {}", quote(first)));
+            }
+            Action::Move => {
+                if let Some(second) = args.get(1) {
+                    out.push(format!("mv -- {} {}", quote(first), quote(second)));
+                }
+            }
+        }
+    }
+    // `Path('/etc/x').write_text(...)`, `Path('/usr').unlink()`, `Path(p).rmdir()`.
+    if let Ok(path_calls) = Regex::new(&format!(
+        r"Path\s*\(\s*(?P<path>{LIT})\s*\)\s*\.\s*(?P<op>write_text|write_bytes|unlink|rmdir|touch)"
+    )) {
+        for cap in path_calls.captures_iter(&code) {
+            let path = cap
+                .name("path")
+                .map_or(String::new(), |m| unquote(m.as_str()));
+            match cap.name("op").map_or("", |m| m.as_str()) {
+                "unlink" | "rmdir" => out.push(format!("rm -f -- {}", quote(&path))),
+                _ => out.push(format!(": > {}", quote(&path))),
+            }
+        }
+    }
+    for cap in calls.backticks.captures_iter(&code) {
+        if let Some(m) = cap.get(1).or_else(|| cap.get(2)).or_else(|| cap.get(3)) {
+            out.push(m.as_str().to_owned());
+        }
+    }
+    for cap in calls.open_write.captures_iter(&code) {
+        let path = cap
+            .name("path")
+            .map_or(String::new(), |m| unquote(m.as_str()));
+        let append = cap
+            .name("mode")
+            .is_some_and(|m| m.as_str().starts_with('a'));
+        out.push(format!(
+            ": {} {}",
+            if append { ">>" } else { ">" },
+            quote(&path)
+        ));
+    }
+    for cap in calls.perl_open.captures_iter(&code) {
+        if let Some(inline) = cap.name("inline").or_else(|| cap.name("inline2")) {
+            let t = inline.as_str();
+            let (op, path) = if let Some(p) = t.strip_prefix(">>") {
+                (">>", p)
+            } else {
+                (">", t.trim_start_matches('>'))
+            };
+            out.push(format!(": {op} {}", quote(path.trim())));
+        } else if let (Some(mode), Some(path)) = (cap.name("mode"), cap.name("path")) {
+            out.push(format!(
+                ": {} {}",
+                mode.as_str(),
+                quote(&unquote(path.as_str()))
+            ));
+        }
+    }
+    if calls.kill_all.is_match(&code) {
+        out.push("kill -9 -1".into());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_calls_and_file_operations_become_command_lines() {
+        let py = commands_in(
+            Language::Python,
+            "import os, shutil, subprocess; os.system('rm -rf /usr'); shutil.rmtree(\"/var\"); subprocess.run(['git', 'reset', '--hard'])",
+        );
+        assert!(py.contains(&"rm -rf /usr".to_owned()), "{py:?}");
+        assert!(py.contains(&"rm -rf -- /var".to_owned()), "{py:?}");
+        assert!(py.contains(&"git reset --hard".to_owned()), "{py:?}");
+        let rb = commands_in(
+            Language::Ruby,
+            "require \"fileutils\"; FileUtils.rm_rf(\"/var\")",
+        );
+        assert_eq!(rb, vec!["rm -rf -- /var"]);
+        let js = commands_in(
+            Language::Node,
+            "require('fs').rmSync('/etc',{recursive:true}); require('child_process').execSync('mkfs.ext4 /dev/sdb')",
+        );
+        assert!(js.contains(&"rm -rf -- /etc".to_owned()), "{js:?}");
+        assert!(js.contains(&"mkfs.ext4 /dev/sdb".to_owned()), "{js:?}");
+        let pl = commands_in(
+            Language::Perl,
+            "open(my $f, '>>', \"$ENV{HOME}/.bashrc\"); `rm -rf /srv`",
+        );
+        assert!(pl.contains(&"rm -rf /srv".to_owned()), "{pl:?}");
+        let w = commands_in(
+            Language::Python,
+            "open(os.path.expanduser('~/.ssh/authorized_keys'), 'a').write(k)",
+        );
+        assert_eq!(w, vec![": >> ~/.ssh/authorized_keys"]);
+    }
+
+    #[test]
+    fn harmless_code_yields_nothing() {
+        assert!(commands_in(Language::Python, "print(sum(range(10)))").is_empty());
+        assert!(
+            commands_in(
+                Language::Python,
+                "import json; json.load(open('data.json'))"
+            )
+            .is_empty()
+        );
+        assert!(commands_in(Language::Node, "console.log(JSON.stringify({a: 1}))").is_empty());
+    }
+}
