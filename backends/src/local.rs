@@ -223,6 +223,7 @@ impl LocalEnvironment {
             "protected": sandbox.protected,
             "masked": masked,
             "network": sandbox.network,
+            "backend": self.name,
         });
         // The small `paddock-sandbox-exec` next to the binary starts faster than the engine's
         // own `__sandbox-exec` (same code, no interpreter linked in); either one confines.

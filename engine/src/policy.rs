@@ -135,8 +135,9 @@ impl Default for ApprovalConfig {
 pub struct BackendConfig {
     /// `local`, `docker`, `ssh`, `apptainer` (`singularity` is an alias).
     pub kind: Spanned<String>,
-    /// local: `none`, `read-only` or `workspace-write` (the default for a declared local
-    /// backend; the implicit `local` of a policy that declares none has no sandbox).
+    /// local: `none`, `read-only` or `workspace-write` (the default). A policy that declares
+    /// no `local` backend gets one in the workspace-write sandbox over the current directory,
+    /// with no network (`policies/default.toml`'s); `sandbox = "none"` runs commands unconfined.
     pub sandbox: Option<Spanned<String>>,
     /// local, docker: the directory commands may change.
     pub workspace: Option<Spanned<String>>,

@@ -7,7 +7,7 @@
 )]
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -75,8 +75,24 @@ pub fn paddock_env(
     stdin: Option<&[u8]>,
     limit: Duration,
 ) -> Run {
+    paddock_at(None, args, env, stdin, limit)
+}
+
+/// Runs `paddock ARGS` with extra environment variables in the directory `cwd` (the workspace
+/// of a local backend that declares none), or in this process's own directory.
+pub fn paddock_at(
+    cwd: Option<&Path>,
+    args: &[&str],
+    env: &[(&str, &str)],
+    stdin: Option<&[u8]>,
+    limit: Duration,
+) -> Run {
     let started = Instant::now();
-    let mut child = Command::new(paddock_bin())
+    let mut command = Command::new(paddock_bin());
+    if let Some(dir) = cwd {
+        command.current_dir(dir);
+    }
+    let mut child = command
         .args(args)
         .env_remove("PADDOCK_POLICY")
         .envs(env.iter().copied())

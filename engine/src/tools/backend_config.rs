@@ -59,6 +59,59 @@ fn remote<T: paddock_backends::agent::AgentHost>(
     }
 }
 
+/// The name of the backend every policy has: declared, or else [`implicit_local`].
+pub const LOCAL: &str = "local";
+
+/// The `local` backend of a policy that declares none (the built-in policy among them):
+/// `policies/default.toml`'s, the workspace-write sandbox over the directory Paddock runs in,
+/// with no network. It is built like a declared one; a kernel that cannot give the sandbox
+/// makes the first command fail, naming the policy key that turns it off.
+pub fn implicit_local() -> BackendConfig {
+    let text = |value: &str| Some(Spanned::new(0..0, value.to_owned()));
+    BackendConfig {
+        kind: Spanned::new(0..0, LOCAL.to_owned()),
+        sandbox: text("workspace-write"),
+        workspace: text("."),
+        network: text("none"),
+        image: None,
+        memory_mb: None,
+        cpus: None,
+        host: None,
+        user: None,
+        port: None,
+        identity_file: None,
+        known_hosts_file: None,
+        host_key_checking: None,
+        connect_timeout_seconds: None,
+        pids_limit: None,
+        read_only: None,
+        tmp_size_mb: None,
+        socket: None,
+        binds: Vec::new(),
+        binary: None,
+        writable_tmpfs: None,
+        overlay: None,
+        workdir: None,
+        agent: None,
+        warm: None,
+        env: std::collections::BTreeMap::new(),
+    }
+}
+
+/// Every backend of `policy` with its name: the declared ones, and [`implicit_local`] when
+/// none is named `local`.
+pub fn backends_of(policy: &Policy) -> Vec<(String, BackendConfig)> {
+    let mut all: Vec<(String, BackendConfig)> = policy
+        .backends
+        .iter()
+        .map(|(name, config)| (name.clone(), config.clone()))
+        .collect();
+    if !policy.backends.contains_key(LOCAL) {
+        all.push((LOCAL.to_owned(), implicit_local()));
+    }
+    all
+}
+
 fn string(value: &Option<Spanned<String>>) -> Option<String> {
     value.as_ref().map(|v| v.get_ref().clone())
 }
@@ -199,5 +252,86 @@ pub fn build(
                 protected: PROTECTED_PATHS.iter().map(|p| (*p).to_owned()).collect(),
             }))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+
+    /// The keys of a local backend section that are set, with their values.
+    fn local_keys(config: &BackendConfig) -> Vec<(&'static str, String)> {
+        let text = |v: &Option<Spanned<String>>| v.as_ref().map(|s| s.get_ref().clone());
+        [
+            ("kind", Some(config.kind.get_ref().clone())),
+            ("sandbox", text(&config.sandbox)),
+            ("workspace", text(&config.workspace)),
+            ("network", text(&config.network)),
+            ("workdir", text(&config.workdir)),
+            (
+                "agent",
+                config.agent.as_ref().map(|v| v.get_ref().to_string()),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .chain(config.env.iter().map(|(k, v)| ("env", format!("{k}={v}"))))
+        .collect()
+    }
+
+    #[test]
+    fn the_implicit_local_backend_is_the_one_of_policies_default_toml() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/default.toml");
+        let shipped = Policy::load(&file).unwrap();
+        let declared = &shipped.backends[LOCAL];
+        assert_eq!(local_keys(&implicit_local()), local_keys(declared));
+        assert_eq!(
+            local_keys(&implicit_local()),
+            vec![
+                ("kind", "local".to_owned()),
+                ("sandbox", "workspace-write".to_owned()),
+                ("workspace", ".".to_owned()),
+                ("network", "none".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_policy_without_a_local_backend_gets_the_sandboxed_one() {
+        let names = |p: &Policy| {
+            backends_of(p)
+                .into_iter()
+                .map(|(name, config)| (name, local_keys(&config)))
+                .collect::<Vec<_>>()
+        };
+        let builtin = names(&Policy::builtin());
+        assert_eq!(
+            builtin,
+            vec![("local".to_owned(), local_keys(&implicit_local()))]
+        );
+        // Another backend declared: `local` is still the sandboxed one.
+        let p = Policy::parse(
+            "[backends.box]\nkind = \"docker\"\nimage = \"debian\"\n",
+            "p.toml",
+        )
+        .unwrap();
+        let all = names(&p);
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert_eq!(all[1], ("local".to_owned(), local_keys(&implicit_local())));
+        // A declared `local` is taken as written, `sandbox = "none"` included.
+        let p = Policy::parse(
+            "[backends.local]\nkind = \"local\"\nsandbox = \"none\"\n",
+            "p.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            names(&p),
+            vec![(
+                "local".to_owned(),
+                vec![("kind", "local".to_owned()), ("sandbox", "none".to_owned())]
+            )]
+        );
     }
 }

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use paddock_backends::local::LocalEnvironment;
 use paddock_backends::processes::{ProcessRegistry, ProcessState, ProcessStatus};
 use paddock_backends::{BackendError, BackgroundRequest, Environment, ExecRequest};
 use serde::Deserialize;
@@ -58,18 +57,12 @@ impl Environments {
         approvals: Arc<crate::approval::ApprovalGate>,
     ) -> Result<Self, String> {
         let state_root = state_root();
+        // The declared backends, and `local` when none is named so: the workspace-write
+        // sandbox of `policies/default.toml`, built the same way.
         let mut backends = BTreeMap::new();
-        backends.insert(
-            "local".to_owned(),
-            Arc::new(
-                LocalEnvironment::new("local", state_root.clone(), exe.clone()).with_spare_shells(),
-            ) as Arc<dyn Environment>,
-        );
-        for (name, config) in &policy.backends {
-            backends.insert(
-                name.clone(),
-                super::backend_config::build(policy, name, config, &state_root, &exe),
-            );
+        for (name, config) in super::backend_config::backends_of(policy) {
+            let env = super::backend_config::build(policy, &name, &config, &state_root, &exe);
+            backends.insert(name, env);
         }
         if let Some(forced) = &forced
             && !backends.contains_key(forced)

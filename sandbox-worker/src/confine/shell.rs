@@ -79,36 +79,89 @@ pub struct ShellProfile {
     pub tmp_dir: Option<PathBuf>,
     #[serde(default = "default_tmp_mb")]
     pub tmp_mb: u64,
+    /// The policy's name of the backend (for the message when the kernel cannot give the
+    /// sandbox: it names the key that turns the sandbox off).
+    #[serde(default)]
+    pub backend: Option<String>,
 }
 
 fn default_tmp_mb() -> u64 {
     512
 }
 
-fn fail(step: &str, err: impl std::fmt::Display) -> i32 {
+/// The kernel feature a setup step needs, for the steps that fail when the kernel lacks it or
+/// its configuration refuses it (a container, a sysctl, an LSM): the message then says so.
+fn kernel_feature(step: &str) -> Option<&'static str> {
+    match step {
+        "namespaces" => Some("namespaces (user, mount, PID, IPC, UTS, network)"),
+        "unshare(CLONE_NEWUSER)" | "setgroups deny" | "uid_map" | "gid_map" => {
+            Some("unprivileged user namespaces")
+        }
+        "unshare(mount, pid, ipc, uts, net)" => Some("mount, PID, IPC, UTS and network namespaces"),
+        "make / private"
+        | "mount a tmpfs"
+        | "bind a directory back"
+        | "mask a file"
+        | "mount a fresh /proc" => Some("mounts in a private mount namespace"),
+        "landlock" => {
+            Some("Landlock, ABI 6 or later (Linux 6.12 or later, with landlock among the LSMs)")
+        }
+        "seccomp" | "seccomp filter" | "seccomp architecture" => Some("seccomp filters"),
+        "no_new_privs" => Some("no_new_privs"),
+        _ => None,
+    }
+}
+
+/// The one line a failed setup step prints (on stderr; the agent's start-up error quotes it).
+/// When a kernel feature is the cause it names the feature and the policy key that turns the
+/// sandbox off: never a silent fallback to running unconfined.
+fn failure_message(step: &str, err: &str, backend: Option<&str>) -> String {
+    let mut message = format!("paddock sandbox: {step}: {err}; the command was not run");
+    if let Some(feature) = kernel_feature(step) {
+        let name = backend.unwrap_or("local");
+        message.push_str(&format!(
+            ": the sandbox needs {feature}, which this machine lacks or refuses; to run the \
+             commands of backend `{name}` unconfined instead, declare `[backends.{name}]` with \
+             `kind = \"local\"` and `sandbox = \"none\"` in a policy file passed with \
+             --policy FILE or PADDOCK_POLICY=FILE"
+        ));
+    }
+    message
+}
+
+fn fail(profile: Option<&ShellProfile>, step: &str, err: impl std::fmt::Display) -> i32 {
     use std::io::Write;
+    let backend = profile.and_then(|p| p.backend.as_deref());
     let _ = writeln!(
         io::stderr(),
-        "paddock sandbox: {step}: {err}; the command was not run"
+        "{}",
+        failure_message(step, &err.to_string(), backend)
     );
     EXIT_SANDBOX_FAILED
 }
 
+/// `PADDOCK_SANDBOX_SIMULATE_MISSING` names these to make the sandbox refuse to start.
+const SIMULATED: &[&str] = &["namespaces", "landlock", "seccomp"];
+
 /// `__sandbox-exec PROFILE_JSON PROGRAM ARGS...`.
 pub fn main(args: &[String]) -> i32 {
     let Some((profile, argv)) = args.split_first() else {
-        return fail("usage", "__sandbox-exec PROFILE_JSON PROGRAM [ARGS...]");
+        return fail(
+            None,
+            "usage",
+            "__sandbox-exec PROFILE_JSON PROGRAM [ARGS...]",
+        );
     };
     let profile: ShellProfile = match serde_json::from_str(profile) {
         Ok(p) => p,
-        Err(e) => return fail("profile", e),
+        Err(e) => return fail(None, "profile", e),
     };
     if argv.is_empty() {
-        return fail("usage", "no program to run");
+        return fail(Some(&profile), "usage", "no program to run");
     }
     match run(&profile, argv) {
         Ok(status) => status,
-        Err((step, err)) => fail(step, err),
+        Err((step, err)) => fail(Some(&profile), step, err),
     }
 }
 
@@ -119,9 +172,13 @@ fn at<E: std::fmt::Display>(step: &'static str) -> impl FnOnce(E) -> (&'static s
 }
 
 fn run(profile: &ShellProfile, argv: &[String]) -> StepResult<i32> {
-    if crate::confine::simulated_missing("namespaces") {
+    if let Some(feature) = SIMULATED
+        .iter()
+        .copied()
+        .find(|f| crate::confine::simulated_missing(f))
+    {
         return Err((
-            "namespaces",
+            feature,
             "simulated missing (PADDOCK_SANDBOX_SIMULATE_MISSING)".into(),
         ));
     }
@@ -198,7 +255,7 @@ fn run(profile: &ShellProfile, argv: &[String]) -> StepResult<i32> {
         ForkResult::Child => {
             let status = match init(profile, &workspace, argv, &forwarded) {
                 Ok(status) => status,
-                Err((step, err)) => fail(step, err),
+                Err((step, err)) => fail(Some(profile), step, err),
             };
             super::exit_immediately(status)
         }
@@ -379,7 +436,7 @@ fn init(
             })();
             let status = match result {
                 Ok(never) => match never {},
-                Err((step, err)) => fail(step, err),
+                Err((step, err)) => fail(Some(profile), step, err),
             };
             super::exit_immediately(status)
         }
@@ -576,4 +633,82 @@ fn deny_list() -> StepResult<[seccompiler::BpfProgram; 2]> {
         .try_into()
         .map_err(|e: seccompiler::BackendError| ("seccomp filter", e.to_string()))?;
     Ok([clone3, deny])
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+
+    #[test]
+    fn a_missing_kernel_feature_is_named_with_the_key_that_turns_the_sandbox_off() {
+        assert_eq!(
+            failure_message(
+                "unshare(CLONE_NEWUSER)",
+                "EPERM: Operation not permitted",
+                Some("local")
+            ),
+            "paddock sandbox: unshare(CLONE_NEWUSER): EPERM: Operation not permitted; the \
+             command was not run: the sandbox needs unprivileged user namespaces, which this \
+             machine lacks or refuses; to run the commands of backend `local` unconfined \
+             instead, declare `[backends.local]` with `kind = \"local\"` and `sandbox = \
+             \"none\"` in a policy file passed with --policy FILE or PADDOCK_POLICY=FILE"
+        );
+        // Every feature the sandbox can miss is named, under the backend's own name.
+        for (step, feature) in [
+            (
+                "namespaces",
+                "namespaces (user, mount, PID, IPC, UTS, network)",
+            ),
+            ("unshare(mount, pid, ipc, uts, net)", "network namespaces"),
+            ("mount a fresh /proc", "mount namespace"),
+            ("landlock", "Landlock, ABI 6 or later"),
+            ("seccomp", "seccomp filters"),
+            ("no_new_privs", "no_new_privs"),
+        ] {
+            let message = failure_message(step, "refused", Some("box"));
+            assert!(message.contains(feature), "{step}: {message}");
+            assert!(
+                message.contains(
+                    "declare `[backends.box]` with `kind = \"local\"` and `sandbox = \"none\"`"
+                ),
+                "{step}: {message}"
+            );
+            assert!(
+                message.contains("--policy FILE or PADDOCK_POLICY=FILE"),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_failures_say_what_failed_and_suggest_nothing() {
+        assert_eq!(
+            failure_message(
+                "the workspace",
+                "/w: No such file or directory",
+                Some("local")
+            ),
+            "paddock sandbox: the workspace: /w: No such file or directory; the command was not \
+             run"
+        );
+        assert!(kernel_feature("exec").is_none());
+        assert!(kernel_feature("profile").is_none());
+    }
+
+    #[test]
+    fn every_simulated_feature_fails_with_the_hint() {
+        for feature in SIMULATED {
+            assert!(kernel_feature(feature).is_some(), "{feature}");
+        }
+    }
+
+    #[test]
+    fn a_profile_without_a_backend_name_still_parses() {
+        let profile: ShellProfile =
+            serde_json::from_str(r#"{"mode": "workspace-write", "workspace": "/w"}"#).unwrap();
+        assert_eq!(profile.backend, None);
+        assert!(failure_message("landlock", "x", None).contains("[backends.local]"));
+    }
 }

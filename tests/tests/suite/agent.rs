@@ -906,7 +906,14 @@ fn secrets_of_the_engine_reach_no_process_a_command_can_read() {
         )),
     )
     .unwrap();
-    // The unconfined local backend (built in) and the sandboxed one (this policy's, routed).
+    // The unconfined local backend (a policy that says so: the built-in `local` is sandboxed)
+    // and the sandboxed one (this policy's, routed).
+    let unconfined_policy = t.home.path().join("unconfined.toml");
+    std::fs::write(
+        &unconfined_policy,
+        "[backends.local]\nkind = \"local\"\nsandbox = \"none\"\n",
+    )
+    .unwrap();
     let sandboxed_policy = t.home.path().join("routed.toml");
     std::fs::write(
         &sandboxed_policy,
@@ -917,13 +924,17 @@ fn secrets_of_the_engine_reach_no_process_a_command_can_read() {
     )
     .unwrap();
     for (path, policy) in [
-        (&unconfined, None),
-        (&sandboxed, Some(sandboxed_policy.to_str().unwrap())),
+        (&unconfined, unconfined_policy.to_str().unwrap()),
+        (&sandboxed, sandboxed_policy.to_str().unwrap()),
     ] {
-        let mut argv = vec!["run", path.to_str().unwrap(), "--session", "secrets"];
-        if let Some(policy) = policy {
-            argv.extend(["--policy", policy]);
-        }
+        let argv = vec![
+            "run",
+            path.to_str().unwrap(),
+            "--session",
+            "secrets",
+            "--policy",
+            policy,
+        ];
         let out = paddock_env(
             &argv,
             &[

@@ -7,6 +7,7 @@ mod codemode_limits;
 mod codemode_results;
 mod confinement;
 mod conformance;
+mod default_sandbox;
 mod definitions;
 mod hostile_script;
 mod hostile_shell;

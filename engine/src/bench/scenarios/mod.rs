@@ -55,10 +55,13 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "`terminal` per-command overhead (unconfined, workspace-write with and without the \
          agent) against a bare `bash -c` and Hermes",
     ),
-    ("terminal_burst", "100 concurrent `terminal` commands"),
+    (
+        "terminal_burst",
+        "100 concurrent `terminal` commands (unconfined)",
+    ),
     (
         "python_execute",
-        "`python_execute` against a bare `python3`",
+        "`python_execute` (unconfined) against a bare `python3`",
     ),
     (
         "mcp",

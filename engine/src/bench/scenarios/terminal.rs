@@ -1,7 +1,8 @@
 //! The environment tools on the local backend: `terminal` per-command overhead (from one script
 //! and per call; unconfined, and in the workspace-write sandbox with and without the agent)
 //! against a bare `bash -c` and Hermes Agent's terminal, a burst of concurrent commands, and
-//! `python_execute` against a bare `python3`.
+//! `python_execute` against a bare `python3`. "Unconfined" is a policy that says
+//! `sandbox = "none"`: the built-in policy's local backend is sandboxed.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -90,6 +91,16 @@ fn sandboxed_engine(b: &Bench, scratch: &Scratch, session: &str, agent: bool) ->
     session_engine(b, Policy::load(&policy_path)?, session)
 }
 
+/// The policy of the unconfined contenders: the local backend with `sandbox = "none"`.
+const UNCONFINED_POLICY: &str = "[backends.local]\nkind = \"local\"\nsandbox = \"none\"\n";
+
+/// An engine on its own session whose local backend runs commands unconfined
+/// ([`UNCONFINED_POLICY`]), as Hermes Agent's local terminal does.
+fn unconfined_engine(b: &Bench, session: &str) -> Result<Engine> {
+    let policy = Policy::parse(UNCONFINED_POLICY, "<bench: sandbox = \"none\">")?;
+    session_engine(b, policy, session)
+}
+
 /// An engine over `policy` on session `session` (the bench's own engine has session `bench`).
 fn session_engine(b: &Bench, policy: Policy, session: &str) -> Result<Engine> {
     Ok(Engine::with_options(
@@ -113,15 +124,18 @@ async fn close_sessions(engines: &[(&Engine, &str)]) {
     }
 }
 
-/// The local `terminal` reports: `terminal` (unconfined), `terminal_sandboxed`
-/// (workspace-write, agent) and `terminal_sandboxed_no_agent` (workspace-write, one sandbox
-/// helper per command), each against a bare `bash -c true`; Hermes beside the first.
+/// The local `terminal` reports: `terminal` (unconfined: `sandbox = "none"`),
+/// `terminal_sandboxed` (workspace-write, agent) and `terminal_sandboxed_no_agent`
+/// (workspace-write, one sandbox helper per command), each against a bare `bash -c true`;
+/// Hermes beside the first.
 pub async fn terminal(b: &Bench) -> Result<Vec<ScenarioReport>> {
     let scratch = Scratch::new("terminal")?;
+    let unconfined = unconfined_engine(b, "bench-unconfined")?;
     let sandboxed = sandboxed_engine(b, &scratch, "bench-sandboxed", true)?;
     let per_command = sandboxed_engine(b, &scratch, "bench-sandboxed-exec", false)?;
-    let result = terminal_measure(b, &sandboxed, &per_command).await;
+    let result = terminal_measure(b, &unconfined, &sandboxed, &per_command).await;
     close_sessions(&[
+        (&unconfined, "bench-unconfined"),
         (&sandboxed, "bench-sandboxed"),
         (&per_command, "bench-sandboxed-exec"),
     ])
@@ -147,12 +161,13 @@ impl Samples {
 
 async fn terminal_measure(
     b: &Bench,
+    unconfined: &Engine,
     sandboxed: &Engine,
     per_command: &Engine,
 ) -> Result<Vec<ScenarioReport>> {
     let limits = &b.limits;
     for _ in 0..2 {
-        for engine in [&*b.engine, sandboxed, per_command] {
+        for engine in [unconfined, sandboxed, per_command] {
             terminal_once(engine, "true").await?;
             terminal_script_once(engine, limits, "warm-up").await?;
         }
@@ -171,8 +186,8 @@ async fn terminal_measure(
             let mut out = Vec::with_capacity(per_round);
             for _ in 0..per_round {
                 bare.push(bare_once("bash", &["-c", "true"], None).await?);
-                out.push(terminal_script_once(&b.engine, limits, "local").await?);
-                open.call.push(terminal_once(&b.engine, "true").await?);
+                out.push(terminal_script_once(unconfined, limits, "local unconfined").await?);
+                open.call.push(terminal_once(unconfined, "true").await?);
                 confined.take(b, sandboxed, "local workspace-write").await?;
                 exec.take(b, per_command, "local workspace-write, agent = false")
                     .await?;
@@ -203,7 +218,7 @@ async fn terminal_measure(
 
     let mut r = ScenarioReport::new(
         "terminal",
-        "`terminal` per command (`true`), local backend, unconfined",
+        "`terminal` per command (`true`), local backend, unconfined (`sandbox = \"none\"`)",
         "ms",
         Better::Lower,
     );
@@ -212,7 +227,10 @@ async fn terminal_measure(
         Role::Paddock,
         None,
         Outcome::measured(
-            script_method("local backend, unconfined: the built-in policy"),
+            script_method(
+                "local backend, unconfined: a policy with `sandbox = \"none\"`; the built-in \
+                 policy's is sandboxed",
+            ),
             None,
             open.script.clone(),
         ),
@@ -288,10 +306,18 @@ async fn terminal_measure(
 }
 
 pub async fn burst(b: &Bench) -> Result<ScenarioReport> {
+    let engine = Arc::new(unconfined_engine(b, "bench-burst")?);
+    let result = burst_measure(b, &engine).await;
+    close_sessions(&[(&engine, "bench-burst")]).await;
+    result
+}
+
+async fn burst_measure(b: &Bench, engine: &Arc<Engine>) -> Result<ScenarioReport> {
     const COMMANDS: usize = 100;
     let mut r = ScenarioReport::new(
         "terminal_burst",
-        "100 concurrent `terminal` commands (`echo i`): wall time",
+        "100 concurrent `terminal` commands (`echo i`), local backend, unconfined \
+         (`sandbox = \"none\"`): wall time",
         "ms",
         Better::Lower,
     );
@@ -301,7 +327,7 @@ pub async fn burst(b: &Bench) -> Result<ScenarioReport> {
         let t = Instant::now();
         let tasks: Vec<_> = (0..COMMANDS)
             .map(|i| {
-                let engine = Arc::clone(&b.engine);
+                let engine = Arc::clone(engine);
                 tokio::spawn(async move { terminal_once(&engine, &format!("echo {i}")).await })
             })
             .collect();
@@ -336,8 +362,8 @@ pub async fn burst(b: &Bench) -> Result<ScenarioReport> {
         Outcome::measured(
             format!(
                 "{COMMANDS} `terminal` calls started at once from {COMMANDS} tasks in this \
-                 process, all in one session; sample = wall time until the last result (every \
-                 command must exit 0)."
+                 process, all in one session of a local backend with `sandbox = \"none\"`; \
+                 sample = wall time until the last result (every command must exit 0)."
             ),
             None,
             paddock,
@@ -365,9 +391,16 @@ fn on_path(program: &str) -> Option<PathBuf> {
 }
 
 pub async fn python_execute(b: &Bench) -> Result<ScenarioReport> {
+    let engine = unconfined_engine(b, "bench-python")?;
+    let result = python_execute_measure(b, &engine).await;
+    close_sessions(&[(&engine, "bench-python")]).await;
+    result
+}
+
+async fn python_execute_measure(b: &Bench, engine: &Engine) -> Result<ScenarioReport> {
     let mut r = ScenarioReport::new(
         "python_execute",
-        "`python_execute` latency (`print(1)`), local backend",
+        "`python_execute` latency (`print(1)`), local backend, unconfined (`sandbox = \"none\"`)",
         "ms",
         Better::Lower,
     );
@@ -376,8 +409,7 @@ pub async fn python_execute(b: &Bench) -> Result<ScenarioReport> {
         .map_err(BenchError::io("writing main.py"))?;
     let run = async || -> Result<f64> {
         let t = Instant::now();
-        let out = b
-            .engine
+        let out = engine
             .call_tool("python_execute", json!({"code": "print(1)\n"}))
             .await
             .map_err(BenchError::tool("python_execute"))?;
@@ -403,7 +435,7 @@ pub async fn python_execute(b: &Bench) -> Result<ScenarioReport> {
         None,
         Outcome::measured(
             "Engine::call_tool(\"python_execute\", {\"code\": \"print(1)\"}) on the local \
-             backend: writes main.py into a fresh working directory, runs `python3 -u main.py` \
+             backend with `sandbox = \"none\"`: writes main.py into a fresh working directory, runs `python3 -u main.py` \
              through the terminal machinery, collects artifacts; host wall time.",
             None,
             paddock,
