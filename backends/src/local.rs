@@ -295,6 +295,15 @@ impl LocalEnvironment {
     }
 
     /// One sandboxed command through the session's agent.
+    /// Where a new session's commands start: the workspace of a sandboxed backend (the only
+    /// place they may write), else the home directory.
+    fn start_dir(&self) -> PathBuf {
+        match &self.sandbox {
+            Some(sandbox) => sandbox.workspace.clone(),
+            None => home_dir(),
+        }
+    }
+
     async fn run_through_agent(
         &self,
         sandbox: &LocalSandbox,
@@ -322,7 +331,7 @@ impl LocalEnvironment {
             ],
             env,
             clear_env: true,
-            cwd: Some(home_dir().display().to_string()),
+            cwd: Some(self.start_dir().display().to_string()),
             timeout_ms: Some(u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX)),
             renames: Vec::new(),
             run_id: Some(tag.clone()),
@@ -379,7 +388,7 @@ impl LocalEnvironment {
             .args(&args)
             .env_clear()
             .envs(env)
-            .current_dir(home_dir())
+            .current_dir(self.start_dir())
             .stdin(if request.stdin.is_some() {
                 Stdio::piped()
             } else {
@@ -458,8 +467,30 @@ impl LocalEnvironment {
         ProcessRegistry::new(self.state_root.join("processes"))
     }
 
+    /// A workspace-write sandbox whose workspace is `/` confines nothing: refused, saying how
+    /// to choose one (Paddock started in `/`, as some MCP clients start servers).
+    fn check_workspace(&self) -> Result<()> {
+        match &self.sandbox {
+            Some(s) if s.mode == "workspace-write" && s.workspace == std::path::Path::new("/") => {
+                Err(BackendError::Unavailable {
+                    kind: "local".into(),
+                    name: self.name.clone(),
+                    reason: format!(
+                        "its workspace-write sandbox would have the whole filesystem as its \
+                         workspace (paddock was started in /); start paddock in the project \
+                         directory, or set [backends.{}] workspace = \"/path/to/project\" in a \
+                         policy file (--policy FILE or PADDOCK_POLICY=FILE)",
+                        self.name
+                    ),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     async fn run(&self, request: ExecRequest) -> Result<ExecOutput> {
         check_command(&request.command)?;
+        self.check_workspace()?;
         let state = session_dir(&self.state_root, &request.session)?;
         let workdir = match &request.workdir {
             Some(dir) => {
@@ -483,7 +514,7 @@ impl LocalEnvironment {
             let tag = crate::ids::new_run_id("t");
             let argv =
                 self.shell_argv(&state, &request.session, &request.command, &workdir, &tag)?;
-            return run_pty(&request, &state, argv, &tag, &env).await;
+            return run_pty(&request, &state, argv, &tag, &env, &self.start_dir()).await;
         }
         let started = Instant::now();
         let tag = crate::ids::new_run_id("t");
@@ -637,6 +668,7 @@ async fn run_pty(
     (program, args): (PathBuf, Vec<String>),
     tag: &str,
     env: &BTreeMap<String, String>,
+    start: &std::path::Path,
 ) -> Result<ExecOutput> {
     let started = Instant::now();
     let (mut pty, pts) =
@@ -650,7 +682,7 @@ async fn run_pty(
             &"TERM".to_owned(),
             &"xterm-256color".to_owned(),
         ))))
-        .current_dir(home_dir())
+        .current_dir(start)
         .kill_on_drop(true)
         .spawn(pts)
         .map_err(|e| BackendError::Spawn(std::io::Error::other(e)))?;
@@ -719,6 +751,7 @@ impl Environment for LocalEnvironment {
     fn spawn_background(&self, request: BackgroundRequest) -> BackendFuture<'_, ProcessRecord> {
         Box::pin(async move {
             check_command(&request.command)?;
+            self.check_workspace()?;
             let state = session_dir(&self.state_root, &request.session)?;
             if let Some(dir) = &request.workdir
                 && !dir.is_dir()

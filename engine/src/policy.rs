@@ -81,6 +81,18 @@ impl Default for ToolsConfig {
     }
 }
 
+/// The names `[approval] packs` accepts: the rule packs of `approval/packs/` (a test there
+/// keeps the two lists equal; the policy layer does not depend on the approval layer).
+pub const RULE_PACKS: &[&str] = &[
+    "core",
+    "cloud",
+    "containers",
+    "infrastructure",
+    "databases",
+    "services",
+    "secrets",
+];
+
 /// `[approval]`: what a dangerous command gets.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -96,7 +108,9 @@ pub struct ApprovalConfig {
     /// `terminal`, or `none`. Default: the terminal when a person sits at one, else none.
     pub approver: Option<Spanned<String>>,
     pub approver_args: Vec<String>,
-    /// Extra rules on top of the built-in catalogue.
+    /// Rule packs to apply ([`RULE_PACKS`]); all of them when absent.
+    pub packs: Option<Vec<Spanned<String>>>,
+    /// Extra rules on top of the packs.
     pub rules: Vec<ExtraRule>,
     /// Environment tools routed to a container backend skip command approval.
     pub skip_for_containers: bool,
@@ -112,6 +126,12 @@ pub struct ExtraRule {
     /// `dangerous` (default: needs approval) or `hardline` (never allowed).
     pub severity: Option<String>,
     pub description: Option<String>,
+    /// Command lines the rule must match, and look-alikes it must not: checked when the
+    /// policy loads.
+    #[serde(default)]
+    pub examples: Vec<String>,
+    #[serde(default)]
+    pub counter_examples: Vec<String>,
 }
 
 impl Default for ApprovalConfig {
@@ -123,6 +143,7 @@ impl Default for ApprovalConfig {
             deny: Vec::new(),
             approver: None,
             approver_args: Vec::new(),
+            packs: None,
             rules: Vec::new(),
             skip_for_containers: false,
         }
@@ -443,6 +464,9 @@ impl Policy {
         for feature in &self.codemode.degraded {
             // seccomp is never optional: it is the layer that holds when the others are gone.
             one_of(feature, "codemode.degraded", &["namespaces", "landlock"])?;
+        }
+        for pack in self.approval.packs.iter().flatten() {
+            one_of(pack, "approval.packs", RULE_PACKS)?;
         }
         let t = *self.approval.timeout_seconds.get_ref();
         if !(t.is_finite() && t > 0.0) {
@@ -1003,6 +1027,16 @@ mod tests {
         assert!(e.contains("did you mean \"environment\""), "{e}");
         let e = err("[toolsets]\npreset = \"tiny\"\n");
         assert!(e.starts_with("p.toml:2: toolsets.preset:"), "{e}");
+    }
+
+    #[test]
+    fn approval_packs_are_checked() {
+        let e = err("[approval]\npacks = [\"core\", \"clod\"]\n");
+        assert!(
+            e.starts_with("p.toml:2: approval.packs: \"clod\" is not one of core, cloud"),
+            "{e}"
+        );
+        assert!(Policy::parse("[approval]\npacks = [\"core\", \"databases\"]\n", "p").is_ok());
     }
 
     #[test]

@@ -84,6 +84,136 @@ pub fn code_of(inv: &Invocation, upstream: &[Invocation]) -> Option<(Language, S
         .map(|u| (language, u.arg_text()))
 }
 
+/// Function and method names whose literal arguments say what the code does.
+const CALL_NAMES: &[&str] = &[
+    "system",
+    "popen",
+    "getoutput",
+    "getstatusoutput",
+    "check_output",
+    "check_call",
+    "call",
+    "run",
+    "Popen",
+    "exec",
+    "execSync",
+    "spawnSync",
+    "spawn",
+    "execFileSync",
+    "execFile",
+    "shell_exec",
+    "passthru",
+    "proc_open",
+    "capture2",
+    "capture2e",
+    "capture3",
+    "popen3",
+    "pipeline_r",
+    "rmtree",
+    "rm_rf",
+    "rm_r",
+    "remove_tree",
+    "remove_dir",
+    "remove_entry",
+    "remove_entry_secure",
+    "rmSync",
+    "rmdirSync",
+    "removedirs",
+    "rm",
+    "remove",
+    "unlink",
+    "unlinkSync",
+    "delete",
+    "rm_f",
+    "remove_file",
+    "rmdir",
+    "rmdirs",
+    "writeFileSync",
+    "appendFileSync",
+    "write_text",
+    "write_bytes",
+    "write",
+    "binwrite",
+    "file_put_contents",
+    "move",
+    "rename",
+    "renameSync",
+    "mv",
+];
+
+/// A quoted literal at the start of `text` (`'...'` or `"..."`, backslash escapes): its
+/// value and the rest of the text after it.
+fn literal_at(text: &str) -> Option<(String, &str)> {
+    let quote = text.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+    let mut value = String::new();
+    let mut chars = text[1..].char_indices();
+    while let Some((i, c)) = chars.next() {
+        if c == '\\' {
+            match chars.next() {
+                Some((_, 'n')) => value.push('\n'),
+                Some((_, 't')) => value.push('\t'),
+                Some((_, other)) => value.push(other),
+                None => return None,
+            }
+        } else if c == quote {
+            return Some((value, &text[1 + i + 1..]));
+        } else {
+            value.push(c);
+        }
+    }
+    None
+}
+
+/// `name(LIT, LIT, ...)`, `name([LIT, ...])` and `name LIT` (Perl, Ruby) for the names of
+/// [`CALL_NAMES`]: a hand-written scanner, since a regex of this shape costs a millisecond to
+/// compile and the check runs in a fresh process.
+fn calls_in(code: &str) -> Vec<(&str, Vec<String>)> {
+    let mut out = Vec::new();
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let starts_word = (bytes[i].is_ascii_alphabetic() || bytes[i] == b'_')
+            && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_'));
+        if !starts_word {
+            i += 1;
+            continue;
+        }
+        let end = code[i..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(code.len(), |e| i + e);
+        let name = &code[i..end];
+        i = end;
+        if !CALL_NAMES.contains(&name) {
+            continue;
+        }
+        let after = &code[end..];
+        let trimmed = after.trim_start();
+        let mut rest = if let Some(r) = trimmed.strip_prefix('(') {
+            r.trim_start()
+        } else if trimmed.len() < after.len() && trimmed.starts_with(['\'', '"']) {
+            trimmed
+        } else {
+            continue;
+        };
+        if let Some(r) = rest.strip_prefix('[') {
+            rest = r.trim_start();
+        }
+        let mut args = Vec::new();
+        while let Some((value, after_literal)) = literal_at(rest) {
+            args.push(value);
+            let t = after_literal.trim_start();
+            match t.strip_prefix(',') {
+                Some(r) => rest = r.trim_start(),
+                None => break,
+            }
+        }
+        if !args.is_empty() {
+            out.push((name, args));
+        }
+    }
+    out
+}
+
 /// What a call does, given its first literal argument(s).
 #[derive(Clone, Copy)]
 enum Action {
@@ -98,9 +228,6 @@ enum Action {
 }
 
 struct Calls {
-    /// `name(` or `name ` followed by a literal or a list of literals.
-    call: Regex,
-    literal: Regex,
     /// Backticks, `%x(...)`, `qx(...)`: shell code.
     backticks: Regex,
     /// `open(PATH, 'w')` (Python), `File.open(PATH, 'w')` (Ruby).
@@ -118,20 +245,6 @@ fn calls() -> Option<&'static Calls> {
     CALLS
         .get_or_init(|| {
             Some(Calls {
-                call: Regex::new(&format!(
-                    r"(?x)
-                    \b(?P<name>
-                        system|popen|getoutput|getstatusoutput|check_output|check_call|call|run|Popen
-                        |exec|execSync|spawnSync|spawn|execFileSync|execFile|shell_exec|passthru
-                        |proc_open|capture2|capture2e|capture3|popen3|pipeline_r
-                        |rmtree|rm_rf|rm_r|remove_tree|remove_dir|remove_entry|remove_entry_secure|rmSync|rmdirSync|removedirs|rm
-                        |remove|unlink|unlinkSync|delete|rm_f|remove_file|rmdir|rmdirs
-                        |writeFileSync|appendFileSync|write_text|write_bytes|write|binwrite|file_put_contents
-                        |move|rename|renameSync|mv
-                    )\s*(?:\(\s*|\s+)(?:\[\s*)?(?P<args>{LIT}(?:\s*,\s*{LIT})*)"
-                ))
-                .ok()?,
-                literal: Regex::new(LIT).ok()?,
                 backticks: Regex::new(r"`([^`]+)`|%x\(([^)]*)\)|qx[({/]([^)}/]*)[)}/]").ok()?,
                 open_write: Regex::new(&format!(
                     r#"\bopen\s*\(\s*(?P<path>{LIT})\s*,\s*['"](?P<mode>[wax][b+t]*)['"]"#
@@ -207,18 +320,7 @@ pub fn commands_in(_language: Language, code: &str) -> Vec<String> {
     };
     let code = with_home(code);
     let mut out = Vec::new();
-    for cap in calls.call.captures_iter(&code) {
-        let name = cap.name("name").map_or("", |m| m.as_str());
-        let args: Vec<String> = cap
-            .name("args")
-            .map(|m| {
-                calls
-                    .literal
-                    .find_iter(m.as_str())
-                    .map(|l| unquote(l.as_str()))
-                    .collect()
-            })
-            .unwrap_or_default();
+    for (name, args) in calls_in(&code) {
         let Some(first) = args.first() else {
             continue;
         };

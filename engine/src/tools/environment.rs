@@ -212,7 +212,7 @@ impl Tool for Terminal {
             let container = matches!(env.kind(), "docker" | "apptainer");
             if !(container && envs.skip_approval_in_containers) {
                 envs.approvals
-                    .check_command("terminal", &args.command, &ctx)
+                    .check_command("terminal", &args.command, args.workdir.as_deref(), &ctx)
                     .await?;
             }
             if args.background {

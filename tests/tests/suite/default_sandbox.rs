@@ -133,6 +133,37 @@ fn with_no_policy_a_write_outside_the_current_directory_fails_and_inside_it_work
 }
 
 #[test]
+fn a_new_session_starts_in_the_workspace_so_a_plain_write_works() {
+    let p = Project::new();
+    // No `workdir`, no path: what a newcomer types first.
+    let out = p.output("pwd; touch first-file && echo made");
+    let pwd = p.workspace.canonicalize().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out, format!("{}\nmade\n", pwd.display()));
+    assert!(p.workspace.join("first-file").is_file(), "{out}");
+}
+
+#[test]
+fn started_in_the_root_directory_the_default_sandbox_refuses_to_run() {
+    let p = Project::new();
+    let state = p.state();
+    let args = json!({"command": "touch /opt/paddock-root-test"}).to_string();
+    let run = paddock_at(
+        Some(Path::new("/")),
+        &["call", "terminal", "--args", &args],
+        &[("PADDOCK_HOME", state.as_str())],
+        None,
+        Duration::from_secs(60),
+    );
+    let v = run.json();
+    let error = v["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("whole filesystem") && error.contains("workspace ="),
+        "{v}"
+    );
+    assert!(!Path::new("/opt/paddock-root-test").exists(), "{v}");
+}
+
+#[test]
 fn with_no_policy_there_is_no_network() {
     let p = Project::new();
     // The sandbox's own network namespace: loopback alone.

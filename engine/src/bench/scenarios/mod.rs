@@ -5,6 +5,7 @@
 //! a chunk of Paddock's samples, then a chunk of each peer's, again. Peers run by the bench
 //! itself (bare `bash -c`, a bare `python3`, the bare backend tools) alternate sample by sample.
 
+mod approval;
 mod backends;
 mod calls;
 mod cpu;
@@ -68,6 +69,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "an MCP `tools/call` round trip over stdio to `paddock serve`",
     ),
     (
+        "approval",
+        "`paddock policy explain` of one command from a cold process",
+    ),
+    (
         "backends",
         "`terminal` on each docker/ssh/apptainer backend, with and without the agent, and \
          `paddock call terminal` on docker, against the bare tool (--backends POLICY)",
@@ -123,6 +128,7 @@ pub async fn run(name: &'static str, b: &Bench) -> Vec<ScenarioReport> {
         "terminal_burst" => one(terminal::burst(b).await),
         "python_execute" => one(terminal::python_execute(b).await),
         "mcp" => one(mcp::mcp(b).await),
+        "approval" => one(approval::approval(b).await),
         "backends" => return backends::backends(b).await,
         other => Err(BenchError::UnknownScenario {
             name: other.into(),
