@@ -143,15 +143,21 @@ impl Analysis {
     }
 }
 
-/// Analyses `command` run in `cwd` (absolute, home as `~`; `None`: unknown).
+/// Analyses `command` run in `cwd` (absolute, home as `/home/~`; `None`: unknown). The
+/// command is untrusted input: should the parser ever panic on it, the line is read by the
+/// fallback tokenizer instead, never waved through.
 pub fn analyse(command: &str, cwd: Option<&str>) -> Analysis {
-    let mut walker = Walker {
-        analysis: Analysis::default(),
-        vars: HashMap::new(),
-        cwd: cwd.map(str::to_owned),
-    };
-    walker.line(&normalize::unmask(command), 0);
-    walker.analysis
+    let unmasked = normalize::unmask(command);
+    let parsed = std::panic::catch_unwind(|| {
+        let mut walker = Walker::new(cwd);
+        walker.line(&unmasked, 0);
+        walker.analysis
+    });
+    parsed.unwrap_or_else(|_| {
+        let mut walker = Walker::new(cwd);
+        walker.fallback(&unmasked);
+        walker.analysis
+    })
 }
 
 struct Walker {
@@ -177,6 +183,14 @@ fn too_nested(text: &str) -> bool {
 }
 
 impl Walker {
+    fn new(cwd: Option<&str>) -> Self {
+        Self {
+            analysis: Analysis::default(),
+            vars: HashMap::new(),
+            cwd: cwd.map(str::to_owned),
+        }
+    }
+
     /// A whole command line (or the code of `bash -c`, a here-document fed to a shell, ...).
     fn line(&mut self, text: &str, depth: usize) {
         if depth > MAX_DEPTH {
@@ -1173,6 +1187,54 @@ mod tests {
         assert_eq!(lines("cat <<EOF > notes.txt\nrm -rf /\nEOF"), vec!["cat"]);
         assert_eq!(a.pipelines[0][0].stdin.as_deref(), Some("rm -rf /\n"));
         assert!(lines("bash <<'EOF'\nrm -rf /srv\nEOF").contains(&"rm -rf /srv".to_owned()));
+    }
+
+    /// Mangled versions of every corpus line (cut, quotes and brackets inserted, bytes
+    /// repeated) never make the analyser panic or hang.
+    #[test]
+    fn mangled_command_lines_are_survived() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpus");
+        let mut lines = Vec::new();
+        for file in ["dangerous.txt", "safe.txt"] {
+            let text = std::fs::read_to_string(dir.join(file)).unwrap();
+            lines.extend(
+                text.lines()
+                    .filter_map(|l| l.split_once('\t'))
+                    .map(|(_, c)| crate::approval::corpus::unescape(c)),
+            );
+        }
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let inserts = [
+            "'", "\"", "`", "$(", "(", ")", "{", "}", "<<EOF\n", "\\", "\n", "|", "&", ";", "${",
+            "<(", "\0", "\u{1b}[",
+        ];
+        for line in &lines {
+            for _ in 0..8 {
+                let mut mangled: Vec<char> = line.chars().collect();
+                let at = (next() as usize) % (mangled.len() + 1);
+                match next() % 3 {
+                    0 => mangled.truncate(at),
+                    1 => {
+                        let ins = inserts[(next() as usize) % inserts.len()];
+                        for (k, c) in ins.chars().enumerate() {
+                            mangled.insert(at + k, c);
+                        }
+                    }
+                    _ => {
+                        let copy: Vec<char> = mangled[at..].to_vec();
+                        mangled.extend(copy.iter().cycle().take(copy.len() * 3));
+                    }
+                }
+                let text: String = mangled.into_iter().collect();
+                let _ = analyse(&text, Some("/home/~/src"));
+            }
+        }
     }
 
     #[test]

@@ -265,7 +265,8 @@ fn a_killed_sandbox_is_reported_and_the_engine_goes_on() {
     let script = write_file(
         &dir,
         "s.py",
-        "print('about to wait')\nawait tools.wait(milliseconds=20000)\n",
+        // 24 MB of touched memory marks this script's child among its siblings.
+        "big = 'x' * 24_000_000\nprint('about to wait')\nawait tools.wait(milliseconds=20000)\n",
     );
     let follow = write_file(
         &dir,
@@ -282,12 +283,33 @@ fn a_killed_sandbox_is_reported_and_the_engine_goes_on() {
     std::thread::sleep(std::time::Duration::from_millis(1200));
     let zygotes = children_of(child.id());
     assert!(!zygotes.is_empty(), "no zygote under the engine");
-    // Kill only the child running the long wait: the first forked (lowest pid) of the zygote.
-    let mut sandboxes: Vec<u32> = zygotes.iter().flat_map(|z| children_of(*z)).collect();
-    sandboxes.sort();
+    // Kill only the child running the long wait: the one holding its 24 MB (which child a
+    // script gets, and which pid it has, is not fixed).
+    let sandboxes: Vec<u32> = zygotes.iter().flat_map(|z| children_of(*z)).collect();
     assert!(!sandboxes.is_empty(), "no sandbox children");
+    let rss_kb = |pid: u32| -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let waiting = sandboxes
+        .iter()
+        .copied()
+        .max_by_key(|pid| rss_kb(*pid))
+        .unwrap_or_else(|| panic!("no sandbox children"));
+    assert!(
+        rss_kb(waiting) > 20_000,
+        "no child holds the script's 24 MB: {:?}",
+        sandboxes
+            .iter()
+            .map(|p| (p, rss_kb(*p)))
+            .collect::<Vec<_>>()
+    );
     std::process::Command::new("kill")
-        .args(["-9", &sandboxes[0].to_string()])
+        .args(["-9", &waiting.to_string()])
         .status()
         .unwrap();
     let out = child.wait_with_output().unwrap();

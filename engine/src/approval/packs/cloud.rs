@@ -37,12 +37,13 @@ pub const RULES: &[RuleSpec] = &[
         ],
         &["aws route53 list-hosted-zones"],
     ),
-    command(
+    super::command_unless(
         "rclone-overwrite",
         Dangerous,
         "syncing, moving or deleting remote storage with rclone",
         &["rclone"],
         r"^(?:-\S+\s+)*(?:sync|move|moveto|delete|deletefile|purge|rmdir|rmdirs|cleanup|dedupe|bisync)(?:\s|$)",
+        r"(?:^|\s)(?:--dry-run|-n)(?:\s|$)",
         &[
             "rclone sync /empty remote:bucket",
             "rclone deletefile remote:b/f",
@@ -53,6 +54,7 @@ pub const RULES: &[RuleSpec] = &[
             "rclone copy a remote:b",
             "rclone ls remote:b",
             "rclone config",
+            "rclone sync a remote:b --dry-run",
         ],
     ),
     command(

@@ -442,15 +442,20 @@ pub fn git_subcommand(inv: &Invocation) -> Option<(String, Vec<String>)> {
             break;
         }
     }
-    // Case as written, as a case-insensitive filesystem would take it (`git RESET --HARD`).
+    // The subcommand and long options in any case, as a case-insensitive filesystem would
+    // take them (`git RESET --HARD`); short options keep theirs (`-D` is not `-d`).
     let sub = args.get(i)?.text.to_lowercase();
-    Some((
-        sub,
-        args[i + 1..]
-            .iter()
-            .map(|a| a.text.to_lowercase())
-            .collect(),
-    ))
+    let rest = args[i + 1..]
+        .iter()
+        .map(|a| {
+            if a.text.starts_with("--") {
+                a.text.to_lowercase()
+            } else {
+                a.text.clone()
+            }
+        })
+        .collect();
+    Some((sub, rest))
 }
 
 fn git_force_push(inv: &Invocation) -> bool {
@@ -496,14 +501,8 @@ fn git_discards_work(inv: &Invocation) -> bool {
             !staged || worktree
         }
         "stash" => rest.first().is_some_and(|a| a == "drop" || a == "clear"),
-        "branch" => {
-            // Lower-cased: `-D` is `-d` here; a forced delete or move can lose commits.
-            rest.iter()
-                .any(|a| a == "-d" && inv.args.iter().any(|o| o.text == "-D"))
-                || has("--force")
-                || has("-f")
-                || (has("--delete") && has("--force"))
-        }
+        // A forced delete or move of a branch can lose commits.
+        "branch" => has("-D") || has("--force") || has("-f"),
         "reflog" => rest.first().is_some_and(|a| a == "expire" || a == "delete"),
         "gc" => rest.iter().any(|a| a.starts_with("--prune")),
         "filter-branch" | "filter-repo" => true,
@@ -733,6 +732,8 @@ pub const RULES: &[RuleSpec] = &[
         "syncing with deletion of what the source lacks, or removing the source",
         |inv| {
             inv.program == "rsync"
+                && !inv.has_long("--dry-run")
+                && !inv.has_short('n')
                 && inv
                     .args
                     .iter()
@@ -746,6 +747,7 @@ pub const RULES: &[RuleSpec] = &[
         &[
             "rsync -av src/ dest/",
             "rsync -a --exclude .git src/ host:dest/",
+            "rsync --delete --dry-run a/ b/",
         ],
     ),
     check(
@@ -1279,6 +1281,7 @@ pub const RULES: &[RuleSpec] = &[
             "git reset HEAD file.txt",
             "git status",
             "git restore --staged file.txt",
+            "git restore -S file.txt",
             "git checkout -b feature",
             "git checkout main",
             "git stash",

@@ -90,7 +90,7 @@ pub const RULES: &[RuleSpec] = &[
             "gitlab-rails",
             "grafana-cli",
         ],
-        r"(?:^|\s)-{0,2}(?:[a-z0-9]+[-_:])*(?:delete|destroy|remove|purge|deregister|drop|wipe|erase|rm|del|rdelete|flush|truncate|forget|prune|compact|recreate|break-lock|clear|revoke|cancel|disable|archive|reset|kill|uninstall|unregister|undeploy|rollback|clean)(?:[-_:][a-z0-9]+)*(?:\s|$|=)",
+        r"(?:^|\s)-{0,2}(?:[a-z0-9]+[-_:])*(?:delete|destroy|remove|purge|deregister|drop|wipe|erase|rm|del|rdelete|flush|truncate|forget|prune|compact|recreate|break-lock|clear|revoke|cancel|archive|reset|kill|uninstall|unregister|undeploy|rollback|clean)(?:[-_:][a-z0-9]+)*(?:\s|$|=)",
         &[
             "borg delete repo::archive",
             "restic forget --keep-last 1 --prune",
@@ -218,7 +218,7 @@ pub const RULES: &[RuleSpec] = &[
             "DROP", "drop", "Drop", "DELETE", "delete", "Delete", "TRUNCATE", "truncate", "ALTER",
             "alter", "GRANT", "grant", "UPDATE", "update",
         ],
-        r"^(?:table|database|schema|index|view|user|role|keyspace|from|if\s+exists)\b|^\S+\s+\S+\s+drop\b|^\w+;?$|^all\b|^\S+\s+set\b",
+        r"^(?:table|database|schema|index|view|user|role|keyspace|from|if\s+exists)\b|^\S+\s+\S+\s+drop\b|^\w+;?$|^all\b.*\bon\s+\*\.\*|^\S+\s+set\b",
         r"\bwhere\b",
         &[
             "DROP TABLE users;",
@@ -228,6 +228,11 @@ pub const RULES: &[RuleSpec] = &[
             "TRUNCATE users;",
             "GRANT ALL ON *.* TO 'u'@'h';",
         ],
-        &["delete --help", "drop", "DELETE FROM users WHERE id = 1;"],
+        &[
+            "delete --help",
+            "drop",
+            "DELETE FROM users WHERE id = 1;",
+            "GRANT ALL ON mydb.* TO 'u'@'h';",
+        ],
     ),
 ];
