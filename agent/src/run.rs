@@ -172,11 +172,7 @@ pub fn serve_run(
     let status = child.wait()?;
     // What the program left behind goes with it: its group, and daemons that left the group
     // but carry the run id.
-    signal_run(
-        pgid,
-        request.run_id.as_deref(),
-        rustix::process::Signal::KILL,
-    );
+    kill_leftovers(pgid, request.run_id.as_deref());
     for (from, to) in &request.renames {
         match std::fs::rename(from, to) {
             Ok(()) => {}
@@ -278,6 +274,25 @@ pub fn end_run(pgid: u32, run_id: Option<&str>) {
     std::thread::sleep(KILL_GRACE);
     signal_run(pgid, run_id, rustix::process::Signal::KILL);
 }
+
+/// KILLs a finished run's leftovers until none is left: a process caught between two forks
+/// (`(nohup sleep &)`) can make a child after the scan that listed it, so one pass is not
+/// enough. Bounded: a run cannot keep the agent here.
+fn kill_leftovers(pgid: u32, run_id: Option<&str>) {
+    for _ in 0..LEFTOVER_ROUNDS {
+        signal_run(pgid, run_id, rustix::process::Signal::KILL);
+        let Some(run_id) = run_id else {
+            return;
+        };
+        if processes_of_run(run_id).is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Scans of a finished run's leftovers before giving up.
+const LEFTOVER_ROUNDS: usize = 50;
 
 fn signal_run(pgid: u32, run_id: Option<&str>, signal: rustix::process::Signal) {
     if let Some(group) = i32::try_from(pgid)
