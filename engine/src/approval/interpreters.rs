@@ -227,37 +227,67 @@ enum Action {
     Move,
 }
 
-struct Calls {
-    /// Backticks, `%x(...)`, `qx(...)`: shell code.
-    backticks: Regex,
-    /// `open(PATH, 'w')` (Python), `File.open(PATH, 'w')` (Ruby).
-    open_write: Regex,
-    /// Perl's `open(FH, '>PATH')` / `open(my $fh, '>', PATH)`.
-    perl_open: Regex,
-    /// `os.kill(-1, ...)`, `Process.kill(..., -1)`: every process.
-    kill_all: Regex,
-}
-
 const LIT: &str = r#"(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"#;
 
-fn calls() -> Option<&'static Calls> {
-    static CALLS: OnceLock<Option<Calls>> = OnceLock::new();
-    CALLS
-        .get_or_init(|| {
-            Some(Calls {
-                backticks: Regex::new(r"`([^`]+)`|%x\(([^)]*)\)|qx[({/]([^)}/]*)[)}/]").ok()?,
-                open_write: Regex::new(&format!(
-                    r#"\bopen\s*\(\s*(?P<path>{LIT})\s*,\s*['"](?P<mode>[wax][b+t]*)['"]"#
-                ))
-                .ok()?,
-                perl_open: Regex::new(&format!(
-                    r#"\bopen\s*\(?\s*(?:my\s+)?[$\w]+\s*,\s*(?:'(?P<inline>>>?[^']+)'|"(?P<inline2>>>?[^"]+)"|['"](?P<mode>>>?)['"]\s*,\s*(?P<path>{LIT}))"#
-                ))
-                .ok()?,
-                kill_all: Regex::new(r"\bkill\s*\(\s*-1\b|\bkill\s*\([^)]*,\s*-1\s*\)|\bkillpg\s*\(\s*0\b").ok()?,
-            })
-        })
-        .as_ref()
+/// A regex built on first use. Each costs about 0.1 ms to compile, and the check runs in a
+/// fresh process, so every one is built only when its hint appears in the code.
+fn lazy(
+    cell: &'static OnceLock<Option<Regex>>,
+    pattern: impl FnOnce() -> String,
+) -> Option<&'static Regex> {
+    cell.get_or_init(|| Regex::new(&pattern()).ok()).as_ref()
+}
+
+/// Backticks, `%x(...)`, `qx(...)`: shell code.
+fn backticks() -> Option<&'static Regex> {
+    static R: OnceLock<Option<Regex>> = OnceLock::new();
+    lazy(&R, || {
+        r"`([^`]+)`|%x\(([^)]*)\)|qx[({/]([^)}/]*)[)}/]".into()
+    })
+}
+
+/// `open(PATH, 'w')` (Python), `File.open(PATH, 'w')` (Ruby).
+fn open_write() -> Option<&'static Regex> {
+    static R: OnceLock<Option<Regex>> = OnceLock::new();
+    lazy(&R, || {
+        format!(r#"\bopen\s*\(\s*(?P<path>{LIT})\s*,\s*['"](?P<mode>[wax][b+t]*)['"]"#)
+    })
+}
+
+/// Perl's `open(FH, '>PATH')` / `open(my $fh, '>', PATH)`.
+fn perl_open() -> Option<&'static Regex> {
+    static R: OnceLock<Option<Regex>> = OnceLock::new();
+    lazy(&R, || {
+        format!(
+            r#"\bopen\s*\(?\s*(?:my\s+)?[$\w]+\s*,\s*(?:'(?P<inline>>>?[^']+)'|"(?P<inline2>>>?[^"]+)"|['"](?P<mode>>>?)['"]\s*,\s*(?P<path>{LIT}))"#
+        )
+    })
+}
+
+/// `os.kill(-1, ...)`, `Process.kill(..., -1)`, `killpg(0, ...)`: every process.
+fn kill_all() -> Option<&'static Regex> {
+    static R: OnceLock<Option<Regex>> = OnceLock::new();
+    lazy(&R, || {
+        r"\bkill\s*\(\s*-1\b|\bkill\s*\([^)]*,\s*-1\s*\)|\bkillpg\s*\(\s*0\b".into()
+    })
+}
+
+/// `Path('/x').write_text(...)`, `.unlink()`, `.rmdir()`, `.touch()`.
+fn path_calls() -> Option<&'static Regex> {
+    static R: OnceLock<Option<Regex>> = OnceLock::new();
+    lazy(&R, || {
+        format!(
+            r"Path\s*\(\s*(?P<path>{LIT})\s*\)\s*\.\s*(?P<op>write_text|write_bytes|unlink|rmdir|touch)"
+        )
+    })
+}
+
+/// `os.path.expanduser(LIT)` and `glob(LIT)`: the literal itself.
+fn passthrough() -> Option<&'static Regex> {
+    static R: OnceLock<Option<Regex>> = OnceLock::new();
+    lazy(&R, || {
+        format!(r"(?:\bos\.path\.expanduser|\bglob)\(\s*({LIT})\s*\)")
+    })
 }
 
 fn unquote(literal: &str) -> String {
@@ -294,14 +324,11 @@ fn quote(word: &str) -> String {
 
 /// Home-directory spellings of each language, as the shell's `~`.
 fn with_home(code: &str) -> String {
-    let code = match Regex::new(&format!(r"os\.path\.expanduser\(\s*({LIT})\s*\)")) {
-        Ok(r) => r.replace_all(code, "$1").into_owned(),
-        Err(_) => code.to_owned(),
-    };
-    let code = match Regex::new(&format!(r"\bglob\(\s*({LIT})\s*\)")) {
-        Ok(r) => r.replace_all(&code, "$1").into_owned(),
-        Err(_) => code,
-    };
+    let code =
+        match passthrough().filter(|_| code.contains("expanduser(") || code.contains("glob(")) {
+            Some(r) => r.replace_all(code, "$1").into_owned(),
+            None => code.to_owned(),
+        };
     code.replace("Path.home()", "'~'")
         .replace("os.environ['HOME']", "'~'")
         .replace("os.environ[\"HOME\"]", "'~'")
@@ -315,9 +342,6 @@ fn with_home(code: &str) -> String {
 
 /// Shell command lines equivalent to what `code` does.
 pub fn commands_in(_language: Language, code: &str) -> Vec<String> {
-    let Some(calls) = calls() else {
-        return Vec::new();
-    };
     let code = with_home(code);
     let mut out = Vec::new();
     for (name, args) in calls_in(&code) {
@@ -371,9 +395,7 @@ pub fn commands_in(_language: Language, code: &str) -> Vec<String> {
         }
     }
     // `Path('/etc/x').write_text(...)`, `Path('/usr').unlink()`, `Path(p).rmdir()`.
-    if let Ok(path_calls) = Regex::new(&format!(
-        r"Path\s*\(\s*(?P<path>{LIT})\s*\)\s*\.\s*(?P<op>write_text|write_bytes|unlink|rmdir|touch)"
-    )) {
+    if let Some(path_calls) = path_calls().filter(|_| code.contains("Path")) {
         for cap in path_calls.captures_iter(&code) {
             let path = cap
                 .name("path")
@@ -384,12 +406,19 @@ pub fn commands_in(_language: Language, code: &str) -> Vec<String> {
             }
         }
     }
-    for cap in calls.backticks.captures_iter(&code) {
+    let backticks =
+        backticks().filter(|_| code.contains('`') || code.contains("%x(") || code.contains("qx"));
+    for cap in backticks.iter().flat_map(|r| r.captures_iter(&code)) {
         if let Some(m) = cap.get(1).or_else(|| cap.get(2)).or_else(|| cap.get(3)) {
             out.push(m.as_str().to_owned());
         }
     }
-    for cap in calls.open_write.captures_iter(&code) {
+    let opens = code.contains("open");
+    for cap in open_write()
+        .filter(|_| opens)
+        .iter()
+        .flat_map(|r| r.captures_iter(&code))
+    {
         let path = cap
             .name("path")
             .map_or(String::new(), |m| unquote(m.as_str()));
@@ -402,7 +431,11 @@ pub fn commands_in(_language: Language, code: &str) -> Vec<String> {
             quote(&path)
         ));
     }
-    for cap in calls.perl_open.captures_iter(&code) {
+    for cap in perl_open()
+        .filter(|_| opens)
+        .iter()
+        .flat_map(|r| r.captures_iter(&code))
+    {
         if let Some(inline) = cap.name("inline").or_else(|| cap.name("inline2")) {
             let t = inline.as_str();
             let (op, path) = if let Some(p) = t.strip_prefix(">>") {
@@ -419,7 +452,7 @@ pub fn commands_in(_language: Language, code: &str) -> Vec<String> {
             ));
         }
     }
-    if calls.kill_all.is_match(&code) {
+    if code.contains("kill") && kill_all().is_some_and(|r| r.is_match(&code)) {
         out.push("kill -9 -1".into());
     }
     out

@@ -226,14 +226,18 @@ impl Catalogue {
         }
         // Shapes that only the whole line shows.
         let unmasked = super::normalize::unmask(command);
+        let lowered = unmasked.to_lowercase();
         for &i in &self.general {
             let matched = match &self.rules[i].matcher {
                 Matcher::Builtin(RuleSpec {
-                    test: Test::Text(pattern),
+                    test: Test::Text { pattern, hints },
                     ..
-                }) => self.rules[i]
-                    .command_regexes(pattern, "")
-                    .is_some_and(|(r, _)| r.is_match(&unmasked)),
+                }) => {
+                    hints.iter().any(|h| lowered.contains(h))
+                        && self.rules[i]
+                            .command_regexes(pattern, "")
+                            .is_some_and(|(r, _)| r.is_match(&unmasked))
+                }
                 Matcher::Builtin(RuleSpec {
                     test: Test::ForkBomb,
                     ..
@@ -294,7 +298,7 @@ impl Catalogue {
                     .any(|inv| self.command_rule_matches(rule, inv)),
                 Test::Check(f) => pipeline.iter().any(f),
                 Test::Pipeline(f) => f(pipeline),
-                Test::Text(_) | Test::ForkBomb => false,
+                Test::Text { .. } | Test::ForkBomb => false,
             },
             Matcher::Policy(regex) => pipeline.iter().any(|inv| regex.is_match(&inv.line())),
         }
@@ -303,6 +307,10 @@ impl Catalogue {
 
 /// A function that pipes itself into itself in the background: `:(){ :|:& };:`.
 fn is_fork_bomb(text: &str) -> bool {
+    // No function definition, no fork bomb: most lines stop here, before any regex is built.
+    if !text.contains('(') || !text.contains('{') || !text.contains('&') {
+        return false;
+    }
     let Ok(definition) = Regex::new(r"([A-Za-z_:.][\w:.]*)\s*\(\s*\)\s*\{") else {
         return false;
     };

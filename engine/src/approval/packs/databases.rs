@@ -105,9 +105,10 @@ pub const RULES: &[RuleSpec] = &[
         Dangerous,
         "an HTTP DELETE request (deleting an index, a bucket or a record through an API)",
         &["curl", "http", "https", "xh", "httpie", "wget"],
-        r"(?:^|\s)(?:-X\s*|--request[=\s]|--method[=\s])DELETE\b|^(?:-\S+\s+)*DELETE\s|_delete_by_query|/doDelete\b|/delete-batch\b|/delete_series\b|/_close\b",
+        r"(?:^|\s)(?:-X\s*|--request[=\s]|--method[=\s])DELETE\b|^(?:-\S+\s+)*DELETE\s|_delete_by_query|/doDelete\b|/delete-batch\b|/delete_series\b|/_close\b|(?:-X\s*|--request[=\s]|^)PUT\s.*/_cluster/settings",
         &[
             "curl -X DELETE http://localhost:9200/logs-2024",
+            "curl -X PUT http://localhost:9200/_cluster/settings",
             "curl -XDELETE 'es:9200/index'",
             "http DELETE api.example.com/users/1",
             "curl -X POST es:9200/idx/_delete_by_query -d '{\"query\":{\"match_all\":{}}}'",

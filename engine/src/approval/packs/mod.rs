@@ -39,8 +39,12 @@ pub enum Test {
     /// A check over one pipeline (`curl ... | sh`).
     Pipeline(fn(&[Invocation]) -> bool),
     /// A regular expression over the whole command line, disguises removed: for shapes no
-    /// parse of single commands shows (a fork bomb, `bash <(curl ...)`).
-    Text(&'static str),
+    /// parse of single commands shows (`bash <(curl ...)`). It is compiled and run only when
+    /// the line contains one of `hints` (lower-cased): most lines never pay for it.
+    Text {
+        pattern: &'static str,
+        hints: &'static [&'static str],
+    },
     /// A shell function that pipes itself into itself in the background.
     ForkBomb,
 }

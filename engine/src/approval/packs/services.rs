@@ -123,6 +123,33 @@ pub const RULES: &[RuleSpec] = &[
         &["ssh-add ~/.ssh/id_ed25519", "ssh-add -l"],
     ),
     command(
+        "ci-and-gateway-changes",
+        Dangerous,
+        "disabling CI workflows, syncing a gateway's whole configuration, or disabling storage users",
+        &["gh", "glab", "deck", "mc"],
+        r"^(?:-\S+\s+)*(?:workflow\s+disable|(?:gateway\s+)?sync|admin\s+(?:user|policy|group)\s+(?:disable|remove|rm|unset|detach))(?:\s|$)",
+        &[
+            "gh workflow disable deploy.yml",
+            "deck sync --select-tag production",
+            "deck gateway sync",
+            "mc admin user disable m u",
+        ],
+        &["gh workflow list", "deck diff", "mc ls m/bucket"],
+    ),
+    command(
+        "dns-changes",
+        Dangerous,
+        "deleting DNS records or dumping a whole zone",
+        &["nsupdate", "dig", "host"],
+        r"(?:^|\s)(?:delete|del|axfr|ixfr)(?:\s|$)|(?:^|\s)-l(?:\s|$)|(?:^|\s)-t\s*axfr\b",
+        &[
+            "echo 'delete example.com' | nsupdate",
+            "dig axfr example.com",
+            "host -t axfr example.com ns1",
+        ],
+        &["dig example.com", "host example.com"],
+    ),
+    command(
         "jenkins-cli-delete",
         Dangerous,
         "deleting Jenkins jobs, nodes or views",
