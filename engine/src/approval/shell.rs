@@ -164,7 +164,16 @@ struct Walker {
     analysis: Analysis,
     vars: HashMap<String, String>,
     cwd: Option<String>,
+    /// Inside a loop body walked once per value: loops nested in it are walked once, with
+    /// their variable unknown, so that nesting cannot multiply the work (4 values in 12
+    /// nested loops would be 16 million walks).
+    repeating: bool,
+    /// Commands that may still be copied into the pipelines piping into them.
+    copies_left: usize,
 }
+
+/// Copies of commands one line may make for its pipelines' context.
+const MAX_COPIES: usize = 4096;
 
 fn too_nested(text: &str) -> bool {
     let mut depth = 0usize;
@@ -188,6 +197,8 @@ impl Walker {
             analysis: Analysis::default(),
             vars: HashMap::new(),
             cwd: cwd.map(str::to_owned),
+            repeating: false,
+            copies_left: MAX_COPIES,
         }
     }
 
@@ -291,12 +302,10 @@ impl Walker {
                     // pipe (`curl x | (cd /tmp; sh)`), part of this one.
                     let before = self.analysis.pipelines.len();
                     self.compound(compound, depth);
-                    let inner: Vec<Invocation> = self.analysis.pipelines[before..]
-                        .iter()
-                        .flatten()
-                        .cloned()
-                        .collect();
-                    out.extend(inner);
+                    if pipeline.seq.len() > 1 {
+                        let inner = self.copies_of(before);
+                        out.extend(inner);
+                    }
                     if let Some(redirects) = redirects {
                         let mut holder = self.invocation(":", Vec::new());
                         for r in &redirects.0 {
@@ -362,12 +371,18 @@ impl Walker {
                     .collect();
                 // Each literal value in turn (a few), else the variable is unknown.
                 let literal: Vec<&Arg> = values.iter().filter(|a| !a.dynamic).collect();
-                if !literal.is_empty() && literal.len() == values.len() && values.len() <= 4 {
+                let repeat = !self.repeating
+                    && !literal.is_empty()
+                    && literal.len() == values.len()
+                    && values.len() <= 4;
+                if repeat {
+                    self.repeating = true;
                     for value in literal {
                         self.vars
                             .insert(f.variable_name.clone(), value.text.clone());
                         self.list(&f.body.list, depth);
                     }
+                    self.repeating = false;
                 } else {
                     self.vars.remove(&f.variable_name);
                     self.list(&f.body.list, depth);
@@ -654,6 +669,26 @@ impl Walker {
         }
     }
 
+    /// Copies of the commands of the pipelines recorded since `before`, for the pipeline that
+    /// pipes into them, within a budget: nested piped subshells would otherwise double the
+    /// copies at every level.
+    fn copies_of(&mut self, before: usize) -> Vec<Invocation> {
+        let inner: Vec<Invocation> = self.analysis.pipelines[before..]
+            .iter()
+            .flatten()
+            .cloned()
+            .map(|mut i| {
+                i.derived = true;
+                i
+            })
+            .collect();
+        if inner.len() > self.copies_left {
+            return Vec::new();
+        }
+        self.copies_left -= inner.len();
+        inner
+    }
+
     /// `cd`, `pushd` and `export X=...` change what later commands of the line see.
     fn track(&mut self, inv: &Invocation) {
         match inv.program.as_str() {
@@ -716,16 +751,10 @@ impl Walker {
             let before = self.analysis.pipelines.len();
             self.line(&code, depth + 1);
             // Inner commands are also part of this pipeline (`curl x | bash -c 'sh'`).
-            let inner: Vec<Invocation> = self.analysis.pipelines[before..]
-                .iter()
-                .flatten()
-                .cloned()
-                .map(|mut i| {
-                    i.derived = true;
-                    i
-                })
-                .collect();
-            out.extend(inner);
+            if !upstream.is_empty() {
+                let inner = self.copies_of(before);
+                out.extend(inner);
+            }
             self.cwd = saved_cwd;
             return;
         }
@@ -1235,6 +1264,32 @@ mod tests {
                 let _ = analyse(&text, Some("/home/~/src"));
             }
         }
+    }
+
+    #[test]
+    fn nested_loops_cannot_multiply_the_work() {
+        let mut line = String::new();
+        for i in 0..12 {
+            line.push_str(&format!("for v{i} in a b c d; do "));
+        }
+        line.push_str("rm -rf /$v0");
+        line.push_str(&"; done".repeat(12));
+        let a = analyse(&line, None);
+        assert!(
+            a.invocations().count() < 1000,
+            "{}",
+            a.invocations().count()
+        );
+        assert!(a.invocations().any(|i| i.program == "rm"));
+        // Piped subshells nested deep copy within a budget too.
+        let piped = format!("{}rm -rf /x{}", "true | (".repeat(40), ")".repeat(40));
+        let a = analyse(&piped, None);
+        assert!(
+            a.invocations().count() < 10_000,
+            "{}",
+            a.invocations().count()
+        );
+        assert!(a.invocations().any(|i| i.program == "rm"));
     }
 
     #[test]
