@@ -50,6 +50,11 @@ enum Command {
         /// Append one JSON line per tool call event to FILE.
         #[arg(long, value_name = "FILE")]
         events: Option<PathBuf>,
+        /// Notebook session: the scripts run one after another, in the order given, and each
+        /// sees the names the earlier ones defined (as `[codemode] keep_state = true`). The
+        /// state lives as long as this process.
+        #[arg(long)]
+        keep_state: bool,
     },
     /// Call any registered tool and print its JSON result.
     Call {
@@ -318,6 +323,7 @@ async fn dispatch(command: Command) -> ExitCode {
             max_memory_mb,
             max_output_chars,
             events,
+            keep_state,
         } => {
             run_scripts(
                 scripts,
@@ -329,6 +335,7 @@ async fn dispatch(command: Command) -> ExitCode {
                     max_output_chars,
                 },
                 events,
+                keep_state,
             )
             .await
         }
@@ -485,11 +492,13 @@ async fn run_scripts(
     common: Common,
     overrides: Overrides,
     events: Option<PathBuf>,
+    keep_state: bool,
 ) -> ExitCode {
-    let policy = match load_policy(common.policy.as_deref()) {
+    let mut policy = match load_policy(common.policy.as_deref()) {
         Ok(p) => p,
         Err(e) => return usage_error(&e),
     };
+    policy.codemode.keep_state |= keep_state;
     if !policy.codemode.enabled {
         return usage_error("code mode is disabled by the policy ([codemode] enabled = false)");
     }
@@ -524,25 +533,38 @@ async fn run_scripts(
         Ok(l) => l,
         Err(e) => return usage_error(&e),
     };
-    let handles: Vec<_> = scripts
-        .into_iter()
-        .map(|code| {
-            let engine = engine.clone();
-            let limits = limits.clone();
-            tokio::spawn(async move { engine.run_script(&code, &limits).await })
-        })
-        .collect();
     let mut all_ok = true;
-    for handle in handles {
-        let result = match handle.await {
-            Ok(Ok(result)) => result,
-            Ok(Err(e)) => return usage_error(&e.to_string()),
-            Err(e) => {
-                json!({"ok": false, "error_code": "codemode:sandbox_failed", "error": format!("engine task failed: {e}"), "output": ""})
-            }
-        };
+    let mut report = |result: &Value| {
         all_ok &= result.get("ok").and_then(Value::as_bool).unwrap_or(false);
-        print_line(&result);
+        print_line(result);
+    };
+    if engine.policy().codemode.keep_state {
+        // Cells run in the order given, each after the one before it, printed as they end.
+        for code in scripts {
+            match engine.run_script(&code, &limits).await {
+                Ok(result) => report(&result),
+                Err(e) => return usage_error(&e.to_string()),
+            }
+        }
+    } else {
+        let handles: Vec<_> = scripts
+            .into_iter()
+            .map(|code| {
+                let engine = engine.clone();
+                let limits = limits.clone();
+                tokio::spawn(async move { engine.run_script(&code, &limits).await })
+            })
+            .collect();
+        for handle in handles {
+            let result = match handle.await {
+                Ok(Ok(result)) => result,
+                Ok(Err(e)) => return usage_error(&e.to_string()),
+                Err(e) => {
+                    json!({"ok": false, "error_code": "codemode:sandbox_failed", "error": format!("engine task failed: {e}"), "output": ""})
+                }
+            };
+            report(&result);
+        }
     }
     engine.settle().await;
     if all_ok {
@@ -689,6 +711,10 @@ async fn sweep_every_minute(shared: Arc<crate::mcp::server::Shared>) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     loop {
         tick.tick().await;
+        let closed = shared.engine.close_idle_notebooks();
+        if !closed.is_empty() {
+            tracing::info!(sessions = ?closed, "idle notebook state closed");
+        }
         if let Err(err) = shared.engine.sweep_now().await {
             tracing::warn!(%err, "session sweep failed");
         }

@@ -131,7 +131,11 @@ impl Engine {
 
     /// As [`Engine::new`] with an explicit pool configuration (e.g. another binary as zygote).
     pub fn with_pool(policy: Policy, registry: Registry, pool: PoolConfig) -> Self {
-        let codemode = CodeMode::new(SandboxPool::new(pool), Arc::new(registry));
+        let codemode = CodeMode::new(
+            SandboxPool::new(pool),
+            Arc::new(registry),
+            *policy.codemode.max_kept_sessions.get_ref(),
+        );
         Self {
             policy,
             codemode,
@@ -206,9 +210,25 @@ impl Engine {
         Ok(self.sessions()?.list())
     }
 
-    /// Ends session `id` now: environments, background processes, state, record.
+    /// Ends session `id` now: its notebook state, environments, background processes, state,
+    /// record.
     pub async fn close_session(&self, id: &str) -> Result<CloseReport, EngineError> {
+        if self.codemode.close_notebook(id) {
+            tracing::debug!(session = %id, "notebook state closed");
+        }
         Ok(self.sessions()?.close(id).await?)
+    }
+
+    /// Ends the notebook state of sessions idle longer than `[sessions] idle_timeout_seconds`
+    /// (`paddock serve` does this every minute).
+    pub fn close_idle_notebooks(&self) -> Vec<String> {
+        self.codemode
+            .close_idle_notebooks(self.policy.sessions.idle_timeout())
+    }
+
+    /// Notebook sessions holding a live sandbox child.
+    pub fn live_notebooks(&self) -> usize {
+        self.codemode.live_notebooks()
     }
 
     pub fn policy(&self) -> &Policy {
@@ -261,7 +281,11 @@ impl Engine {
         let started = Instant::now();
         let events = self.registry().events().clone();
         events.emit(&script_event(&ctx, Phase::Started, started, None));
-        let result = self.codemode.run(code, limits, &ctx).await;
+        let result = if self.policy.codemode.keep_state {
+            self.codemode.run_kept(code, limits, &ctx).await
+        } else {
+            self.codemode.run(code, limits, &ctx).await
+        };
         let code = result
             .get("error_code")
             .and_then(Value::as_str)
@@ -327,8 +351,16 @@ impl Engine {
              independent calls concurrently with `asyncio.gather`. End on an expression (or \
              `return`) to return a value; `print` output is returned too. No files, network or \
              environment: use tools. Tool failures raise ValueError (bad arguments), \
-             PermissionError (denied) or RuntimeError. Tools available to scripts:\n",
+             PermissionError (denied) or RuntimeError. ",
         );
+        if self.policy.codemode.keep_state {
+            description.push_str(
+                "Scripts of this session share their names like notebook cells: variables, \
+                 functions and imports defined by one script are there in the next (the result's \
+                 `notebook` says when the state started afresh). ",
+            );
+        }
+        description.push_str("Tools available to scripts:\n");
         description.push_str(&definitions::signature_list(
             &scripts,
             definitions::SIGNATURES_CAP_CHARS,

@@ -44,6 +44,10 @@ pub struct CodemodeConfig {
     /// Kernel features the script sandbox may run without, for old kernels: `namespaces`,
     /// `landlock`. Empty (the default): a missing feature means no script runs.
     pub degraded: Vec<Spanned<String>>,
+    /// Notebook sessions: the scripts of one session share one namespace, like notebook cells.
+    pub keep_state: bool,
+    /// Notebook sessions holding a child at once; one more evicts the least recently used.
+    pub max_kept_sessions: Spanned<usize>,
 }
 
 impl Default for CodemodeConfig {
@@ -58,6 +62,8 @@ impl Default for CodemodeConfig {
             max_concurrency: Spanned::new(0..0, 8),
             prefork: Spanned::new(0..0, 2),
             degraded: Vec::new(),
+            keep_state: false,
+            max_kept_sessions: Spanned::new(0..0, 16),
         }
     }
 }
@@ -373,6 +379,13 @@ impl Policy {
                 c.max_output_chars.span(),
                 "codemode.max_output_chars",
                 "must be at least 100".into(),
+            ));
+        }
+        if *c.max_kept_sessions.get_ref() == 0 || *c.max_kept_sessions.get_ref() > 4096 {
+            return Err(invalid(
+                c.max_kept_sessions.span(),
+                "codemode.max_kept_sessions",
+                "must be between 1 and 4096".into(),
             ));
         }
         if *c.max_concurrency.get_ref() == 0 {

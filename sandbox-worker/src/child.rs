@@ -1,4 +1,5 @@
-//! One forked child: confine, wait for the script, run it, report, exit.
+//! One forked child: confine, wait for the script, run it, report, exit (or, for a notebook
+//! session, wait for the session's next script).
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -59,44 +60,53 @@ pub fn child_main(socket: OwnedFd, zygote_pid: i32, sandbox: &SandboxInterpreter
         }
     }
 
-    let request = loop {
-        match channel.recv(None) {
-            Ok(Some(Message::Run(request))) => break request,
-            Ok(Some(_)) => continue,
-            Ok(None) | Err(_) => confine::exit_immediately(EXIT_CHANNEL_LOST),
+    // A notebook child (the first request asks for kept state) runs every script of its
+    // session, one after another, in one namespace; any other child runs one script and exits.
+    let mut session_baseline: Option<usize> = None;
+    loop {
+        let request = loop {
+            match channel.recv(None) {
+                Ok(Some(Message::Run(request))) => break request,
+                Ok(Some(_)) => continue,
+                Ok(None) | Err(_) => confine::exit_immediately(EXIT_CHANNEL_LOST),
+            }
+        };
+        let keep_state = request.keep_state;
+        // The session's budget counts from before its first script: names kept by earlier
+        // scripts use it up, as they would in one long script.
+        let baseline = *session_baseline.get_or_insert_with(confine::live_bytes);
+        arm_heap_limit(request.max_memory_bytes, baseline);
+        crate::host::install_channel(channel);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            crate::interpreter::run_script(&sandbox.interpreter, &request)
+        }))
+        .unwrap_or_else(|_| {
+            ScriptOutcome::Err(ScriptFailure {
+                exception: "SandboxPanic".into(),
+                message: "the sandbox runtime panicked".into(),
+                line: None,
+                traceback: String::new(),
+                error_code: Some("codemode:sandbox_failed".into()),
+                unknown_tool: None,
+            })
+        });
+        ARMED.store(false, Ordering::SeqCst);
+        confine::set_hard_ceiling(0);
+        let Some(returned) = crate::host::take_channel() else {
+            confine::exit_immediately(EXIT_PANIC);
+        };
+        channel = returned;
+        if channel.send(&Message::Finished(outcome)).is_err() {
+            confine::exit_immediately(EXIT_CHANNEL_LOST);
         }
-    };
-
-    arm_heap_limit(request.max_memory_bytes);
-    crate::host::install_channel(channel);
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        crate::interpreter::run_script(&sandbox.interpreter, &request)
-    }))
-    .unwrap_or_else(|_| {
-        ScriptOutcome::Err(ScriptFailure {
-            exception: "SandboxPanic".into(),
-            message: "the sandbox runtime panicked".into(),
-            line: None,
-            traceback: String::new(),
-            error_code: Some("codemode:sandbox_failed".into()),
-            unknown_tool: None,
-        })
-    });
-    ARMED.store(false, Ordering::SeqCst);
-    confine::set_hard_ceiling(0);
-    let Some(mut channel) = crate::host::take_channel() else {
-        confine::exit_immediately(EXIT_PANIC);
-    };
-    let code = match channel.send(&Message::Finished(outcome)) {
-        Ok(()) => 0,
-        Err(_) => EXIT_CHANNEL_LOST,
-    };
-    confine::exit_immediately(code)
+        if !keep_state {
+            confine::exit_immediately(0);
+        }
+    }
 }
 
-fn arm_heap_limit(budget_bytes: u64) {
+fn arm_heap_limit(budget_bytes: u64, baseline: usize) {
     let budget = usize::try_from(budget_bytes).unwrap_or(usize::MAX);
-    let baseline = confine::live_bytes();
     let soft = baseline.saturating_add(budget);
     SOFT_LIMIT.store(soft, Ordering::SeqCst);
     BUDGET_MB.store(budget / (1024 * 1024), Ordering::SeqCst);

@@ -124,7 +124,11 @@ fn call_run(vm: &VirtualMachine, request: &RunRequest) -> PyResult<ScriptOutcome
     }
     let source: PyObjectRef = vm.ctx.new_str(request.source.as_str()).into();
     let original: PyObjectRef = vm.ctx.new_str(request.original_source.as_str()).into();
-    let outcome = vm.call_method(&runtime, "_run", (source, tools, original))?;
+    let outcome = vm.call_method(
+        &runtime,
+        "_run",
+        (source, tools, original, vm.ctx.new_bool(request.keep_state)),
+    )?;
     let outcome = outcome
         .downcast::<PyTuple>()
         .map_err(|_| vm.new_type_error("bad outcome"))?;

@@ -53,7 +53,8 @@ pub enum Message {
     },
     /// The engine's answer to one [`Message::ToolCall`].
     ToolReply { id: u64, reply: ToolReply },
-    /// The script ended; the child exits right after.
+    /// The script ended; the child exits right after (a notebook child waits for the next
+    /// `Run` instead).
     Finished(ScriptOutcome),
 }
 
@@ -66,8 +67,13 @@ pub struct RunRequest {
     pub original_source: String,
     /// Python identifier -> registry tool name, for every tool the script may call.
     pub tools: Vec<(String, String)>,
-    /// The script's own heap budget in bytes (`MemoryError` above it).
+    /// The script's own heap budget in bytes (`MemoryError` above it). In a notebook child
+    /// the first script's budget is the session's, counted from before that script.
     pub max_memory_bytes: u64,
+    /// Notebook session: run in the child's kept namespace and wait for the next script
+    /// afterwards instead of exiting.
+    #[serde(default)]
+    pub keep_state: bool,
 }
 
 /// The engine's answer to a nested tool call.
@@ -227,6 +233,7 @@ mod tests {
             original_source: "1".into(),
             tools: vec![("my_tool".into(), "my-tool".into())],
             max_memory_bytes: 1 << 20,
+            keep_state: true,
         }));
         roundtrip(Message::Finished(ScriptOutcome::Err(ScriptFailure {
             exception: "ValueError".into(),

@@ -3,6 +3,7 @@
 //! engine enforces the wall-clock, memory, output and tool-call limits.
 
 pub mod deadline;
+mod notebook;
 pub mod pool;
 
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use serde_json::{Map, Value, json};
 use crate::events::{Phase, ToolCallEvent, now_ms};
 use crate::registry::{CallContext, Registry, ToolError, new_call_id};
 use deadline::Deadline;
+use notebook::{LiveChild, Notebook, Notebooks};
 use paddock_backends::output::{CappedText, cap_text};
 use pool::{Checkout, ExitInfo, FrameReader, SandboxPool};
 
@@ -57,10 +59,12 @@ impl Default for Limits {
     }
 }
 
-/// Runs scripts: the pool plus the registry their nested calls go through.
+/// Runs scripts: the pool plus the registry their nested calls go through, and the kept state
+/// of notebook sessions.
 pub struct CodeMode {
     pool: SandboxPool,
     registry: Arc<Registry>,
+    notebooks: Notebooks,
 }
 
 /// A nested tool call in flight: resolves to (call id, tool, reply).
@@ -86,14 +90,62 @@ struct RunRecord {
     started: Instant,
 }
 
+impl RunRecord {
+    fn new(limits: &Limits) -> Self {
+        Self {
+            output: CappedText::new(limits.max_output_chars),
+            script_tools: Vec::new(),
+            tool_calls: 0,
+            tool_errors: Vec::new(),
+            started: Instant::now(),
+        }
+    }
+}
+
 enum Ending {
     Finished(ScriptOutcome),
     Failed { code: &'static str, message: String },
 }
 
+/// A script refused before it reached a sandbox (too big, empty, not Python).
+struct Rejected {
+    code: &'static str,
+    message: String,
+}
+
+impl From<Rejected> for Ending {
+    fn from(rejected: Rejected) -> Self {
+        Ending::Failed {
+            code: rejected.code,
+            message: rejected.message,
+        }
+    }
+}
+
 impl CodeMode {
-    pub fn new(pool: SandboxPool, registry: Arc<Registry>) -> Self {
-        Self { pool, registry }
+    /// `max_kept_sessions`: notebook sessions holding a child at once (`[codemode]
+    /// max_kept_sessions`); one more evicts the least recently used.
+    pub fn new(pool: SandboxPool, registry: Arc<Registry>, max_kept_sessions: usize) -> Self {
+        Self {
+            pool,
+            registry,
+            notebooks: Notebooks::new(max_kept_sessions),
+        }
+    }
+
+    /// Ends `session`'s notebook state, if it has one (its child is killed).
+    pub fn close_notebook(&self, session: &str) -> bool {
+        self.notebooks.close(session)
+    }
+
+    /// Ends the notebook state of sessions unused for `idle`; answers their ids.
+    pub fn close_idle_notebooks(&self, idle: Duration) -> Vec<String> {
+        self.notebooks.close_idle(idle)
+    }
+
+    /// Notebook sessions holding a live child.
+    pub fn live_notebooks(&self) -> usize {
+        self.notebooks.live()
     }
 
     pub fn pool(&self) -> &SandboxPool {
@@ -107,15 +159,54 @@ impl CodeMode {
     /// Runs one script and returns its result object (DESIGN.md section 2). `ctx.call_id` is
     /// the script's own call id: nested calls carry it as `parent_call_id`.
     pub async fn run(&self, code: &str, limits: &Limits, ctx: &CallContext) -> Value {
-        let mut record = RunRecord {
-            output: CappedText::new(limits.max_output_chars),
-            script_tools: Vec::new(),
-            tool_calls: 0,
-            tool_errors: Vec::new(),
-            started: Instant::now(),
-        };
+        let mut record = RunRecord::new(limits);
         let ending = self.run_inner(code, limits, ctx, &mut record).await;
         render(ending, record, limits)
+    }
+
+    /// Checks and prepares a script: the request for the child and the tool names it may call.
+    fn request_for(
+        &self,
+        code: &str,
+        limits: &Limits,
+        keep_state: bool,
+        record: &mut RunRecord,
+    ) -> Result<(RunRequest, std::collections::HashSet<String>), Rejected> {
+        if code.len() > MAX_SCRIPT_BYTES {
+            return Err(Rejected {
+                code: codes::SCRIPT_ERROR,
+                message: format!(
+                    "the script is {} bytes; the limit is {MAX_SCRIPT_BYTES} bytes",
+                    code.len()
+                ),
+            });
+        }
+        if code.trim().is_empty() {
+            return Err(Rejected {
+                code: codes::SCRIPT_ERROR,
+                message: "the script is empty: send Python code that calls tools and ends on the \
+                          value to return"
+                    .into(),
+            });
+        }
+        let prepared = prepare_script(code).map_err(|err| Rejected {
+            code: codes::SYNTAX_ERROR,
+            message: err.to_string(),
+        })?;
+        let script_tools = self.registry.script_tools();
+        record.script_tools = script_tools
+            .iter()
+            .map(|(ident, _)| ident.clone())
+            .collect();
+        let allowed = script_tools.iter().map(|(_, name)| name.clone()).collect();
+        let request = RunRequest {
+            source: prepared.source,
+            original_source: code.to_owned(),
+            tools: script_tools,
+            max_memory_bytes: limits.max_memory_mb.saturating_mul(1024 * 1024),
+            keep_state,
+        };
+        Ok((request, allowed))
     }
 
     async fn run_inner(
@@ -125,44 +216,10 @@ impl CodeMode {
         ctx: &CallContext,
         record: &mut RunRecord,
     ) -> Ending {
-        if code.len() > MAX_SCRIPT_BYTES {
-            return Ending::Failed {
-                code: codes::SCRIPT_ERROR,
-                message: format!(
-                    "the script is {} bytes; the limit is {MAX_SCRIPT_BYTES} bytes",
-                    code.len()
-                ),
-            };
-        }
-        if code.trim().is_empty() {
-            return Ending::Failed {
-                code: codes::SCRIPT_ERROR,
-                message: "the script is empty: send Python code that calls tools and ends on the \
-                          value to return"
-                    .into(),
-            };
-        }
-        let prepared = match prepare_script(code) {
-            Ok(p) => p,
-            Err(err) => {
-                return Ending::Failed {
-                    code: codes::SYNTAX_ERROR,
-                    message: err.to_string(),
-                };
-            }
+        let (request, allowed) = match self.request_for(code, limits, false, record) {
+            Ok(prepared) => prepared,
+            Err(rejected) => return rejected.into(),
         };
-        let script_tools = self.registry.script_tools();
-        record.script_tools = script_tools
-            .iter()
-            .map(|(ident, _)| ident.clone())
-            .collect();
-        let request = RunRequest {
-            source: prepared.source,
-            original_source: code.to_owned(),
-            tools: script_tools.clone(),
-            max_memory_bytes: limits.max_memory_mb.saturating_mul(1024 * 1024),
-        };
-
         // The clock starts when the script is accepted: waiting for a free slot counts.
         let deadline = Deadline::start(limits.timeout);
         let checkout = tokio::select! {
@@ -188,22 +245,167 @@ impl CodeMode {
                 message: format!("could not hand the script to the sandbox: {err}"),
             };
         }
-        let allowed: std::collections::HashSet<String> =
-            script_tools.into_iter().map(|(_, name)| name).collect();
         let scope = ScriptScope {
             limits,
             ctx,
             deadline: &deadline,
             allowed: &allowed,
         };
-        self.converse(child, reader, &scope, record).await
+        let mut frames = FrameReader::new(reader);
+        let ending = self.converse(&mut child, &mut frames, &scope, record).await;
+        child.forget_exit();
+        ending
     }
 
-    /// Serves one child until its script ends, the deadline passes or the child dies.
+    /// Runs one script of a notebook session (`[codemode] keep_state`) in the session's own
+    /// child, and returns its result object with a `notebook` member: the session, the cell
+    /// number in the current state, whether the script started fresh and why, and whether its
+    /// names are kept for the next script.
+    pub async fn run_kept(&self, code: &str, limits: &Limits, ctx: &CallContext) -> Value {
+        let mut record = RunRecord::new(limits);
+        // The clock starts when the script is accepted: waiting for the session's previous
+        // script, and for a slot, counts.
+        let deadline = Deadline::start(limits.timeout);
+        let notebook = self.notebooks.of(&ctx.session);
+        let mut notebook = tokio::select! {
+            notebook = notebook.lock_owned() => notebook,
+            () = deadline.expired() => {
+                let ending = Ending::Failed { code: codes::TIMEOUT, message: format!(
+                    "{} (it waited for the session's previous script, which was still running)",
+                    timeout_message(limits))
+                };
+                return render(ending, record, limits);
+            }
+        };
+        let ending = self
+            .run_cell(code, limits, ctx, &deadline, &mut notebook, &mut record)
+            .await;
+        let mut result = render(ending.ending, record, limits);
+        let mut described = notebook.describe(&ctx.session, ending.fresh, ending.reset.as_deref());
+        described["state_kept"] = json!(notebook.child.is_some());
+        if let Some(how) = &ending.ended {
+            described["state_ended"] = json!(how);
+        }
+        if let Value::Object(map) = &mut result {
+            map.insert("notebook".into(), described);
+        }
+        result
+    }
+
+    async fn run_cell(
+        &self,
+        code: &str,
+        limits: &Limits,
+        ctx: &CallContext,
+        deadline: &Deadline,
+        notebook: &mut Notebook,
+        record: &mut RunRecord,
+    ) -> CellEnding {
+        let mut reset = notebook.reset_reason.take();
+        if let Some(live) = &notebook.child
+            && (live.checkout.has_exited() || !live.checkout.zygote_alive())
+        {
+            notebook.end("the session's sandbox child had ended while it waited".into());
+            reset = notebook.reset_reason.take();
+        }
+        let fresh = notebook.child.is_none();
+        let cell = |ending| CellEnding {
+            ending,
+            fresh,
+            reset: reset.clone(),
+            ended: None,
+        };
+        let (request, allowed) = match self.request_for(code, limits, true, record) {
+            Ok(prepared) => prepared,
+            // Nothing ran: the state stays as it was.
+            Err(rejected) => return cell(rejected.into()),
+        };
+        if fresh {
+            let checkout = tokio::select! {
+                checkout = self.pool.checkout() => checkout,
+                () = deadline.expired() => {
+                    return cell(Ending::Failed { code: codes::TIMEOUT, message: timeout_message(limits) });
+                }
+            };
+            match checkout {
+                Ok((checkout, reader)) => {
+                    notebook.cells = 0;
+                    notebook.child = Some(LiveChild {
+                        checkout,
+                        frames: FrameReader::new(reader),
+                    });
+                }
+                Err(err) => {
+                    return cell(Ending::Failed {
+                        code: codes::SANDBOX_FAILED,
+                        message: format!("no sandbox available: {err}"),
+                    });
+                }
+            }
+        } else {
+            let slot = tokio::select! {
+                slot = self.pool.slot() => slot,
+                () = deadline.expired() => {
+                    return cell(Ending::Failed { code: codes::TIMEOUT, message: timeout_message(limits) });
+                }
+            };
+            match (slot, notebook.child.as_mut()) {
+                (Ok(slot), Some(live)) => live.checkout.hold_slot(slot),
+                (Err(err), _) => {
+                    return cell(Ending::Failed {
+                        code: codes::SANDBOX_FAILED,
+                        message: format!("no sandbox slot available: {err}"),
+                    });
+                }
+                (Ok(_), None) => {}
+            }
+        }
+        let Some(live) = notebook.child.as_mut() else {
+            return cell(Ending::Failed {
+                code: codes::SANDBOX_FAILED,
+                message: "the session's sandbox child is missing".into(),
+            });
+        };
+        notebook.cells += 1;
+        let ending = match live.checkout.send(&Message::Run(request)).await {
+            Ok(()) => {
+                let scope = ScriptScope {
+                    limits,
+                    ctx,
+                    deadline,
+                    allowed: &allowed,
+                };
+                self.converse(&mut live.checkout, &mut live.frames, &scope, record)
+                    .await
+            }
+            Err(err) => Ending::Failed {
+                code: codes::SANDBOX_FAILED,
+                message: format!("could not hand the script to the sandbox: {err}"),
+            },
+        };
+        live.checkout.release_slot();
+        if let Some(cause) = state_ending(&ending) {
+            live.checkout.kill();
+            live.checkout.forget_exit();
+            notebook.end(format!(
+                "the previous script {cause}; the names defined before it are gone"
+            ));
+            let mut ended = cell(ending);
+            ended.ended = Some(format!(
+                "this script {cause}; the session's names are gone and its next script starts \
+                 fresh"
+            ));
+            return ended;
+        }
+        cell(ending)
+    }
+
+    /// Serves one child until its script ends, the deadline passes or the child dies. The
+    /// caller decides what becomes of the child afterwards.
     async fn converse(
         &self,
-        mut child: Checkout,
-        reader: tokio::net::unix::OwnedReadHalf,
+        child: &mut Checkout,
+        frames: &mut FrameReader,
         scope: &ScriptScope<'_>,
         record: &mut RunRecord,
     ) -> Ending {
@@ -213,7 +415,6 @@ impl CodeMode {
             deadline,
             allowed,
         } = *scope;
-        let mut frames = FrameReader::new(reader);
         // Nested calls are polled in this task: no thread hop between a reply and its frame.
         let mut in_flight: FuturesUnordered<NestedCall> = FuturesUnordered::new();
         let expired = deadline.expired();
@@ -295,13 +496,12 @@ impl CodeMode {
                             message: format!("the sandbox sent an unexpected message: {}", message_name(&other)),
                         };
                     }
-                    Err(err) => break self.classify_death(&child, err).await,
+                    Err(err) => break self.classify_death(child, err).await,
                 },
             }
         };
         // Calls still running are cancelled; those that ran are not undone.
         drop(in_flight);
-        child.forget_exit();
         ending
     }
 
@@ -312,6 +512,38 @@ impl CodeMode {
     ) -> Ending {
         let info = child.exit_info(Duration::from_secs(3)).await;
         classify_exit(info, &err.to_string())
+    }
+}
+
+/// How a notebook script ended, and what the result says about the state it ran in.
+struct CellEnding {
+    ending: Ending,
+    /// The script started with no names from earlier scripts.
+    fresh: bool,
+    /// Why an earlier state was lost, when that is why this script started fresh.
+    reset: Option<String>,
+    /// How this script ended the state, when it did.
+    ended: Option<String>,
+}
+
+/// Why a notebook's state cannot go on after this ending, if it cannot (a timeout or a crash
+/// killed the child, a memory blow-up leaves its heap at the ceiling): what the script did, in
+/// words that fit "this script ..." and "the previous script ...".
+fn state_ending(ending: &Ending) -> Option<String> {
+    match ending {
+        Ending::Finished(ScriptOutcome::Ok { .. }) => None,
+        Ending::Finished(ScriptOutcome::Err(failure)) => match failure.error_code.as_deref() {
+            Some(codes::MEMORY_LIMIT) => {
+                Some("ran out of memory (the session's max_memory_mb)".into())
+            }
+            Some(codes::SANDBOX_FAILED) => Some("broke its sandbox".into()),
+            _ => None,
+        },
+        Ending::Failed { code, message } => Some(match *code {
+            codes::TIMEOUT => "timed out".into(),
+            codes::MEMORY_LIMIT => "exceeded the session's memory ceiling".into(),
+            _ => format!("ended its sandbox ({message})"),
+        }),
     }
 }
 

@@ -81,7 +81,9 @@ struct ZygoteLink {
     alive: AtomicBool,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// Locks `m`, taking over a poisoned lock (its data stays consistent: no code here panics
+/// halfway through an update).
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),
@@ -254,10 +256,27 @@ pub struct Checkout {
     armed: bool,
     writer: OwnedWriteHalf,
     link: Arc<ZygoteLink>,
-    _permit: OwnedSemaphorePermit,
+    /// The concurrency slot of the script running in the child. A notebook child keeps its
+    /// state between scripts but gives the slot back while it waits.
+    slot: Option<OwnedSemaphorePermit>,
 }
 
 impl Checkout {
+    /// Takes a concurrency slot for the next script of a notebook child.
+    pub fn hold_slot(&mut self, slot: OwnedSemaphorePermit) {
+        self.slot = Some(slot);
+    }
+
+    /// Gives the slot back: the child waits for its session's next script.
+    pub fn release_slot(&mut self) {
+        self.slot = None;
+    }
+
+    /// True while the zygote that forked the child is alive (a child dies with it).
+    pub fn zygote_alive(&self) -> bool {
+        self.link.alive.load(Ordering::SeqCst)
+    }
+
     /// Sends one message to the child.
     pub async fn send(&mut self, message: &Message) -> Result<(), PoolError> {
         let frame = message.to_frame()?;
@@ -275,6 +294,15 @@ impl Checkout {
             nix::unistd::Pid::from_raw(self.pid),
             nix::sys::signal::Signal::SIGKILL,
         );
+    }
+
+    /// True when the zygote has already reported the child's end (a notebook child that died
+    /// while it waited for its next script).
+    pub fn has_exited(&self) -> bool {
+        matches!(
+            lock(&self.link.exits).get(&self.pid),
+            Some(ExitSlot::Done(_))
+        )
     }
 
     pub async fn exit_info(&self, wait: Duration) -> Option<ExitInfo> {
@@ -295,6 +323,7 @@ impl Drop for Checkout {
             // The zygote has not reaped the child (its exit is unreported), so the pid is still
             // this child's.
             self.kill();
+            self.link.forget(self.pid);
         }
     }
 }
@@ -470,15 +499,19 @@ impl SandboxPool {
         }
     }
 
-    /// Checks out a confined child for one script, waiting for a concurrency slot first.
-    pub async fn checkout(&self) -> Result<(Checkout, OwnedReadHalf), PoolError> {
-        let permit = self
-            .inner
+    /// Waits for one of the `max_concurrency` slots scripts run in.
+    pub async fn slot(&self) -> Result<OwnedSemaphorePermit, PoolError> {
+        self.inner
             .permits
             .clone()
             .acquire_owned()
             .await
-            .map_err(|e| PoolError::Join(e.to_string()))?;
+            .map_err(|e| PoolError::Join(e.to_string()))
+    }
+
+    /// Checks out a confined child for one script, waiting for a concurrency slot first.
+    pub async fn checkout(&self) -> Result<(Checkout, OwnedReadHalf), PoolError> {
+        let permit = self.slot().await?;
         let child = loop {
             let candidate = lock(&self.inner.idle).pop_front();
             match candidate {
@@ -496,7 +529,7 @@ impl SandboxPool {
             armed: true,
             writer: child.writer,
             link: child.link,
-            _permit: permit,
+            slot: Some(permit),
         };
         Ok((checkout, child.reader))
     }

@@ -207,19 +207,36 @@ def _failure(err, source, error_code=None):
             getattr(err, "paddock_unknown_tool", None))
 
 
-def _run(source, tools, original=None):
+# The namespace of a notebook session: one per child, so one per session (the engine never
+# gives a notebook child to another session).
+_NOTEBOOK_SCOPE = None
+
+
+def _script_scope(keep_state):
+    """A fresh namespace, or the notebook's, with the names the runtime provides reset."""
+    global _NOTEBOOK_SCOPE
+    if not keep_state:
+        scope = {"__name__": "__main__", "__builtins__": builtins}
+    else:
+        if _NOTEBOOK_SCOPE is None:
+            _NOTEBOOK_SCOPE = {"__name__": "__main__", "__builtins__": builtins}
+        scope = _NOTEBOOK_SCOPE
+        scope.pop("__paddock_result__", None)
+    scope["tools"] = _Tools()
+    scope["__paddock_return__"] = __paddock_return__
+    return scope
+
+
+def _run(source, tools, original=None, keep_state=False):
     """Runs one script. Returns (True, result_json) or (False, failure tuple)."""
     _TOOLS.clear()
     _TOOLS.update(tools)
-    # Every child starts from the zygote's copy of `random`: reseed from the kernel.
-    random.seed(int.from_bytes(_host.urandom(32), "big"))
+    if _NOTEBOOK_SCOPE is None:
+        # Every child starts from the zygote's copy of `random`: reseed from the kernel (a
+        # notebook once: later scripts continue its sequence).
+        random.seed(int.from_bytes(_host.urandom(32), "big"))
     sys.stdout = sys.stderr = _HostStream()
-    scope = {
-        "__name__": "__main__",
-        "__builtins__": builtins,
-        "tools": _Tools(),
-        "__paddock_return__": __paddock_return__,
-    }
+    scope = _script_scope(keep_state)
     try:
         code = compile(source, "<script>", "exec", flags=_PyCF_ALLOW_TOP_LEVEL_AWAIT,
                        dont_inherit=True)

@@ -1,6 +1,6 @@
 //! Every limit and error code of DESIGN.md section 2, through the real binary.
 
-use paddock_tests::{paddock, run_script, write_file};
+use paddock_tests::{children_of, paddock, rss_kb, run_script, write_file};
 use serde_json::json;
 
 #[test]
@@ -287,14 +287,6 @@ fn a_killed_sandbox_is_reported_and_the_engine_goes_on() {
     // script gets, and which pid it has, is not fixed).
     let sandboxes: Vec<u32> = zygotes.iter().flat_map(|z| children_of(*z)).collect();
     assert!(!sandboxes.is_empty(), "no sandbox children");
-    let rss_kb = |pid: u32| -> u64 {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
     let waiting = sandboxes
         .iter()
         .copied()
@@ -330,23 +322,6 @@ fn a_killed_sandbox_is_reported_and_the_engine_goes_on() {
         "{stdout}"
     );
     assert_eq!(lines[1]["result"], json!("second script fine"), "{stdout}");
-}
-
-/// Children of every thread of `pid` (a child belongs to the thread that spawned it).
-fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .filter_map(Result::ok)
-        .flat_map(|t| {
-            std::fs::read_to_string(t.path().join("children"))
-                .unwrap_or_default()
-                .split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<u32>>()
-        })
-        .collect()
 }
 
 #[test]

@@ -11,6 +11,7 @@ mod default_sandbox;
 mod definitions;
 mod hostile_script;
 mod hostile_shell;
+mod notebook;
 mod policies;
 mod sessions;
 mod warm;
