@@ -92,6 +92,23 @@ pub fn child_main(socket: OwnedFd, zygote_pid: i32, sandbox: &SandboxInterpreter
         });
         ARMED.store(false, Ordering::SeqCst);
         confine::set_hard_ceiling(0);
+        // The watchdog samples; a notebook script that ends holding more than the session's
+        // budget would hand the next script a heap already over it. It ends the state now.
+        let outcome = if keep_state && confine::live_bytes() > SOFT_LIMIT.load(Ordering::SeqCst) {
+            ScriptOutcome::Err(ScriptFailure {
+                exception: "MemoryError".into(),
+                message: format!(
+                    "the session's names hold more than its heap limit of {} MB",
+                    BUDGET_MB.load(Ordering::SeqCst)
+                ),
+                line: None,
+                traceback: String::new(),
+                error_code: Some("codemode:memory_limit".into()),
+                unknown_tool: None,
+            })
+        } else {
+            outcome
+        };
         let Some(returned) = crate::host::take_channel() else {
             confine::exit_immediately(EXIT_PANIC);
         };

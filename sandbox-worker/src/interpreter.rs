@@ -90,7 +90,24 @@ pub fn build() -> Result<SandboxInterpreter, SandboxError> {
 
 /// Runs one script in the current (forked) process. Never panics on script behaviour.
 pub fn run_script(interpreter: &Interpreter, request: &RunRequest) -> ScriptOutcome {
-    interpreter.enter(|vm| match call_run(vm, request) {
+    interpreter.enter(|vm| {
+        discard_stale_signals(vm);
+        run_entered(vm, request)
+    })
+}
+
+/// Drops exceptions the heap watchdog queued for the previous script of a notebook child that
+/// had ended before they landed: they belong to that script, not to this one.
+fn discard_stale_signals(vm: &VirtualMachine) {
+    for _ in 0..64 {
+        if vm.check_signals().is_ok() {
+            return;
+        }
+    }
+}
+
+fn run_entered(vm: &VirtualMachine, request: &RunRequest) -> ScriptOutcome {
+    match call_run(vm, request) {
         Ok(outcome) => outcome,
         Err(exc) => ScriptOutcome::Err(ScriptFailure {
             exception: "SandboxError".into(),
@@ -100,7 +117,7 @@ pub fn run_script(interpreter: &Interpreter, request: &RunRequest) -> ScriptOutc
             error_code: Some("codemode:sandbox_failed".into()),
             unknown_tool: None,
         }),
-    })
+    }
 }
 
 /// Runs the runtime's own warm-up script in a fresh child (see `child.rs`).

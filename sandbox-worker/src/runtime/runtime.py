@@ -229,6 +229,13 @@ def _script_scope(keep_state):
 
 def _run(source, tools, original=None, keep_state=False):
     """Runs one script. Returns (True, result_json) or (False, failure tuple)."""
+    try:
+        return _run_script(source, tools, original, keep_state)
+    except BaseException as err:  # noqa: B036 - e.g. a MemoryError landing between two steps
+        return (False, _failure(err, original or source))
+
+
+def _run_script(source, tools, original, keep_state):
     _TOOLS.clear()
     _TOOLS.update(tools)
     if _NOTEBOOK_SCOPE is None:

@@ -160,8 +160,8 @@ fn the_memory_budget_is_the_sessions() {
     // Each cell alone fits in 48 MB; what the first keeps counts against the second.
     let r = cells(
         &[
-            "a = 'x' * 30_000_000\nlen(a)",
-            "b = 'y' * 30_000_000\nlen(b)",
+            "a = bytearray(30_000_000)\nlen(a)",
+            "b = bytearray(30_000_000)\nlen(b)",
         ],
         &["--max-memory-mb", "48", "--timeout", "30"],
     );
