@@ -35,9 +35,8 @@ fn send(control: &OwnedFd, message: &Message, fd: Option<&OwnedFd>) -> io::Resul
 pub fn run_main() -> Result<(), SandboxError> {
     let control = confine::take_inherited_fd().map_err(SandboxError::Control)?;
     let sandbox = interpreter::build()?;
-    confine::prepare_in_zygote().map_err(|e| SandboxError::RuntimeInit(e.to_string()))?;
-    // Fail closed: a zygote that cannot isolate itself says why and forks nothing.
-    if let Err(err) = confine::isolate_zygote() {
+    // Fail closed: a zygote that cannot confine itself says why and forks nothing.
+    if let Err(err) = confine::prepare_in_zygote().and_then(|()| confine::isolate_zygote()) {
         let reason = err.to_string();
         let _ = send(
             &control,

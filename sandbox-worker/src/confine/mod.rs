@@ -16,7 +16,8 @@
 //! 5. the heap watchdog thread is started here, after Landlock (a thread inherits the domain of
 //!    the thread that creates it; Landlock ABI 7 cannot restrict threads that already exist);
 //! 6. rlimits: no new processes or threads, no files written, no core dumps, few descriptors;
-//! 7. seccomp last, on every thread: a kill-list, then an allow-list whose default is ENOSYS.
+//! 7. seccomp last, on every thread: an allow-list whose default is ENOSYS (`tgkill` only
+//!    towards itself), on top of the kill-list the zygote installed once and every fork inherits.
 //!
 //! The interpreter itself is built without host access (no `open`, `os`, sockets, `ctypes`);
 //! these layers are what holds if that ever stops being true.
@@ -98,7 +99,8 @@ pub fn isolate_zygote() -> Result<(), ConfineError> {
     Ok(())
 }
 
-/// Work done once in the zygote so that each child only applies ready-made filters.
+/// Work done once in the zygote so that each child does less: the seccomp kill-list, which
+/// does not depend on the child, is installed here and inherited by every fork.
 pub fn prepare_in_zygote() -> Result<(), ConfineError> {
     seccomp::prepare()
 }
@@ -146,11 +148,17 @@ fn drop_privileges(parent: i32) -> Result<bool, ConfineError> {
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
         return Err(step("not dumpable")(io::Error::last_os_error()));
     }
-    // SAFETY: as above.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(step("no_new_privs")(io::Error::last_os_error()));
-    }
+    set_no_new_privs().map_err(step("no_new_privs"))?;
     Ok(was_root)
+}
+
+/// `no_new_privs`: nothing this process executes can gain privileges.
+fn set_no_new_privs() -> io::Result<()> {
+    // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn drop_root() -> io::Result<()> {

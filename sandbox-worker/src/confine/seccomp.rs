@@ -96,22 +96,26 @@ fn program(
         .map_err(|e: seccompiler::BackendError| ConfineError::Seccomp(e.to_string()))
 }
 
-/// `tgkill` stays allowed for `abort()` (the memory ceiling ends a child with SIGABRT), but
-/// only towards this process: a filter built per child, since the pid differs. Otherwise a
-/// child running as the engine's own user could signal the engine wherever Landlock's signal
-/// scope is missing.
-fn own_signals_only() -> Result<BpfProgram, ConfineError> {
+/// The child's one filter: the allow-list, with `tgkill` allowed only towards this process.
+/// `tgkill` stays for `abort()` (the memory ceiling ends a child with SIGABRT); limited to the
+/// child's own pid, a child running as the engine's own user cannot signal the engine even
+/// where Landlock's signal scope is missing. Built per child, since the pid differs: one small
+/// program, so the kernel converts and JIT-compiles one filter per script, not three.
+fn child_filter() -> Result<BpfProgram, ConfineError> {
     use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition};
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|e| ConfineError::Seccomp(format!("unsupported architecture: {e}")))?;
     let pid = u64::from(std::process::id());
-    let other_process = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, pid)
+    let own_process = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, pid)
         .and_then(|c| SeccompRule::new(vec![c]))
         .map_err(|e| ConfineError::Seccomp(e.to_string()))?;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        ALLOWED.iter().map(|&nr| (nr, Vec::new())).collect();
+    rules.insert(libc::SYS_tgkill, vec![own_process]);
     let filter = SeccompFilter::new(
-        BTreeMap::from([(libc::SYS_tgkill, vec![other_process])]),
+        rules,
+        SeccompAction::Errno(libc::ENOSYS as u32),
         SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
         arch,
     )
     .map_err(|e| ConfineError::Seccomp(e.to_string()))?;
@@ -120,34 +124,34 @@ fn own_signals_only() -> Result<BpfProgram, ConfineError> {
         .map_err(|e: seccompiler::BackendError| ConfineError::Seccomp(e.to_string()))
 }
 
-type Programs = (BpfProgram, BpfProgram);
+static KILL_LIST: std::sync::OnceLock<Result<BpfProgram, String>> = std::sync::OnceLock::new();
 
-static PROGRAMS: std::sync::OnceLock<Result<Programs, String>> = std::sync::OnceLock::new();
-
-/// Compiles both filters once (the zygote calls this before forking, so children only install).
+/// Installs the kill-list in the calling process (the zygote, once): it does not depend on the
+/// child, and every child inherits it across `fork`. Sets `no_new_privs` first, which
+/// installing a filter without `CAP_SYS_ADMIN` requires (the zygote never executes anything, so
+/// it loses nothing by it).
 pub fn prepare() -> Result<(), ConfineError> {
-    programs().map(drop)
-}
-
-fn programs() -> Result<&'static Programs, ConfineError> {
-    PROGRAMS
+    if super::simulated_missing("seccomp") {
+        return Err(ConfineError::Missing {
+            feature: "seccomp",
+            reason: "simulated (PADDOCK_SANDBOX_SIMULATE_MISSING)".into(),
+        });
+    }
+    let kill = KILL_LIST
         .get_or_init(|| {
-            let kill = program(KILLED, SeccompAction::Allow, SeccompAction::KillProcess)
-                .map_err(|e| e.to_string())?;
-            let allow = program(
-                ALLOWED,
-                SeccompAction::Errno(libc::ENOSYS as u32),
-                SeccompAction::Allow,
-            )
-            .map_err(|e| e.to_string())?;
-            Ok((kill, allow))
+            program(KILLED, SeccompAction::Allow, SeccompAction::KillProcess)
+                .map_err(|e| e.to_string())
         })
         .as_ref()
-        .map_err(|e| ConfineError::Seccomp(e.clone()))
+        .map_err(|e| ConfineError::Seccomp(e.clone()))?;
+    super::set_no_new_privs().map_err(super::step("no_new_privs"))?;
+    seccompiler::apply_filter(kill)
+        .map_err(|e| ConfineError::Seccomp(format!("kill-list install failed: {e}")))
 }
 
-/// Installs the kill-list, then the allow-list (last: it also forbids installing filters), on
-/// every thread of the process. Returns the number of allowed syscalls.
+/// Installs the child's filter on every thread of the process (last: it also forbids
+/// installing filters). The kill-list is already there, inherited from the zygote. Returns the
+/// number of allowed syscalls.
 pub fn install() -> Result<usize, ConfineError> {
     if super::simulated_missing("seccomp") {
         return Err(ConfineError::Missing {
@@ -155,12 +159,12 @@ pub fn install() -> Result<usize, ConfineError> {
             reason: "simulated (PADDOCK_SANDBOX_SIMULATE_MISSING)".into(),
         });
     }
-    let (kill, allow) = programs()?;
-    let own_signals = own_signals_only()?;
-    // The allow-list goes last: it refuses seccomp() itself.
-    for filter in [kill, &own_signals, allow] {
-        seccompiler::apply_filter_all_threads(filter)
-            .map_err(|e| ConfineError::Seccomp(format!("install failed: {e}")))?;
+    if KILL_LIST.get().is_none() {
+        return Err(ConfineError::Seccomp(
+            "the kill-list was not installed before the fork (seccomp::prepare)".into(),
+        ));
     }
+    seccompiler::apply_filter_all_threads(&child_filter()?)
+        .map_err(|e| ConfineError::Seccomp(format!("install failed: {e}")))?;
     Ok(ALLOWED.len())
 }
