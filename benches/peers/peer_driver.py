@@ -11,10 +11,11 @@ Peers and scenarios:
 
     monty    trivial, nested_call [calls=100 mode=sync|async], cpu [n=1000000],
              gather [calls=50], script_size [lines=100], output [chars=1000],
-             throughput [concurrency=1 window=1.0], idle_memory [workers=4], startup
-             (pydantic-monty 1.4.0 worker pool; trivial/script_size/output take a fresh
-             checkout per script unless session=reuse; startup is a fresh Python process
-             that makes a pool and runs one script)
+             throughput [concurrency=1 window=1.0 session=reuse], idle_memory [workers=4],
+             startup, batch [scripts=200]
+             (pydantic-monty 1.4.0 worker pool; trivial/script_size/output/throughput take a
+             fresh checkout per script unless session=reuse; startup is a fresh Python process
+             that makes a pool and runs one script, batch one that runs `scripts` scripts)
     cpython  the same scenarios, each script a fresh `python3 -c` subprocess [python=PATH]
     hermes   terminal [command=true]   (Hermes Agent 0.19.0 terminal_tool, local backend)
     bash     terminal [command=true]   (bare `bash -c` through subprocess)
@@ -55,7 +56,7 @@ sys.stdout = sys.stderr
 
 SCENARIOS = {
     "monty": ["trivial", "nested_call", "cpu", "gather", "script_size", "output",
-              "throughput", "idle_memory", "startup"],
+              "throughput", "idle_memory", "startup", "batch"],
     "cpython": ["trivial", "nested_call", "cpu", "gather", "script_size", "output",
                 "throughput", "idle_memory", "startup"],
     "hermes": ["terminal"],
@@ -227,6 +228,8 @@ def measure_monty(scenario: str, p: dict[str, Any], sampler: Sampler) -> dict[st
         return measure_monty_idle(m, p)
     if scenario == "startup":
         return measure_monty_startup(sampler)
+    if scenario == "batch":
+        return measure_monty_batch(p, sampler)
     if scenario == "gather" or (scenario == "nested_call" and p.get("mode") == "async"):
         return measure_monty_async(m, scenario, p, sampler)
 
@@ -318,6 +321,7 @@ def measure_monty_throughput(m: Any, p: dict[str, Any], sampler: Sampler) -> dic
     import asyncio
 
     concurrency, window = int(p["concurrency"]), float(p["window"])
+    reuse = p.get("session") == "reuse"
 
     async def main() -> tuple[float, list[float]]:
         t = time.perf_counter()
@@ -326,6 +330,14 @@ def measure_monty_throughput(m: Any, p: dict[str, Any], sampler: Sampler) -> dic
 
             async def worker(until: float) -> int:
                 done = 0
+                if reuse:
+                    # One session per task, kept for every script (Monty's REPL sessions).
+                    async with pool.checkout() as s:
+                        while time.perf_counter() < until:
+                            if await s.feed_run("1 + 1") != 2:
+                                raise Failure("1 + 1 did not return 2")
+                            done += 1
+                    return done
                 while time.perf_counter() < until:
                     async with pool.checkout() as s:
                         if await s.feed_run("1 + 1") != 2:
@@ -349,8 +361,10 @@ def measure_monty_throughput(m: Any, p: dict[str, Any], sampler: Sampler) -> dic
     return {
         "method": (
             f"pydantic-monty 1.4.0 AsyncMonty pool (min_processes=2, max_processes = CPU count, "
-            f"its defaults): {concurrency} concurrent tasks each running `1 + 1` in a fresh "
-            f"checkout, over and over for {window:g} s; sample = scripts finished / window."
+            f"its defaults): {concurrency} concurrent tasks each running `1 + 1` "
+            + ("in its own session (one checkout kept for every script)" if reuse
+               else "in a fresh checkout")
+            + f", over and over for {window:g} s; sample = scripts finished / window."
         ),
         "samples_ms": samples,
         "unit": "scripts/s",
@@ -389,6 +403,39 @@ with m.Monty(min_processes=1) as pool:
     with pool.checkout() as s:
         assert s.feed_run("1 + 1") == 2
 """
+
+
+_MONTY_BATCH = """\
+import sys
+import pydantic_monty as m
+with m.Monty(min_processes=2) as pool:
+    for _ in range(int(sys.argv[1])):
+        with pool.checkout() as s:
+            assert s.feed_run("1 + 1") == 2
+"""
+
+
+def measure_monty_batch(p: dict[str, Any], sampler: Sampler) -> dict[str, Any]:
+    scripts = int(p["scripts"])
+
+    def once() -> float:
+        ms, proc = timed(
+            lambda: subprocess.run([sys.executable, "-c", _MONTY_BATCH, str(scripts)],
+                                   capture_output=True, check=False)
+        )
+        if proc.returncode != 0:
+            raise Failure(proc.stderr.decode(errors="replace")[-500:])
+        return ms
+
+    return {
+        "method": (
+            f"a fresh `{sys.executable} -c` process that imports pydantic_monty, makes a pool "
+            f"(min_processes=2), runs `1 + 1` {scripts} times, each in a fresh checkout, and "
+            "exits: host wall time from spawn to exit."
+        ),
+        "samples_ms": sampler.run(once),
+        "setup_ms": 0.0,
+    }
 
 
 def measure_monty_startup(sampler: Sampler) -> dict[str, Any]:

@@ -12,6 +12,7 @@ mod cpu;
 mod growth;
 mod mcp;
 mod memory;
+mod notebook;
 mod scripts;
 mod terminal;
 
@@ -45,6 +46,19 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     (
         "throughput",
         "scripts per second at concurrency 1, 2, 8, 32",
+    ),
+    (
+        "notebook",
+        "latency of a trivial script in a notebook session (keep_state)",
+    ),
+    (
+        "notebook_throughput",
+        "scripts per second in 1, 2, 8 concurrent notebook sessions",
+    ),
+    (
+        "batch",
+        "200 trivial scripts through one fresh `paddock run` process, with and without \
+         --keep-state",
     ),
     ("idle_memory", "private memory of an idle pre-forked child"),
     (
@@ -121,6 +135,9 @@ pub async fn run(name: &'static str, b: &Bench) -> Vec<ScenarioReport> {
         "script_size" => one(growth::script_size(b).await),
         "output" => one(growth::output(b).await),
         "throughput" => one(scripts::throughput(b).await),
+        "notebook" => one(notebook::notebook(b).await),
+        "notebook_throughput" => one(notebook::notebook_throughput(b).await),
+        "batch" => one(notebook::batch(b).await),
         "idle_memory" => one(memory::idle_memory(b).await),
         "startup" => one(scripts::startup(b).await),
         // Several reports measured in one interleaved loop: each carries the loop's wall time.
