@@ -35,6 +35,11 @@ fn send(control: &OwnedFd, message: &Message, fd: Option<&OwnedFd>) -> io::Resul
 pub fn run_main() -> Result<(), SandboxError> {
     let control = confine::take_inherited_fd().map_err(SandboxError::Control)?;
     let sandbox = interpreter::build()?;
+    let collapsed = confine::collapse_into_huge_pages();
+    tracing::debug!(
+        mib = collapsed >> 20,
+        "zygote memory collapsed into huge pages"
+    );
     // Fail closed: a zygote that cannot confine itself says why and forks nothing.
     if let Err(err) = confine::prepare_in_zygote().and_then(|()| confine::isolate_zygote()) {
         let reason = err.to_string();

@@ -170,12 +170,16 @@ pub fn children_of(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Resident memory of `pid` in kB (0 when it is gone).
-pub fn rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+/// Private resident memory of `pid` in kB (0 when it is gone): what it wrote itself, not the
+/// pages it still shares with the zygote it was forked from.
+pub fn private_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+        .filter_map(|l| {
+            l.strip_prefix("Private_Dirty:")
+                .or_else(|| l.strip_prefix("Private_Clean:"))
+        })
+        .filter_map(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }

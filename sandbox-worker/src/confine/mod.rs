@@ -35,8 +35,8 @@ use std::io;
 
 pub use heap::{CountingAllocator, live_bytes, set_hard_ceiling};
 pub use process::{
-    Forked, INHERITED_FD, die_with_parent, exit_immediately, fill_random, fork,
-    keep_only_inherited_fd, recv_with_fds, send_with_fd, spawn_with_fd, take_inherited_fd,
+    Forked, INHERITED_FD, collapse_into_huge_pages, die_with_parent, exit_immediately, fill_random,
+    fork, keep_only_inherited_fd, recv_with_fds, send_with_fd, spawn_with_fd, take_inherited_fd,
 };
 
 /// The uid/gid a child drops to when started as root.

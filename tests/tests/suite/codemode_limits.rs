@@ -1,6 +1,6 @@
 //! Every limit and error code of DESIGN.md section 2, through the real binary.
 
-use paddock_tests::{children_of, paddock, rss_kb, run_script, write_file};
+use paddock_tests::{children_of, paddock, private_kb, run_script, write_file};
 use serde_json::json;
 
 #[test]
@@ -290,14 +290,14 @@ fn a_killed_sandbox_is_reported_and_the_engine_goes_on() {
     let waiting = sandboxes
         .iter()
         .copied()
-        .max_by_key(|pid| rss_kb(*pid))
+        .max_by_key(|pid| private_kb(*pid))
         .unwrap_or_else(|| panic!("no sandbox children"));
     assert!(
-        rss_kb(waiting) > 20_000,
+        private_kb(waiting) > 20_000,
         "no child holds the script's 24 MB: {:?}",
         sandboxes
             .iter()
-            .map(|p| (p, rss_kb(*p)))
+            .map(|p| (p, private_kb(*p)))
             .collect::<Vec<_>>()
     );
     std::process::Command::new("kill")

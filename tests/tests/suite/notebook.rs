@@ -2,7 +2,7 @@
 //! session see the names earlier ones defined; a timeout, a memory blow-up or a dead child ends
 //! the state and the next script says so; every script keeps its own limits.
 
-use paddock_tests::{children_of, paddock, rss_kb, write_file};
+use paddock_tests::{children_of, paddock, private_kb, write_file};
 use serde_json::{Value, json};
 
 /// Runs `cells` in one `paddock run --keep-state` with `flags`; one result per cell.
@@ -290,7 +290,7 @@ fn wait_for_child_holding(engine: u32, kb: u64) -> u32 {
         let holding = children_of(engine)
             .into_iter()
             .flat_map(children_of)
-            .find(|pid| rss_kb(*pid) > kb);
+            .find(|pid| private_kb(*pid) > kb);
         if let Some(pid) = holding {
             return pid;
         }
