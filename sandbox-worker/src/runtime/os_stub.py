@@ -2,6 +2,7 @@
 PermissionError, so a script learns at once that files, processes and the environment do not
 exist for it (and standard modules that merely import ``os`` keep working)."""
 
+import abc
 import sys
 import posixpath as path
 
@@ -77,13 +78,20 @@ def fsdecode(filename):
     return filename.decode("utf-8", "surrogateescape") if isinstance(filename, bytes) else filename
 
 
-class PathLike:
+class PathLike(abc.ABC):
+    """Abstract base class for objects with a file system path (pathlib registers PurePath)."""
+
+    @abc.abstractmethod
     def __fspath__(self):
         raise NotImplementedError
 
     @classmethod
     def __subclasshook__(cls, subclass):
-        return hasattr(subclass, "__fspath__")
+        if cls is PathLike:
+            return hasattr(subclass, "__fspath__")
+        return NotImplemented
+
+    __class_getitem__ = classmethod(type(list[int]))
 
 
 def register_at_fork(**callbacks):

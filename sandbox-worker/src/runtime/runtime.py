@@ -9,33 +9,91 @@ import builtins
 import sys
 
 import _host
+import _thread as _native_thread
 import asyncio
+import io as _io
 from json import dumps as _dumps
 
+
+def _no_threads(*args, **kwargs):
+    raise RuntimeError(
+        "threads are not available: scripts in the Paddock sandbox run on one thread; "
+        "use asyncio (e.g. asyncio.gather) to run tool calls concurrently")
+
+
+def _install_thread_stub():
+    """Replaces ``_thread`` by a single-threaded stand-in, before any module below imports it.
+
+    ``warnings``, ``_strptime`` (datetime.strptime), ``reprlib`` and ``functools`` only want its
+    locks and ``get_ident``. Locks are the native ones (a lock never creates a thread); every way
+    of starting a thread raises. ``threading`` itself stays blocked: a script that imports it
+    means to start threads, and a clear ImportError at the import says so sooner than a failure
+    at ``Thread.start()`` would.
+    """
+    stub = type(sys)("_thread")
+    stub.__doc__ = "Paddock's single-threaded _thread: locks work, starting a thread raises."
+    for attr in ("LockType", "lock", "RLock", "allocate_lock", "allocate", "get_ident", "_local",
+                 "TIMEOUT_MAX", "_excepthook", "_ExceptHookArgs"):
+        if hasattr(_native_thread, attr):
+            setattr(stub, attr, getattr(_native_thread, attr))
+    if not hasattr(stub, "allocate_lock"):
+        stub.allocate_lock = stub.LockType
+    stub.allocate = stub.allocate_lock
+    stub.error = RuntimeError
+    main_ident = _native_thread.get_ident()
+    stub.get_native_id = lambda: 1
+    stub._count = lambda: 0
+    stub._get_main_thread_ident = lambda: main_ident
+    stub._is_main_interpreter = lambda: True
+    stub.daemon_threads_allowed = lambda: False
+
+    def stack_size(size=0):
+        if size:
+            _no_threads()
+        return 0
+
+    def exit():  # noqa: A001 - the name _thread gives it
+        raise SystemExit
+
+    stub.stack_size = stack_size
+    stub.exit = stub.exit_thread = exit
+    for attr in ("start_new_thread", "start_new", "start_joinable_thread", "interrupt_main",
+                 "_set_sentinel", "_make_thread_handle", "_shutdown"):
+        setattr(stub, attr, _no_threads)
+    sys.modules["_thread"] = stub
+
+
+_install_thread_stub()
+
 # The standard modules scripts may import, imported now so a child pays nothing for them.
-import base64, bisect, collections, copy, dataclasses, datetime, decimal, enum  # noqa: E401,F401
-import fractions, functools, hashlib, heapq, itertools, json, math, operator  # noqa: E401,F401
-import random, re, statistics, string, textwrap, time, typing  # noqa: E401,F401
+import base64, bisect, collections, copy, dataclasses, datetime, decimal, enum  # noqa: E401,F401,E402
+import fractions, functools, hashlib, heapq, itertools, json, math, operator  # noqa: E401,F401,E402
+import random, re, statistics, string, textwrap, time, typing, warnings  # noqa: E401,F401,E402
+import _strptime  # noqa: E402,F401 - datetime.strptime imports it on first use
 
 _BLOCKED_MODULES = {
     "socket": "network", "_socket": "network", "ssl": "network", "select": "network",
     "selectors": "network", "http": "network", "urllib": "network",
     "subprocess": "processes", "_posixsubprocess": "processes", "multiprocessing": "processes",
-    "threading": "threads", "_thread": "threads", "signal": "signals",
+    "threading": "threads", "signal": "signals", "pwd": "users", "grp": "users",
     "ctypes": "native code", "_ctypes": "native code", "mmap": "memory mapping",
     "fcntl": "file descriptors", "resource": "resource limits", "pty": "terminals",
     "termios": "terminals", "shutil": "the file system", "tempfile": "the file system",
-    "glob": "the file system", "pathlib": "the file system", "io": None,
+    "glob": "the file system",
 }
 
 
 class _SandboxImportBlocker:
     """Refuses, with a reason, modules that would reach the host."""
 
+    # Blocked modules the runtime itself imports while it sets up (pathlib wants glob's matcher).
+    allowed_during_setup = set()
+
     @classmethod
     def find_spec(cls, name, path=None, target=None):
-        what = _BLOCKED_MODULES.get(name.partition(".")[0])
-        if what:
+        top = name.partition(".")[0]
+        what = _BLOCKED_MODULES.get(top)
+        if what and top not in cls.allowed_during_setup:
             raise ModuleNotFoundError(
                 f"module {name!r} is not available in the Paddock sandbox (no {what}); "
                 "call a tool instead", name=name)
@@ -49,15 +107,62 @@ def _denied_open(*args, **kwargs):
 
 
 for _blocked in list(_BLOCKED_MODULES):
-    if _BLOCKED_MODULES[_blocked] and _blocked in sys.modules:
+    if _blocked in sys.modules:
         del sys.modules[_blocked]
 sys.meta_path.insert(0, _SandboxImportBlocker)
 builtins.open = _denied_open
-try:
-    import io as _io
-    _io.open = _denied_open
-except ImportError:
-    pass
+_io.open = _denied_open
+
+
+def _no_file_system(what):
+    return PermissionError(
+        f"{what} is not available: scripts in the Paddock sandbox have no file system; "
+        "call a tool instead")
+
+
+def _confine_pathlib():
+    """Imports pathlib with every file-system method of ``Path`` refusing.
+
+    Pure paths (PurePath, PurePosixPath, PureWindowsPath) and path arithmetic on ``Path``
+    objects (name, suffix, parent, joinpath, with_suffix, parts, relative_to, match...) are
+    PurePath's and keep working. Everything ``Path`` adds to PurePath touches the file system
+    (stat, exists, open, iterdir, glob, cwd, home, resolve, absolute...): each raises
+    PermissionError. Left alone they would reach the refusing ``os`` stub anyway, but some would
+    catch its error and answer as if the file were missing (``exists()`` would say False).
+    """
+    _SandboxImportBlocker.allowed_during_setup.add("glob")
+    try:
+        import pathlib
+    finally:
+        _SandboxImportBlocker.allowed_during_setup.clear()
+        sys.modules.pop("glob", None)
+    keep = {"__new__", "__init__", "__slots__", "__module__", "__doc__", "__qualname__",
+            "__firstlineno__", "__static_attributes__", "__weakref__", "__dict__"}
+
+    def refusing(owner, attr, original):
+        label = f"Path.{attr}()" if not isinstance(original, property) else f"Path.{attr}"
+
+        def denied(*args, **kwargs):
+            raise _no_file_system(label)
+
+        denied.__name__ = attr
+        denied.__qualname__ = f"{owner.__name__}.{attr}"
+        if isinstance(original, classmethod):
+            return classmethod(denied)
+        if isinstance(original, staticmethod):
+            return staticmethod(denied)
+        if isinstance(original, property):
+            return property(denied)
+        return denied
+
+    for owner in (pathlib.Path, pathlib.PosixPath, pathlib.WindowsPath):
+        for attr, original in list(vars(owner).items()):
+            if attr in keep or attr.startswith("__") and not callable(original):
+                continue
+            setattr(owner, attr, refusing(owner, attr, original))
+
+
+_confine_pathlib()
 
 _PyCF_ALLOW_TOP_LEVEL_AWAIT = 0x2000
 _CO_COROUTINE = 0x80
@@ -72,15 +177,27 @@ class __paddock_return__(BaseException):
         self.value = value
 
 
-class _HostStream:
-    """sys.stdout and sys.stderr: every write goes to the engine at once."""
+class _HostStream(_io.TextIOBase):
+    """sys.stdout and sys.stderr: every write goes to the engine at once.
+
+    A real text stream (``isinstance(sys.stdout, io.TextIOBase)``), shown as CPython shows its
+    own (``<class '_io.TextIOWrapper'>``): code that checks the type of its stream keeps working.
+    It writes only, and has no file descriptor and no binary ``buffer``.
+    """
 
     encoding = "utf-8"
     errors = "strict"
+    newlines = None
+    line_buffering = False
+    write_through = True
+    name = "<stdout>"
+    mode = "w"
 
     def write(self, text):
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if self.closed:
+            raise ValueError("I/O operation on closed file.")
         if text:
             _host.write(text)
         return len(text)
@@ -90,13 +207,69 @@ class _HostStream:
             self.write(line)
 
     def flush(self):
-        pass
+        if self.closed:
+            raise ValueError("I/O operation on closed file.")
+
+    def writable(self):
+        return True
+
+    def readable(self):
+        return False
+
+    def seekable(self):
+        return False
 
     def isatty(self):
         return False
 
     def fileno(self):
-        raise OSError("the sandbox's output has no file descriptor")
+        raise _io.UnsupportedOperation("the sandbox's output has no file descriptor")
+
+    def __repr__(self):
+        return f"<_io.TextIOWrapper name={self.name!r} mode={self.mode!r} encoding='utf-8'>"
+
+
+_HostStream.__name__ = _HostStream.__qualname__ = "TextIOWrapper"
+_HostStream.__module__ = "_io"
+
+
+class _NoInput(_io.TextIOBase):
+    """sys.stdin: a script has no input. Reading gives end of file, as CPython's stdin does when
+    it is empty, so ``input()`` raises EOFError."""
+
+    encoding = "utf-8"
+    errors = "strict"
+    newlines = None
+    name = "<stdin>"
+    mode = "r"
+
+    def readable(self):
+        return True
+
+    def read(self, size=-1):
+        return ""
+
+    def readline(self, size=-1):
+        return ""
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        raise _io.UnsupportedOperation("the sandbox has no input and no file descriptor")
+
+    def __repr__(self):
+        return "<_io.TextIOWrapper name='<stdin>' mode='r' encoding='utf-8'>"
+
+
+_NoInput.__name__ = _NoInput.__qualname__ = "TextIOWrapper"
+_NoInput.__module__ = "_io"
+sys.stdin = sys.__stdin__ = _NoInput()
+# What `sys.stdout = sys.__stdout__` restores after a redirect: a stream to the same place as
+# the one each run installs.
+sys.__stdout__ = _HostStream()
+sys.__stderr__ = _HostStream()
+sys.__stderr__.name = "<stderr>"
 
 
 _TOOLS = {}
@@ -133,7 +306,30 @@ class _Tools:
         return "<tools: " + ", ".join(sorted(_TOOLS)) + ">"
 
 
+# Containers deeper than this become their repr(): the engine's JSON parser stops at 128 levels.
+_MAX_RESULT_DEPTH = 100
+
+
+class _CyclicResult(Exception):
+    """Raised inside _jsonable when a container contains itself."""
+
+
 def _jsonable(value, depth=0):
+    """The script's result as JSON-ready data: JSON where it maps naturally, else its repr().
+
+    A result that contains itself (``a = []; a.append(a)``) has no JSON form; CPython's json
+    refuses it with "Circular reference detected". It comes back whole as its repr()
+    (``[[...]]``), as any other value without a natural JSON form does: a script that has done
+    its work, tool calls included, should not fail at the very end because of the shape of its
+    return value, and the repr shows where the cycle is.
+    """
+    try:
+        return _to_json(value, depth, set())
+    except _CyclicResult:
+        return repr(value)
+
+
+def _to_json(value, depth, path):
     kind = type(value)
     if kind is int:
         # Beyond 64 bits JSON consumers lose precision: such ints travel as their digits.
@@ -144,37 +340,63 @@ def _jsonable(value, depth=0):
         if value != value or value in (_INF, -_INF):
             return repr(value)
         return value
-    if depth > 100:
+    if depth > _MAX_RESULT_DEPTH:
         return repr(value)
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
-        return _jsonable(int(value), depth)
+        return _to_json(int(value), depth, path)
     if isinstance(value, float):
-        return _jsonable(float(value), depth)
+        return _to_json(float(value), depth, path)
     if isinstance(value, str):
         return str(value)
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v, depth + 1) for v in value]
-    if isinstance(value, (set, frozenset)):
-        items = [_jsonable(v, depth + 1) for v in value]
-        try:
-            items.sort()
-        except TypeError:
-            pass
-        return items
-    if isinstance(value, dict):
+    if not isinstance(value, (list, tuple, set, frozenset, dict)):
+        return repr(value)
+    marker = id(value)
+    if marker in path:
+        raise _CyclicResult
+    path.add(marker)
+    try:
+        if isinstance(value, (list, tuple)):
+            return [_to_json(v, depth + 1, path) for v in value]
+        if isinstance(value, (set, frozenset)):
+            items = [_to_json(v, depth + 1, path) for v in value]
+            try:
+                items.sort()
+            except TypeError:
+                pass
+            return items
         out = {}
         for k, v in value.items():
             if isinstance(k, str):
                 key = str(k)
             elif k is None or isinstance(k, (bool, int, float)):
-                key = _dumps(_jsonable(k, depth + 1))
+                key = _dumps(_to_json(k, depth + 1, path))
             else:
                 key = repr(k)
-            out[key] = _jsonable(v, depth + 1)
+            out[key] = _to_json(v, depth + 1, path)
         return out
-    return repr(value)
+    finally:
+        path.discard(marker)
+
+
+# RustPython names Rust's integer types where CPython names C's, e.g. "Python int too large to
+# convert to Rust isize" (``len(range(2**64))``, ``'x'.ljust(10**20)``): an uncaught one
+# reaches the agent in CPython's words. (A script that catches it still reads RustPython's
+# text: the message is made inside the VM, whose exception types cannot be patched.)
+_C_INT_NAMES = {
+    "isize": "C ssize_t", "usize": "C ssize_t", "i64": "C long", "u64": "C unsigned long",
+    "i32": "C int", "u32": "C unsigned int", "i16": "C short", "u16": "C unsigned short",
+    "i8": "C char", "u8": "C unsigned char",
+}
+_RUST_WORDING = re.compile(r"to convert to Rust (\w+)")
+
+
+def _cpython_wording(message):
+    if "Rust" not in message:
+        return message
+    return _RUST_WORDING.sub(
+        lambda m: "to convert to " + _C_INT_NAMES.get(m.group(1), "C ssize_t"), message)
 
 
 def _failure(err, source, error_code=None):
@@ -195,7 +417,7 @@ def _failure(err, source, error_code=None):
         line = err.lineno
         message = err.msg
     else:
-        message = str(err)
+        message = _cpython_wording(str(err))
     if error_code is None:
         if isinstance(err, MemoryError):
             error_code = "codemode:memory_limit"

@@ -48,7 +48,7 @@ fn network_processes_and_ffi_do_not_exist() {
         "ctypes",
         "threading",
         "multiprocessing",
-        "pathlib",
+        "tempfile",
         "shutil",
     ] {
         let e = error_of(&format!("import {module}"));

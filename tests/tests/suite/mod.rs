@@ -13,5 +13,6 @@ mod hostile_script;
 mod hostile_shell;
 mod notebook;
 mod policies;
+mod python_compat;
 mod sessions;
 mod warm;
