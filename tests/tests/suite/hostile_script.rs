@@ -1064,3 +1064,66 @@ fn script_subclass_hunting_finds_no_way_out() {
     assert_eq!(std::fs::read_to_string(&canary).unwrap(), "CANARY\n");
     assert!(!Path::new(&marker).exists());
 }
+
+#[test]
+fn a_script_leaves_nothing_behind_for_the_next_independent_script() {
+    // One script poisons everything it can reach in its interpreter: builtins, standard
+    // modules, the import system, the runtime's own module, the event loop (a task meant to
+    // print after the script ends). Twelve independent scripts of the same `paddock run` check
+    // that none of it is there: at most 8 run at once, so the later ones run in children
+    // forked after the poisoner finished.
+    let dir = tempfile::tempdir().unwrap();
+    let poison = paddock_tests::write_file(
+        &dir,
+        "poison.py",
+        "import builtins, sys, json, asyncio, random\n\
+         builtins.len = lambda x: 42\n\
+         builtins.LEAK = 'leaked'\n\
+         json.dumps = lambda *a, **k: '\"hijacked\"'\n\
+         sys.modules['re'] = None\n\
+         sys.meta_path.insert(0, type('Evil', (), {'find_spec': classmethod(lambda c, *a, **k: None)}))\n\
+         runtime = sys.modules['_paddock_runtime']\n\
+         runtime._jsonable = lambda value, depth=0: 'hijacked'\n\
+         runtime._TOOLS['evil'] = 'terminal'\n\
+         asyncio.gather = None\n\
+         sys.setrecursionlimit(60)\n\
+         random.seed(1234)\n\
+         async def later():\n    await asyncio.sleep(0.3)\n    print('LEAKED TASK')\n\
+         asyncio.get_event_loop().create_task(later())\n\
+         'poisoned'",
+    );
+    let check = paddock_tests::write_file(
+        &dir,
+        "check.py",
+        "import builtins, sys, json, asyncio, random\n\
+         await tools.wait(milliseconds=400)\n\
+         {'len': len([1, 2]) == 2, 'builtins': not hasattr(builtins, 'LEAK'),\n \
+          'json': json.dumps(1) == '1', 're': sys.modules.get('re') is not None,\n \
+          'meta_path': not any(type(f).__name__ == 'Evil' or getattr(f, '__name__', '') == 'Evil' for f in sys.meta_path),\n \
+          'tools': 'evil' not in dir(tools), 'gather': asyncio.gather is not None,\n \
+          'recursion': sys.getrecursionlimit() > 60,\n \
+          'random': random.random() != random.Random(1234).random()}",
+    );
+    let mut args = vec!["run", "--timeout", "30", poison.as_str()];
+    args.extend(std::iter::repeat_n(check.as_str(), 12));
+    let run = paddock_tests::paddock(&args);
+    let results = run.json_lines();
+    assert_eq!(results.len(), 13, "{}", run.stderr);
+    // Its own result went through the hijacked runtime: that much it could do to itself.
+    assert_eq!(
+        results[0]["result"],
+        serde_json::json!("hijacked"),
+        "{}",
+        results[0]
+    );
+    for result in &results[1..] {
+        let checks = result["result"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{result}"));
+        for (name, clean) in checks {
+            assert_eq!(clean, &serde_json::json!(true), "{name} leaked: {result}");
+        }
+        assert_eq!(checks.len(), 9, "{result}");
+        assert!(!run.stdout.contains("LEAKED TASK"), "{}", run.stdout);
+    }
+}
