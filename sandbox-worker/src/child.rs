@@ -42,7 +42,7 @@ pub fn child_main(socket: OwnedFd, zygote_pid: i32, sandbox: &SandboxInterpreter
         Ok(report) => {
             // Copy-on-write: walk the path a script takes now, while idle, so the pages it
             // writes are copied before a script is waiting.
-            crate::interpreter::prefault(&sandbox.interpreter);
+            crate::interpreter::rehearse(&sandbox.interpreter);
             if channel
                 .send(&Message::ChildReady {
                     confinement: report,

@@ -120,16 +120,33 @@ fn run_entered(vm: &VirtualMachine, request: &RunRequest) -> ScriptOutcome {
     }
 }
 
-/// Runs the runtime's own warm-up script in a fresh child (see `child.rs`).
-pub fn prefault(interpreter: &Interpreter) {
-    interpreter.enter(|vm| {
-        let result = vm
-            .import("_paddock_runtime", 0)
-            .and_then(|runtime| vm.call_method(&runtime, "_prefault", ()));
-        if let Err(exc) = result {
-            tracing::debug!(error = %describe_exception(vm, &exc), "prefault failed");
-        }
+/// Takes, in a fresh child, the whole path of a script run without a script: the `Run` frame
+/// decoded, the script compiled and run through the runtime, its result encoded as the
+/// `Finished` frame (neither frame is sent). Copy-on-write: the pages a script writes are
+/// copied now, while the child is idle, instead of while a script waits on them.
+pub fn rehearse(interpreter: &Interpreter) {
+    let source = "x = {'a': [1, 2.5, 'b']}\nx";
+    let Ok(prepared) = crate::prepare::prepare_script(source) else {
+        return;
+    };
+    let run = crate::wire::Message::Run(RunRequest {
+        source: prepared.source,
+        original_source: source.to_owned(),
+        tools: vec![("rehearsal".into(), "rehearsal".into())],
+        max_memory_bytes: 0,
+        keep_state: false,
     });
+    let request = match run
+        .to_frame()
+        .and_then(|f| crate::wire::Message::from_payload(&f[crate::wire::HEADER_BYTES..]))
+    {
+        Ok(crate::wire::Message::Run(request)) => request,
+        _ => return,
+    };
+    let outcome = run_script(interpreter, &request);
+    if let Err(err) = crate::wire::Message::Finished(outcome).to_frame() {
+        tracing::debug!(%err, "rehearsal failed");
+    }
 }
 
 fn call_run(vm: &VirtualMachine, request: &RunRequest) -> PyResult<ScriptOutcome> {

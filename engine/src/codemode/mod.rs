@@ -328,7 +328,9 @@ impl CodeMode {
                 }
             };
             match checkout {
-                Ok((checkout, reader)) => {
+                Ok((mut checkout, reader)) => {
+                    // The child stays with the session: its replacement is forked now.
+                    checkout.refill_now();
                     notebook.cells = 0;
                     notebook.child = Some(LiveChild {
                         checkout,

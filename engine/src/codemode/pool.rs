@@ -259,6 +259,10 @@ pub struct Checkout {
     /// The concurrency slot of the script running in the child. A notebook child keeps its
     /// state between scripts but gives the slot back while it waits.
     slot: Option<OwnedSemaphorePermit>,
+    /// The pool to refill when this checkout ends: while other children were idle at checkout,
+    /// forking the replacement waits until the script is over instead of competing with it for
+    /// the CPU.
+    refill_later: Option<SandboxPool>,
 }
 
 impl Checkout {
@@ -270,6 +274,14 @@ impl Checkout {
     /// Gives the slot back: the child waits for its session's next script.
     pub fn release_slot(&mut self) {
         self.slot = None;
+    }
+
+    /// Refills the pool now rather than when this checkout ends (a notebook child is kept for
+    /// a whole session).
+    pub fn refill_now(&mut self) {
+        if let Some(pool) = self.refill_later.take() {
+            pool.spawn_refill();
+        }
     }
 
     /// True while the zygote that forked the child is alive (a child dies with it).
@@ -319,6 +331,7 @@ impl Checkout {
 
 impl Drop for Checkout {
     fn drop(&mut self) {
+        self.refill_now();
         if self.armed {
             // The zygote has not reaped the child (its exit is unreported), so the pid is still
             // this child's.
@@ -512,24 +525,37 @@ impl SandboxPool {
     /// Checks out a confined child for one script, waiting for a concurrency slot first.
     pub async fn checkout(&self) -> Result<(Checkout, OwnedReadHalf), PoolError> {
         let permit = self.slot().await?;
-        let child = loop {
-            let candidate = lock(&self.inner.idle).pop_front();
+        let (child, others_idle) = loop {
+            let (candidate, left) = {
+                let mut idle = lock(&self.inner.idle);
+                let candidate = idle.pop_front();
+                (candidate, idle.len())
+            };
             match candidate {
-                Some(child) if child.link.alive.load(Ordering::SeqCst) => break child,
+                Some(child) if child.link.alive.load(Ordering::SeqCst) => break (child, left),
                 Some(stale) => {
                     stale.link.forget(stale.pid);
                     continue;
                 }
-                None => break self.fork_ready_child().await?,
+                None => break (self.fork_ready_child().await?, 0),
             }
         };
-        self.spawn_refill();
+        // With no child left idle the next script would wait for a fork: refill now.
+        // Otherwise the fork waits until this script is over (on a small machine it would
+        // otherwise share the CPU with the script).
+        let refill_later = if others_idle == 0 {
+            self.spawn_refill();
+            None
+        } else {
+            Some(self.clone())
+        };
         let checkout = Checkout {
             pid: child.pid,
             armed: true,
             writer: child.writer,
             link: child.link,
             slot: Some(permit),
+            refill_later,
         };
         Ok((checkout, child.reader))
     }

@@ -503,8 +503,3 @@ def _warm_up():
             asyncio.gather(*[scope["f"](i) for i in range(10)]))
     _jsonable({"a": [1, 2.5, None, (1, 2)], 3: {4}})
 
-
-def _prefault():
-    """Takes the path of a script run without a script (no output, no tool calls)."""
-    _run("x = {'a': [1, 2.5, 'b']}\nx", {}, None)
-    _TOOLS.clear()
