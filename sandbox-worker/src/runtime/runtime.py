@@ -9,7 +9,6 @@ import builtins
 import sys
 
 import _host
-import _thread as _native_thread
 import asyncio
 import io as _io
 from json import dumps as _dumps
@@ -25,22 +24,26 @@ def _install_thread_stub():
     """Replaces ``_thread`` by a single-threaded stand-in, before any module below imports it.
 
     ``warnings``, ``_strptime`` (datetime.strptime), ``reprlib`` and ``functools`` only want its
-    locks and ``get_ident``. Locks are the native ones (a lock never creates a thread); every way
-    of starting a thread raises. ``threading`` itself stays blocked: a script that imports it
-    means to start threads, and a clear ImportError at the import says so sooner than a failure
-    at ``Thread.start()`` would.
+    locks and ``get_ident``; ``threading`` (and with it ``logging``, ``queue``,
+    ``concurrent.futures``) also wants thread handles, which are plain records. Locks and
+    handles are the native ones (neither creates a thread); every way of starting a thread
+    raises, so ``Thread.start()`` fails with a message that points to asyncio. Below this stub,
+    the child's seccomp filter refuses clone() and its rlimits allow no new thread.
     """
+    import _thread as native
+
     stub = type(sys)("_thread")
     stub.__doc__ = "Paddock's single-threaded _thread: locks work, starting a thread raises."
     for attr in ("LockType", "lock", "RLock", "allocate_lock", "allocate", "get_ident", "_local",
-                 "TIMEOUT_MAX", "_excepthook", "_ExceptHookArgs"):
-        if hasattr(_native_thread, attr):
-            setattr(stub, attr, getattr(_native_thread, attr))
+                 "TIMEOUT_MAX", "_excepthook", "_ExceptHookArgs", "_ThreadHandle",
+                 "_make_thread_handle", "_shutdown"):
+        if hasattr(native, attr):
+            setattr(stub, attr, getattr(native, attr))
     if not hasattr(stub, "allocate_lock"):
         stub.allocate_lock = stub.LockType
     stub.allocate = stub.allocate_lock
     stub.error = RuntimeError
-    main_ident = _native_thread.get_ident()
+    main_ident = native.get_ident()
     stub.get_native_id = lambda: 1
     stub._count = lambda: 0
     stub._get_main_thread_ident = lambda: main_ident
@@ -58,7 +61,7 @@ def _install_thread_stub():
     stub.stack_size = stack_size
     stub.exit = stub.exit_thread = exit
     for attr in ("start_new_thread", "start_new", "start_joinable_thread", "interrupt_main",
-                 "_set_sentinel", "_make_thread_handle", "_shutdown"):
+                 "_set_sentinel"):
         setattr(stub, attr, _no_threads)
     sys.modules["_thread"] = stub
 
@@ -78,7 +81,7 @@ _BLOCKED_MODULES = {
     "socket": "network", "_socket": "network", "ssl": "network", "select": "network",
     "selectors": "network", "http": "network", "urllib": "network",
     "subprocess": "processes", "_posixsubprocess": "processes", "multiprocessing": "processes",
-    "threading": "threads", "signal": "signals", "pwd": "users", "grp": "users",
+    "signal": "signals", "pwd": "users", "grp": "users",
     "ctypes": "native code", "_ctypes": "native code", "mmap": "memory mapping",
     "fcntl": "file descriptors", "resource": "resource limits", "pty": "terminals",
     "termios": "terminals", "shutil": "the file system", "tempfile": "the file system",

@@ -46,7 +46,6 @@ fn network_processes_and_ffi_do_not_exist() {
         "socket",
         "subprocess",
         "ctypes",
-        "threading",
         "multiprocessing",
         "tempfile",
         "shutil",

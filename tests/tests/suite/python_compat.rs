@@ -44,9 +44,11 @@ fn thread_locks_work_but_no_thread_starts() {
          with rlock:\n    with rlock:\n        pass\n\
          try:\n    _thread.start_new_thread(print, ('x',))\n    started = 'started'\n\
          except RuntimeError as e:\n    started = str(e)\n\
-         try:\n    import threading\n    threading_import = 'imported'\n\
-         except ImportError as e:\n    threading_import = type(e).__name__\n\
-         [held, lock.locked(), isinstance(_thread.get_ident(), int), started, threading_import,\n \
+         import threading\n\
+         try:\n    threading.Thread(target=print, args=('x',)).start()\n    thread = 'started'\n\
+         except RuntimeError as e:\n    thread = str(e)\n\
+         [held, lock.locked(), isinstance(_thread.get_ident(), int), started, thread,\n \
+         threading.current_thread().name,\n \
          str(datetime.datetime.strptime('2024-06-15 10:30', '%Y-%m-%d %H:%M'))]",
     );
     assert_eq!(
@@ -57,8 +59,9 @@ fn thread_locks_work_but_no_thread_starts() {
             true,
             "threads are not available: scripts in the Paddock sandbox run on one thread; \
              use asyncio (e.g. asyncio.gather) to run tool calls concurrently",
-            // Blocked on purpose (CPython imports it): see _install_thread_stub in runtime.py.
-            "ModuleNotFoundError",
+            "threads are not available: scripts in the Paddock sandbox run on one thread; \
+             use asyncio (e.g. asyncio.gather) to run tool calls concurrently",
+            "MainThread",
             "2024-06-15 10:30:00"
         ])
     );
@@ -239,4 +242,18 @@ fn the_design_documents_standard_modules_import() {
             1
         ])
     );
+}
+
+#[test]
+fn logging_queue_and_concurrent_futures_import_and_log_to_the_output() {
+    let v = run_script(
+        "import logging, queue, concurrent.futures\n\
+         logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')\n\
+         logging.getLogger('agent').info('fetched %d rows', 3)\n\
+         q = queue.Queue()\nq.put('item')\nq.get()",
+        &[],
+    )
+    .json();
+    assert_eq!(v["result"], json!("item"), "{v}");
+    assert_eq!(v["output"], json!("INFO agent: fetched 3 rows\n"), "{v}");
 }
