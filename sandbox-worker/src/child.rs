@@ -24,6 +24,8 @@ pub const EXIT_PANIC: i32 = 72;
 
 /// Extra room above the soft limit before allocations fail outright.
 const HARD_CEILING_HEADROOM: usize = 64 * 1024 * 1024;
+/// How long a ready child waits for a script before it rehearses one.
+const REHEARSAL_GRACE: Duration = Duration::from_millis(1);
 /// How often the watchdog looks at the heap while a script runs.
 const WATCHDOG_PERIOD: Duration = Duration::from_millis(1);
 /// A script that catches `MemoryError` and keeps allocating gets another one after this long.
@@ -40,9 +42,6 @@ pub fn child_main(socket: OwnedFd, zygote_pid: i32, sandbox: &SandboxInterpreter
     let signals = sandbox.signals.clone();
     match confine::confine_child(zygote_pid, move || start_watchdog(signals)) {
         Ok(report) => {
-            // Copy-on-write: walk the path a script takes now, while idle, so the pages it
-            // writes are copied before a script is waiting.
-            crate::interpreter::rehearse(&sandbox.interpreter);
             if channel
                 .send(&Message::ChildReady {
                     confinement: report,
@@ -63,14 +62,25 @@ pub fn child_main(socket: OwnedFd, zygote_pid: i32, sandbox: &SandboxInterpreter
     // A notebook child (the first request asks for kept state) runs every script of its
     // session, one after another, in one namespace; any other child runs one script and exits.
     let mut session_baseline: Option<usize> = None;
+    let mut rehearsed = false;
     loop {
         let request = loop {
-            match channel.recv(None) {
+            // A child nobody needs at once rehearses (see `interpreter::rehearse`): the pages a
+            // script writes are copied while it idles, not while a script waits. A child that
+            // gets its script at once (the pool is busy) skips it: under load that CPU is
+            // worth more to the next script.
+            let wait = (!rehearsed).then_some(REHEARSAL_GRACE);
+            match channel.recv(wait) {
                 Ok(Some(Message::Run(request))) => break request,
                 Ok(Some(_)) => continue,
+                Ok(None) if !rehearsed => {
+                    crate::interpreter::rehearse(&sandbox.interpreter);
+                    rehearsed = true;
+                }
                 Ok(None) | Err(_) => confine::exit_immediately(EXIT_CHANNEL_LOST),
             }
         };
+        rehearsed = true;
         let keep_state = request.keep_state;
         // The session's budget counts from before its first script: names kept by earlier
         // scripts use it up, as they would in one long script.
