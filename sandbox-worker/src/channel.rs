@@ -10,6 +10,9 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use crate::wire::{HEADER_BYTES, Message, WireError, payload_len};
 
+/// How long a child waiting for a message polls before it sleeps.
+const SPIN: Duration = Duration::from_micros(100);
+
 /// Frames to and from the engine, as seen by one forked child.
 pub struct ChildChannel {
     stream: UnixStream,
@@ -57,6 +60,9 @@ impl ChildChannel {
     /// Waits for readable data (up to `wait`), reads what is there and decodes every complete
     /// frame. Returns false when nothing was readable in time.
     fn fill(&mut self, wait: Option<Duration>) -> Result<bool, WireError> {
+        if wait != Some(Duration::ZERO) {
+            self.spin_for_data();
+        }
         let timeout = match wait {
             None => PollTimeout::NONE,
             Some(d) => PollTimeout::try_from(d.as_millis().min(i32::MAX as u128) as i32)
@@ -90,6 +96,21 @@ impl ChildChannel {
         self.buffer.extend_from_slice(&chunk[..n]);
         self.decode()?;
         Ok(true)
+    }
+
+    /// Polls without sleeping for up to [`SPIN`]: a tool reply usually comes back within tens
+    /// of microseconds, and a process that went to sleep waiting for it pays a wake-up (on a
+    /// virtual machine, an interrupt to a halted CPU) on every call. Yields between polls, so
+    /// an engine thread sharing this CPU still runs.
+    fn spin_for_data(&self) {
+        let until = Instant::now() + SPIN;
+        let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN)];
+        while Instant::now() < until {
+            if matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0) {
+                return;
+            }
+            std::thread::yield_now();
+        }
     }
 
     fn decode(&mut self) -> Result<(), WireError> {
