@@ -22,6 +22,7 @@
 //! The interpreter itself is built without host access (no `open`, `os`, sockets, `ctypes`);
 //! these layers are what holds if that ever stops being true.
 
+mod bpf_tree;
 mod capabilities;
 mod heap;
 mod landlock_rules;

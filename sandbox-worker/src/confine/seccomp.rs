@@ -100,28 +100,15 @@ fn program(
 /// `tgkill` stays for `abort()` (the memory ceiling ends a child with SIGABRT); limited to the
 /// child's own pid, a child running as the engine's own user cannot signal the engine even
 /// where Landlock's signal scope is missing. Built per child, since the pid differs: one small
-/// program, so the kernel converts and JIT-compiles one filter per script, not three.
+/// program, laid out as a search tree (`bpf_tree`), so the kernel converts, JIT-compiles and
+/// caches one small filter per script.
 fn child_filter() -> Result<BpfProgram, ConfineError> {
-    use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition};
-    let arch = TargetArch::try_from(std::env::consts::ARCH)
-        .map_err(|e| ConfineError::Seccomp(format!("unsupported architecture: {e}")))?;
-    let pid = u64::from(std::process::id());
-    let own_process = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, pid)
-        .and_then(|c| SeccompRule::new(vec![c]))
-        .map_err(|e| ConfineError::Seccomp(e.to_string()))?;
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
-        ALLOWED.iter().map(|&nr| (nr, Vec::new())).collect();
-    rules.insert(libc::SYS_tgkill, vec![own_process]);
-    let filter = SeccompFilter::new(
-        rules,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        SeccompAction::Allow,
-        arch,
+    super::bpf_tree::allow_list(
+        ALLOWED,
+        libc::SYS_tgkill,
+        std::process::id(),
+        libc::ENOSYS as u32,
     )
-    .map_err(|e| ConfineError::Seccomp(e.to_string()))?;
-    filter
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| ConfineError::Seccomp(e.to_string()))
 }
 
 static KILL_LIST: std::sync::OnceLock<Result<BpfProgram, String>> = std::sync::OnceLock::new();
