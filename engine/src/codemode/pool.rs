@@ -560,9 +560,14 @@ impl SandboxPool {
         Ok((checkout, child.reader))
     }
 
+    /// Refills the idle pool in the background. Outside a runtime (a checkout dropped while
+    /// the program shuts down) there is nothing to refill for.
     fn spawn_refill(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let pool = self.clone();
-        tokio::spawn(async move { pool.refill().await });
+        runtime.spawn(async move { pool.refill().await });
     }
 
     async fn refill(&self) {
