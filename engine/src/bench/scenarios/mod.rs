@@ -13,6 +13,7 @@ mod growth;
 mod mcp;
 mod memory;
 mod notebook;
+mod scale;
 mod scripts;
 mod terminal;
 
@@ -87,6 +88,11 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "`paddock policy explain` of one command from a cold process",
     ),
     (
+        "scale",
+        "8, 32, 128 concurrent sessions of commands, a background process and python_execute, \
+         on the local backend and each docker backend of --backends (the quick set: 8)",
+    ),
+    (
         "backends",
         "`terminal` on each docker/ssh/apptainer backend, with and without the agent, and \
          `paddock call terminal` on docker, against the bare tool (--backends POLICY)",
@@ -147,6 +153,7 @@ pub async fn run(name: &'static str, b: &Bench) -> Vec<ScenarioReport> {
         "mcp" => one(mcp::mcp(b).await),
         "approval" => one(approval::approval(b).await),
         "backends" => return backends::backends(b).await,
+        "scale" => return scale::scale(b).await,
         other => Err(BenchError::UnknownScenario {
             name: other.into(),
             known: String::new(),
