@@ -25,6 +25,10 @@ use crate::wire::Message;
 pub const ZYGOTE_SUBCOMMAND: &str = "__sandbox-zygote";
 
 const MAX_CONTROL_MESSAGE: usize = 64 * 1024;
+/// The zygote moves its code (see `confine::text`) once it has had nothing to do for this
+/// long, or after this many forks: the first forks, which a waiting script needs, go first.
+const IDLE_BEFORE_CODE_MOVE_MS: u8 = 5;
+const FORKS_BEFORE_CODE_MOVE: usize = 8;
 
 fn send(control: &OwnedFd, message: &Message, fd: Option<&OwnedFd>) -> io::Result<()> {
     let bytes = serde_json::to_vec(message).map_err(io::Error::other)?;
@@ -38,8 +42,10 @@ pub fn run_main() -> Result<(), SandboxError> {
     let collapsed = confine::collapse_into_huge_pages();
     tracing::debug!(
         mib = collapsed >> 20,
-        "zygote memory collapsed into huge pages"
+        "zygote heap collapsed into huge pages"
     );
+    // Which code to move is read from /proc now; the move waits until the zygote is idle.
+    let mut hot_code = confine::hot_code_chunks();
     // Fail closed: a zygote that cannot confine itself says why and forks nothing.
     if let Err(err) = confine::prepare_in_zygote().and_then(|()| confine::isolate_zygote()) {
         let reason = err.to_string();
@@ -70,13 +76,23 @@ pub fn run_main() -> Result<(), SandboxError> {
         .map_err(|e| SandboxError::Control(e.into()))?;
 
     let mut buf = vec![0u8; MAX_CONTROL_MESSAGE];
+    let mut forks = 0usize;
     loop {
         let (control_ready, children_exited) = {
             let mut fds = [
                 PollFd::new(control.as_fd(), PollFlags::POLLIN),
                 PollFd::new(signals.as_fd(), PollFlags::POLLIN),
             ];
-            match poll(&mut fds, PollTimeout::NONE) {
+            let wait = if hot_code.is_empty() {
+                PollTimeout::NONE
+            } else {
+                PollTimeout::from(IDLE_BEFORE_CODE_MOVE_MS)
+            };
+            match poll(&mut fds, wait) {
+                Ok(0) => {
+                    move_code(&mut hot_code);
+                    continue;
+                }
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => return Err(SandboxError::Control(e.into())),
@@ -95,12 +111,28 @@ pub fn run_main() -> Result<(), SandboxError> {
                 return Ok(());
             }
             match serde_json::from_slice::<Message>(&buf[..n]) {
-                Ok(Message::Fork) => fork_child(&control, &sigchld, &sandbox)?,
+                Ok(Message::Fork) => {
+                    fork_child(&control, &sigchld, &sandbox)?;
+                    forks += 1;
+                    if forks >= FORKS_BEFORE_CODE_MOVE {
+                        move_code(&mut hot_code);
+                    }
+                }
                 Ok(other) => tracing::warn!(?other, "zygote ignored an unexpected message"),
                 Err(err) => tracing::warn!(%err, "zygote ignored a malformed message"),
             }
         }
     }
+}
+
+/// Moves the hot code once (no-op when done or when there is nothing to move).
+fn move_code(hot_code: &mut Vec<usize>) {
+    if hot_code.is_empty() {
+        return;
+    }
+    let moved = confine::move_code_chunks(hot_code);
+    tracing::debug!(mib = moved >> 20, "zygote code moved into huge pages");
+    hot_code.clear();
 }
 
 fn reap_children(control: &OwnedFd) -> Result<(), SandboxError> {
@@ -205,6 +237,10 @@ impl ZygoteProcess {
             .env_clear()
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_default())
             .env("PADDOCK_SANDBOX_ALLOW_DEGRADED", degraded.join(","))
+            .env(
+                "PADDOCK_PROFILING",
+                std::env::var("PADDOCK_PROFILING").unwrap_or_default(),
+            )
             .env(
                 "PADDOCK_SANDBOX_SIMULATE_MISSING",
                 std::env::var("PADDOCK_SANDBOX_SIMULATE_MISSING").unwrap_or_default(),

@@ -31,6 +31,7 @@ pub mod probes;
 mod process;
 mod seccomp;
 pub mod shell;
+mod text;
 
 use std::io;
 
@@ -39,6 +40,7 @@ pub use process::{
     Forked, INHERITED_FD, collapse_into_huge_pages, die_with_parent, exit_immediately, fill_random,
     fork, keep_only_inherited_fd, recv_with_fds, send_with_fd, spawn_with_fd, take_inherited_fd,
 };
+pub use text::{hot_code_chunks, move_code_chunks};
 
 /// The uid/gid a child drops to when started as root.
 pub const NOBODY: u32 = 65534;
