@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from conftest import Paddock
 
@@ -47,11 +48,12 @@ def sandbox_children(p: Paddock) -> list[int]:
     return []
 
 
-def wait_for(predicate: Any, seconds: float, what: str) -> None:
+async def wait_for(predicate: Any, seconds: float, what: str) -> None:
+    """Polls without blocking the event loop (the client must go on sending, e.g. a cancel)."""
     until = time.monotonic() + seconds
     while not predicate():
         assert time.monotonic() < until, f"timed out waiting for {what}"
-        time.sleep(0.1)
+        await anyio.sleep(0.1)
 
 
 async def test_each_mcp_session_keeps_its_own_names(paddock_factory) -> None:
@@ -67,12 +69,12 @@ async def test_each_mcp_session_keeps_its_own_names(paddock_factory) -> None:
         assert seen_a["notebook"]["cell"] == 2, seen_a
         assert seen_b["result"] == ["from b", False], seen_b
         # Two notebook children beside the pre-forked ones.
-        wait_for(lambda: len(sandbox_children(p)) == 4, 10, "2 idle + 2 notebook children")
+        await wait_for(lambda: len(sandbox_children(p)) == 4, 10, "2 idle + 2 notebook children")
         tools = await a.list_tools()
         description = next(t.description for t in tools.tools if t.name == "run_tools_script")
         assert "notebook" in (description or ""), description
     # Both MCP sessions ended: their children are gone, the idle ones stay.
-    wait_for(lambda: len(sandbox_children(p)) == 2, 15, "the notebook children to end with their sessions")
+    await wait_for(lambda: len(sandbox_children(p)) == 2, 15, "the notebook children to end with their sessions")
 
 
 async def test_one_session_too_many_evicts_the_least_recently_used(paddock_factory) -> None:
@@ -84,3 +86,23 @@ async def test_one_session_too_many_evicts_the_least_recently_used(paddock_facto
         assert again["result"] is False, again
         assert again["notebook"]["fresh"] is True, again
         assert "max_kept_sessions" in again["notebook"]["reset_reason"], again
+
+
+async def test_a_cancelled_script_ends_the_state_and_its_child(paddock_factory) -> None:
+    from test_serve import cancel_while_running
+
+    p = paddock_factory("http", "legacy", policy_extra=KEEP_STATE)
+    async with p.client() as a:
+        await run(a, "kept = 1")
+        await wait_for(lambda: len(sandbox_children(p)) == 3, 10, "2 idle + 1 notebook child")
+        # A busy loop that only the cancellation can end.
+        result = await cancel_while_running(
+            a, "run_tools_script", {"code": "while True:\n    pass"}, lambda: True, after=1.0
+        )
+        assert result is None, result
+        # Its child is killed at once, not left spinning until the session closes.
+        await wait_for(lambda: len(sandbox_children(p)) == 2, 10, "the cancelled script's child to end")
+        after = await run(a, "'kept' in globals()")
+        assert after["result"] is False, after
+        assert after["notebook"]["fresh"] is True, after
+        assert "cancelled" in after["notebook"]["reset_reason"], after

@@ -320,10 +320,40 @@ impl CodeMode {
             // Nothing ran: the state stays as it was.
             Err(rejected) => return cell(rejected.into()),
         };
-        if fresh {
+        // From here until the script ends the child is out of the notebook: if this call is
+        // dropped (an MCP client cancelled it), the child is killed with `live` and the
+        // session's next script starts fresh, told why. Every early return undoes it.
+        notebook.reset_reason = Some(
+            "the previous script was cancelled before it ended (the caller gave up on it); the \
+             names defined before it are gone"
+                .into(),
+        );
+        let mut live = if let Some(mut live) = notebook.child.take() {
+            let slot = tokio::select! {
+                slot = self.pool.slot() => slot,
+                () = deadline.expired() => {
+                    notebook.child = Some(live);
+                    notebook.reset_reason = None;
+                    return cell(Ending::Failed { code: codes::TIMEOUT, message: timeout_message(limits) });
+                }
+            };
+            match slot {
+                Ok(slot) => live.checkout.hold_slot(slot),
+                Err(err) => {
+                    notebook.child = Some(live);
+                    notebook.reset_reason = None;
+                    return cell(Ending::Failed {
+                        code: codes::SANDBOX_FAILED,
+                        message: format!("no sandbox slot available: {err}"),
+                    });
+                }
+            }
+            live
+        } else {
             let checkout = tokio::select! {
                 checkout = self.pool.checkout() => checkout,
                 () = deadline.expired() => {
+                    notebook.reset_reason = None;
                     return cell(Ending::Failed { code: codes::TIMEOUT, message: timeout_message(limits) });
                 }
             };
@@ -332,41 +362,19 @@ impl CodeMode {
                     // The child stays with the session: its replacement is forked now.
                     checkout.refill_now();
                     notebook.cells = 0;
-                    notebook.child = Some(LiveChild {
+                    LiveChild {
                         checkout,
                         frames: FrameReader::new(reader),
-                    });
+                    }
                 }
                 Err(err) => {
+                    notebook.reset_reason = None;
                     return cell(Ending::Failed {
                         code: codes::SANDBOX_FAILED,
                         message: format!("no sandbox available: {err}"),
                     });
                 }
             }
-        } else {
-            let slot = tokio::select! {
-                slot = self.pool.slot() => slot,
-                () = deadline.expired() => {
-                    return cell(Ending::Failed { code: codes::TIMEOUT, message: timeout_message(limits) });
-                }
-            };
-            match (slot, notebook.child.as_mut()) {
-                (Ok(slot), Some(live)) => live.checkout.hold_slot(slot),
-                (Err(err), _) => {
-                    return cell(Ending::Failed {
-                        code: codes::SANDBOX_FAILED,
-                        message: format!("no sandbox slot available: {err}"),
-                    });
-                }
-                (Ok(_), None) => {}
-            }
-        }
-        let Some(live) = notebook.child.as_mut() else {
-            return cell(Ending::Failed {
-                code: codes::SANDBOX_FAILED,
-                message: "the session's sandbox child is missing".into(),
-            });
         };
         notebook.cells += 1;
         let ending = match live.checkout.send(&Message::Run(request)).await {
@@ -399,6 +407,8 @@ impl CodeMode {
             ));
             return ended;
         }
+        notebook.reset_reason = None;
+        notebook.child = Some(live);
         cell(ending)
     }
 
