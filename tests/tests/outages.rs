@@ -34,6 +34,27 @@ fn repo_root() -> std::path::PathBuf {
         .to_path_buf()
 }
 
+/// Closes the session `default` of a state directory (its containers, instances, agents)
+/// when dropped.
+struct CloseDefaultSession(std::path::PathBuf);
+
+impl Drop for CloseDefaultSession {
+    fn drop(&mut self) {
+        let _ = paddock_env(
+            &[
+                "sessions",
+                "close",
+                "default",
+                "--policy",
+                &services_policy(),
+            ],
+            &[("PADDOCK_HOME", self.0.to_str().unwrap_or_default())],
+            None,
+            Duration::from_secs(60),
+        );
+    }
+}
+
 /// What a command running when its service dies should get.
 #[derive(Clone, Copy, PartialEq)]
 enum Expect {
@@ -53,6 +74,9 @@ fn kill_mid_command(backend: &str, kill: &str, extra: &str, expect: Expect) {
          set PADDOCK_SKIP_BACKENDS={backend}"
     );
     let dir = tempfile::tempdir().unwrap();
+    // Both commands below run in the session `default` of this temporary home: closed when the
+    // test ends, pass or fail, or its container outlives the home that could sweep it.
+    let _closer = CloseDefaultSession(dir.path().to_path_buf());
     let policy = write_file(
         &dir,
         "p.toml",
