@@ -405,54 +405,46 @@ with m.Monty(min_processes=1) as pool:
 """
 
 
+# The same, running `1 + 1` SCRIPTS times, each in a fresh checkout.
 _MONTY_BATCH = """\
-import sys
 import pydantic_monty as m
 with m.Monty(min_processes=2) as pool:
-    for _ in range(int(sys.argv[1])):
+    for _ in range(SCRIPTS):
         with pool.checkout() as s:
             assert s.feed_run("1 + 1") == 2
 """
 
 
-def measure_monty_batch(p: dict[str, Any], sampler: Sampler) -> dict[str, Any]:
-    scripts = int(p["scripts"])
+def measure_fresh_python(code: str, method: str, sampler: Sampler) -> dict[str, Any]:
+    """Host wall time of a fresh `python -c code` process, from spawn to exit."""
 
     def once() -> float:
-        ms, proc = timed(
-            lambda: subprocess.run([sys.executable, "-c", _MONTY_BATCH, str(scripts)],
-                                   capture_output=True, check=False)
-        )
+        ms, proc = timed(lambda: run_python(sys.executable, code))
         if proc.returncode != 0:
             raise Failure(proc.stderr.decode(errors="replace")[-500:])
         return ms
 
-    return {
-        "method": (
-            f"a fresh `{sys.executable} -c` process that imports pydantic_monty, makes a pool "
-            f"(min_processes=2), runs `1 + 1` {scripts} times, each in a fresh checkout, and "
-            "exits: host wall time from spawn to exit."
-        ),
-        "samples_ms": sampler.run(once),
-        "setup_ms": 0.0,
-    }
+    return {"method": method, "samples_ms": sampler.run(once), "setup_ms": 0.0}
+
+
+def measure_monty_batch(p: dict[str, Any], sampler: Sampler) -> dict[str, Any]:
+    scripts = int(p["scripts"])
+    return measure_fresh_python(
+        _MONTY_BATCH.replace("SCRIPTS", str(scripts)),
+        f"a fresh `{sys.executable} -c` process that imports pydantic_monty, makes a pool "
+        f"(min_processes=2), runs `1 + 1` {scripts} times, each in a fresh checkout, and "
+        "exits: host wall time from spawn to exit.",
+        sampler,
+    )
 
 
 def measure_monty_startup(sampler: Sampler) -> dict[str, Any]:
-    def once() -> float:
-        ms, proc = timed(lambda: run_python(sys.executable, _MONTY_START))
-        if proc.returncode != 0:
-            raise Failure(proc.stderr.decode(errors="replace")[-500:])
-        return ms
-
-    return {
-        "method": (
-            f"a fresh `{sys.executable} -c` process that imports pydantic_monty, makes a pool "
-            "(min_processes=1), runs `1 + 1` in it and exits: host wall time from spawn to exit."
-        ),
-        "samples_ms": sampler.run(once),
-        "setup_ms": 0.0,
-    }
+    return measure_fresh_python(
+        _MONTY_START,
+        f"a fresh `{sys.executable} -c` process that imports pydantic_monty, makes a pool "
+        "(min_processes=1), runs `1 + 1` in it and exits: host wall time from spawn to exit.",
+        sampler,
+    )
 
 
 def measure_monty_async(m: Any, scenario: str, p: dict[str, Any], sampler: Sampler) -> dict[str, Any]:

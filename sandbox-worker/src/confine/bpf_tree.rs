@@ -153,11 +153,14 @@ impl Leaf {
 mod tests {
     use super::*;
 
-    /// Runs `program` the way the kernel does, over the instructions this module emits.
-    fn run(program: &[sock_filter], arch: u32, nr: u32, arg0: u32) -> u32 {
+    /// Runs `program` the way the kernel does, over the instructions this module emits:
+    /// its verdict and how many instructions it executed.
+    fn run(program: &[sock_filter], arch: u32, nr: u32, arg0: u32) -> (u32, usize) {
         let mut pc = 0;
         let mut acc = 0u32;
+        let mut steps = 0;
         loop {
+            steps += 1;
             let ins = &program[pc];
             match ins.code {
                 BPF_LD_W_ABS => {
@@ -177,10 +180,14 @@ mod tests {
                     };
                     pc += 1 + usize::from(if taken { ins.jt } else { ins.jf });
                 }
-                BPF_RET_K => return ins.k,
+                BPF_RET_K => return (ins.k, steps),
                 other => panic!("instruction {other:#x}"),
             }
         }
+    }
+
+    fn verdict(program: &[sock_filter], arch: u32, nr: u32, arg0: u32) -> u32 {
+        run(program, arch, nr, arg0).0
     }
 
     #[test]
@@ -200,17 +207,17 @@ mod tests {
                 deny
             };
             if nr == 234 {
-                assert_eq!(run(&program, arch, nr, pid), RET_ALLOW);
-                assert_eq!(run(&program, arch, nr, 1), deny);
+                assert_eq!(verdict(&program, arch, nr, pid), RET_ALLOW);
+                assert_eq!(verdict(&program, arch, nr, 1), deny);
                 continue;
             }
-            assert_eq!(run(&program, arch, nr, 0), expected, "syscall {nr}");
+            assert_eq!(verdict(&program, arch, nr, 0), expected, "syscall {nr}");
         }
         // x32 numbers (bit 30 set) and anything huge are denied.
-        assert_eq!(run(&program, arch, 0x4000_0000, 0), deny);
-        assert_eq!(run(&program, arch, u32::MAX, 0), deny);
+        assert_eq!(verdict(&program, arch, 0x4000_0000, 0), deny);
+        assert_eq!(verdict(&program, arch, u32::MAX, 0), deny);
         // A foreign architecture is killed.
-        assert_eq!(run(&program, 0x4000_0003, 0, 0), RET_KILL_PROCESS);
+        assert_eq!(verdict(&program, 0x4000_0003, 0, 0), RET_KILL_PROCESS);
     }
 
     #[test]
@@ -218,32 +225,11 @@ mod tests {
         let allowed: Vec<libc::c_long> = (0..60).map(|n| n * 3).collect();
         let program = allow_list(&allowed, 234, 1, 38).unwrap();
         let arch = audit_arch().unwrap();
-        // Count instructions executed for the worst syscall number.
-        let steps = |nr: u32| {
-            let mut pc = 0;
-            let mut n = 0;
-            let mut acc = 0;
-            loop {
-                n += 1;
-                let ins = &program[pc];
-                match ins.code {
-                    BPF_LD_W_ABS => {
-                        acc = if ins.k == ARCH_OFFSET { arch } else { nr };
-                        pc += 1;
-                    }
-                    BPF_JEQ_K | BPF_JGE_K => {
-                        let taken = if ins.code == BPF_JEQ_K {
-                            acc == ins.k
-                        } else {
-                            acc >= ins.k
-                        };
-                        pc += 1 + usize::from(if taken { ins.jt } else { ins.jf });
-                    }
-                    _ => return n,
-                }
-            }
-        };
-        let worst = (0..400).map(steps).max().unwrap();
+        // The worst syscall number, in instructions executed.
+        let worst = (0..400)
+            .map(|nr| run(&program, arch, nr, 0).1)
+            .max()
+            .unwrap();
         assert!(worst <= 16, "{worst} instructions for one syscall");
     }
 }

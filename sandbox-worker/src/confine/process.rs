@@ -263,16 +263,32 @@ pub fn collapse_into_huge_pages() -> usize {
 /// `(start, end)` of a `/proc/self/maps` line for private writable anonymous memory (the brk
 /// heap included), else `None`.
 fn anonymous_writable_range(line: &str) -> Option<(usize, usize)> {
-    let mut fields = line.split_whitespace();
-    let range = fields.next()?;
-    let perms = fields.next()?;
-    let name = fields.nth(3).unwrap_or("");
-    if !perms.starts_with("rw") || perms.ends_with('s') || !(name.is_empty() || name == "[heap]") {
-        return None;
+    let mapping = Mapping::parse(line)?;
+    let anonymous = mapping.name.is_empty() || mapping.name == "[heap]";
+    (mapping.perms.starts_with("rw") && !mapping.perms.ends_with('s') && anonymous)
+        .then_some((mapping.start, mapping.end))
+}
+
+/// One line of `/proc/self/maps`: its range, permissions and path (empty when anonymous).
+pub(super) struct Mapping<'a> {
+    pub start: usize,
+    pub end: usize,
+    pub perms: &'a str,
+    pub name: &'a str,
+}
+
+impl<'a> Mapping<'a> {
+    pub fn parse(line: &'a str) -> Option<Self> {
+        let mut fields = line.split_whitespace();
+        let range = fields.next()?;
+        let perms = fields.next()?;
+        let name = fields.nth(3).unwrap_or("");
+        let (start, end) = range.split_once('-')?;
+        Some(Self {
+            start: usize::from_str_radix(start, 16).ok()?,
+            end: usize::from_str_radix(end, 16).ok()?,
+            perms,
+            name,
+        })
     }
-    let (start, end) = range.split_once('-')?;
-    Some((
-        usize::from_str_radix(start, 16).ok()?,
-        usize::from_str_radix(end, 16).ok()?,
-    ))
 }

@@ -54,18 +54,8 @@ pub fn move_code_chunks(chunks: &[usize]) -> usize {
 
 /// `(start, end)` of a `/proc/self/maps` line for executable code of `exe`.
 fn code_range(line: &str, exe: &str) -> Option<(usize, usize)> {
-    let mut fields = line.split_whitespace();
-    let range = fields.next()?;
-    let perms = fields.next()?;
-    let path = fields.nth(3)?;
-    if perms != "r-xp" || path != exe {
-        return None;
-    }
-    let (start, end) = range.split_once('-')?;
-    Some((
-        usize::from_str_radix(start, 16).ok()?,
-        usize::from_str_radix(end, 16).ok()?,
-    ))
+    let mapping = super::process::Mapping::parse(line)?;
+    (mapping.perms == "r-xp" && mapping.name == exe).then_some((mapping.start, mapping.end))
 }
 
 /// How many pages of the 2 MiB stretch at `chunk` are present (bit 63 of each pagemap entry).

@@ -17,7 +17,7 @@ mod scale;
 mod scripts;
 mod terminal;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -172,6 +172,39 @@ pub async fn run(name: &'static str, b: &Bench) -> Vec<ScenarioReport> {
         report.wall_s = started.elapsed().as_secs_f64();
     }
     reports
+}
+
+/// Operations finished per second by `tasks` concurrent tasks over `window`: task `i` awaits
+/// `op(i)` over and over until the window closes (`what` names a task that failed to join).
+pub async fn rate_over<F, Fut>(tasks: usize, window: Duration, what: &str, op: F) -> Result<f64>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+{
+    let op = std::sync::Arc::new(op);
+    let started = Instant::now();
+    let until = started + window;
+    let handles: Vec<_> = (0..tasks)
+        .map(|i| {
+            let op = op.clone();
+            tokio::spawn(async move {
+                let mut done = 0u64;
+                while Instant::now() < until {
+                    op(i).await?;
+                    done += 1;
+                }
+                Ok::<u64, BenchError>(done)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for handle in handles {
+        total += handle.await.map_err(|e| BenchError::Unexpected {
+            what: what.to_owned(),
+            result: e.to_string(),
+        })??;
+    }
+    Ok(total as f64 / started.elapsed().as_secs_f64())
 }
 
 /// Commands per "from one script" sample.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{PeerPlan, interleaved, push_peers};
+use super::{PeerPlan, interleaved, push_peers, rate_over};
 use crate::bench::report::{Better, Outcome, Role, ScenarioReport};
 use crate::bench::{Bench, BenchError, PREFORK, Result, bench_engine, ms};
 use crate::codemode::RUN_TOOLS_SCRIPT;
@@ -98,29 +98,16 @@ pub async fn notebook(b: &Bench) -> Result<ScenarioReport> {
 
 /// Cells finished per second by `sessions` concurrent sessions over `window`.
 async fn sessions_window(engine: &Arc<Engine>, sessions: usize, window: Duration) -> Result<f64> {
-    let started = Instant::now();
-    let until = started + window;
-    let mut tasks = Vec::with_capacity(sessions);
-    for i in 0..sessions {
+    let engine = engine.clone();
+    rate_over(sessions, window, "notebook throughput task", move |i| {
         let engine = engine.clone();
-        tasks.push(tokio::spawn(async move {
-            let session = format!("bench-notebook-{i}");
-            let mut done = 0usize;
-            while Instant::now() < until {
-                cell(&engine, &session).await?;
-                done += 1;
-            }
-            Ok::<usize, BenchError>(done)
-        }));
-    }
-    let mut total = 0;
-    for task in tasks {
-        total += task.await.map_err(|e| BenchError::Unexpected {
-            what: "notebook throughput task".into(),
-            result: e.to_string(),
-        })??;
-    }
-    Ok(total as f64 / started.elapsed().as_secs_f64())
+        async move {
+            cell(&engine, &format!("bench-notebook-{i}"))
+                .await
+                .map(drop)
+        }
+    })
+    .await
 }
 
 pub async fn notebook_throughput(b: &Bench) -> Result<ScenarioReport> {

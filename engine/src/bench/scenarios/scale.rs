@@ -92,26 +92,6 @@ fn count_dir(path: &Path) -> usize {
     std::fs::read_dir(path).map_or(0, |d| d.count())
 }
 
-/// Every process below `pid` (children of every thread, recursively).
-fn descendants(pid: u32) -> usize {
-    let mut stack = vec![pid];
-    let mut seen = 0;
-    while let Some(p) = stack.pop() {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
-            continue;
-        };
-        for task in tasks.flatten() {
-            let children =
-                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
-                seen += 1;
-                stack.push(child);
-            }
-        }
-    }
-    seen
-}
-
 async fn docker_containers(tag: &str) -> usize {
     let out = tokio::process::Command::new("docker")
         .args(["ps", "-aq", "--filter", &format!("name={tag}")])
@@ -123,7 +103,8 @@ async fn docker_containers(tag: &str) -> usize {
 async fn footprint(tag: &str, docker: bool) -> Footprint {
     let root = crate::tools::environment::state_root();
     Footprint {
-        descendants: descendants(std::process::id()),
+        descendants: i32::try_from(std::process::id())
+            .map_or(0, |pid| paddock_backends::procfs::descendants(pid).len()),
         descriptors: count_dir(Path::new("/proc/self/fd")),
         sessions_dir: count_dir(&root.join("sessions")),
         records: count_dir(&root.join(crate::sessions::RECORDS_DIR)),

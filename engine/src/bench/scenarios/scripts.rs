@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
-use super::{PeerPlan, interleaved, push_peers};
+use super::{PeerPlan, interleaved, push_peers, rate_over};
 use crate::bench::report::{Better, Outcome, Role, ScenarioReport};
 use crate::bench::{Bench, BenchError, PREFORK, Result, bench_engine, ms};
 use crate::policy::Policy;
@@ -86,32 +86,20 @@ pub async fn trivial(b: &Bench) -> Result<ScenarioReport> {
 
 /// Scripts finished per second by `concurrency` tasks over `window`.
 async fn paddock_window(b: &Bench, concurrency: usize, window: Duration) -> Result<f64> {
-    let started = Instant::now();
-    let until = started + window;
-    let mut tasks = Vec::with_capacity(concurrency);
-    for _ in 0..concurrency {
-        let engine = Arc::clone(&b.engine);
-        let limits = b.limits.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut done = 0u64;
-            while Instant::now() < until {
-                let result = engine.run_script(TRIVIAL, &limits).await?;
-                if !is_two(&result) {
-                    return Err(BenchError::unexpected("throughput", &result));
-                }
-                done += 1;
+    let engine = Arc::clone(&b.engine);
+    let limits = b.limits.clone();
+    rate_over(concurrency, window, "throughput task", move |_| {
+        let engine = engine.clone();
+        let limits = limits.clone();
+        async move {
+            let result = engine.run_script(TRIVIAL, &limits).await?;
+            if !is_two(&result) {
+                return Err(BenchError::unexpected("throughput", &result));
             }
-            Ok::<u64, BenchError>(done)
-        }));
-    }
-    let mut total = 0;
-    for task in tasks {
-        total += task.await.map_err(|e| BenchError::Unexpected {
-            what: "throughput task".into(),
-            result: e.to_string(),
-        })??;
-    }
-    Ok(total as f64 / started.elapsed().as_secs_f64())
+            Ok(())
+        }
+    })
+    .await
 }
 
 pub async fn throughput(b: &Bench) -> Result<ScenarioReport> {
