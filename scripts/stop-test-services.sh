@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Stops what scripts/test-services.sh started: containers labelled paddock.managed=true,
-# Apptainer instances named paddock-*, and, by their PID files, the private sshd and the dockerd
-# it started (a dockerd it found already running is left alone). Idempotent. Installed
-# packages, the image, the rootfs and the SIF stay, so the next start takes a few seconds.
+# Apptainer instances named paddock-*, Slurm jobs named paddock-*, and, by their PID files, the
+# Slurm daemons (slurmd, slurmctld and munged; then the empty cgroup v1 directories Slurm leaves
+# in /sys/fs/cgroup/*/slurm_<host>), the private sshd and the dockerd it started (a dockerd it
+# found already running is left alone). Idempotent, and quiet when nothing runs. Installed
+# packages, the image, the rootfs, the SIF and Slurm's configuration (/etc/slurm) and state
+# (/var/lib/slurm) stay, so the next start takes a few seconds. Slurm jobs not named paddock-*
+# are left running: their slurmstepd outlives the daemons, and a restart picks them up again.
 #
 # Environment: PADDOCK_SERVICES_DIR (default /tmp/paddock-services), as for test-services.sh.
 set -euo pipefail
@@ -24,11 +28,17 @@ pid_of() { # pidfile exe-name: print the PID if that process is alive and is tha
     echo "$pid"
 }
 
+running() { # pid: alive and not a zombie (init here reaps orphans only every ~2 s)
+    local state
+    state=$(awk '$1 == "State:" {print $2}' "/proc/$1/status" 2>/dev/null || true)
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
 stop_pid() { # pid name seconds: SIGTERM, wait, then SIGKILL
     local pid=$1 name=$2 i
     kill -TERM "$pid" 2>/dev/null || return 0
     for ((i = 0; i < $3 * 10; i++)); do
-        [ -d "/proc/$pid" ] || { log "$name (pid $pid) stopped"; return 0; }
+        running "$pid" || { log "$name (pid $pid) stopped"; return 0; }
         sleep 0.1
     done
     log "$name (pid $pid) still running after $3 s: SIGKILL"
@@ -57,7 +67,54 @@ if [ -x "$APPTAINER" ]; then
     done
 fi
 
-# 3. The private sshd, and its per-connection children (say ControlMaster sessions), which
+# 3. Slurm: Paddock's jobs (named paddock-*) while slurmctld still answers, then the daemons.
+#    Their pid files are in /run/slurm (machine-wide, like /etc/slurm/slurm.conf) and munged's in
+#    /run/munge. A pid file can be stale (the PID of another program now): pid_of checks the exe.
+#    /usr/sbin/slurmctld and slurmd are symlinks to slurmctld-wlm and slurmd-wlm.
+slurm_exe() { # daemon: the name of its binary
+    local p
+    p=$(readlink -f "/usr/sbin/$1" 2>/dev/null) || p=$1
+    echo "${p##*/}"
+}
+paddock_jobs() { # the ids of the pending, running and completing jobs named paddock-*
+    timeout 10 squeue -h -o '%i %j' 2>/dev/null | awk '$2 ~ /^paddock-/ {print $1}'
+}
+if pid_of /run/slurm/slurmctld.pid "$(slurm_exe slurmctld)" >/dev/null && command -v squeue >/dev/null; then
+    mapfile -t jobs < <(paddock_jobs)
+    if [ ${#jobs[@]} -gt 0 ]; then
+        log "cancelling ${#jobs[@]} slurm job(s) named paddock-*"
+        scancel "${jobs[@]}" 2>/dev/null || true
+        # Until they have ended: their processes get SIGTERM, and SIGKILL after KillWait (5 s).
+        for ((i = 0; i < 300; i++)); do
+            [ -n "$(paddock_jobs)" ] || break
+            sleep 0.1
+        done
+    fi
+    others=$(timeout 10 squeue -h -o '%i' 2>/dev/null | wc -l)
+    if [ "$others" -gt 0 ]; then log "note: $others other slurm job(s) keep running"; fi
+fi
+for daemon in slurmd slurmctld; do
+    if pid=$(pid_of "/run/slurm/$daemon.pid" "$(slurm_exe "$daemon")"); then
+        stop_pid "$pid" "$daemon" 15
+    fi
+    rm -f "/run/slurm/$daemon.pid"
+done
+if pid=$(pid_of /run/munge/munged.pid munged); then
+    stop_pid "$pid" munged 10
+fi
+# proctrack/cgroup and task/cgroup leave their (empty) top directories behind; rmdir, deepest
+# first, removes only empty cgroups. Not while some slurmd (not ours, say) still runs.
+slurmd_left=
+for pid in $(pgrep -x slurmd || true; pgrep -x "$(slurm_exe slurmd)" || true); do
+    if running "$pid"; then slurmd_left=$pid; fi
+done
+if [ -z "$slurmd_left" ]; then
+    for d in /sys/fs/cgroup/*/slurm_"$(hostname -s)" /sys/fs/cgroup/*/slurm; do
+        if [ -d "$d" ]; then find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true; fi
+    done
+fi
+
+# 4. The private sshd, and its per-connection children (say ControlMaster sessions), which
 #    would otherwise outlive the listener.
 if pid=$(pid_of "$SERVICES_DIR/ssh/sshd.pid" sshd); then
     mapfile -t children < <(ps -o pid= --ppid "$pid" | tr -d ' ')
@@ -68,7 +125,7 @@ if pid=$(pid_of "$SERVICES_DIR/ssh/sshd.pid" sshd); then
 fi
 rm -f "$SERVICES_DIR/ssh/sshd.pid"
 
-# 4. The dockerd that test-services.sh started; it stops its containers and its containerd.
+# 5. The dockerd that test-services.sh started; it stops its containers and its containerd.
 if pid=$(pid_of "$SERVICES_DIR/dockerd.pid" dockerd); then
     stop_pid "$pid" dockerd 30
 fi

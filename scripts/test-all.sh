@@ -3,10 +3,12 @@
 # Builds once (release profile, used by both the binary and the tests), then runs every test
 # against the real binary, then the lint gate. What the suites need is installed here when
 # missing: python3 with the jsonschema package (an independent validator of `paddock tools`
-# output), and tmux (a real terminal for the approval prompt). The Docker, SSH and Apptainer
-# backends are tested against real services: scripts/test-services.sh installs and starts
-# dockerd, a private sshd and Apptainer (idempotent; ~40 s the first time, ~2 s after).
-# PADDOCK_SKIP_BACKENDS=docker,ssh,apptainer leaves named backends out (their tests say so).
+# output), and tmux (a real terminal for the approval prompt). The Docker, SSH, Apptainer and
+# Slurm backends are tested against real services: scripts/test-services.sh installs and starts
+# dockerd, a private sshd, Apptainer and a single-node Slurm cluster (idempotent; ~50 s the
+# first time, ~2 s after). PADDOCK_SKIP_BACKENDS=docker,ssh,apptainer,slurm (any subset, any
+# order) leaves named backends out (their tests say so); with all four out, test-services.sh
+# is not run and root is not needed.
 # The MCP server is driven by the real Python `mcp` client and the official conformance suite,
 # installed by scripts/mcp-test-env.sh into /opt/paddock-mcp-test (PyPI and npm; ~1 min once).
 set -euo pipefail
@@ -35,11 +37,19 @@ python3 -c 'import jsonschema' || { echo "jsonschema is still missing" >&2; exit
 # rustpython-ruff_* 0.16.5 declares rust 1.96 but builds on 1.95: see README "Building".
 CARGO_FLAGS=(--release --ignore-rust-version --locked)
 
-step "test services (dockerd, sshd, apptainer)"
-if [ "${PADDOCK_SKIP_BACKENDS:-}" != "docker,ssh,apptainer" ]; then
+step "test services (dockerd, sshd, apptainer, slurm)"
+skips=${PADDOCK_SKIP_BACKENDS:-}
+skipped_all=1
+for backend in docker ssh apptainer slurm; do
+    case ",${skips// /}," in
+    *",$backend,"*) ;;
+    *) skipped_all=0 ;;
+    esac
+done
+if [ "$skipped_all" -eq 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
-        echo "scripts/test-services.sh needs root (apt, dockerd, /opt/apptainer); run as root," >&2
-        echo "or set PADDOCK_SKIP_BACKENDS=docker,ssh,apptainer to test the local backend only" >&2
+        echo "scripts/test-services.sh needs root (apt, dockerd, /opt/apptainer, Slurm); run as root," >&2
+        echo "or set PADDOCK_SKIP_BACKENDS=docker,ssh,apptainer,slurm to test the local backend only" >&2
         exit 1
     fi
     PADDOCK_TEST_POLICY=$(scripts/test-services.sh)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts real test services for Paddock's Docker, SSH and Apptainer backends on a Debian 12
+# Starts real test services for Paddock's Docker, SSH, Apptainer and Slurm backends on a Debian 12
 # machine, as root, installing whatever is missing. Idempotent: when everything is already up,
 # a re-run only checks each service (a few seconds) and changes nothing.
 #
@@ -10,16 +10,22 @@
 #   policy.toml    one [backends.NAME] section per service that is up
 #   services.env   PADDOCK_TEST_POLICY=<policy.toml> and PADDOCK_TEST_BACKENDS=<comma list>
 #   *.log          one log per step; a failure names the step and the log to read
+#   slurm/         the logs of slurmctld and slurmd (owned by the user slurm)
 #
 # Environment:
 #   PADDOCK_SERVICES_DIR    all state (default /tmp/paddock-services)
 #   PADDOCK_SSH_PORT        port of the private sshd on 127.0.0.1 (default 2222)
-#   PADDOCK_SKIP_BACKENDS   comma list of docker,ssh,apptainer not to set up (left out of the policy)
+#   PADDOCK_SKIP_BACKENDS   comma list of docker,ssh,apptainer,slurm not to set up (left out of the
+#                           policy)
 #   PADDOCK_DEBIAN_MIRROR   Debian mirror for the sid downloads (default: the one apt already uses)
 #
-# Why things are done the way they are (tested recipes, timings, pitfalls): the project note
-# "backends-on-debian.md". Outside $SERVICES_DIR this touches: apt packages, /var/lib/docker
-# (image paddock-test:latest), /opt/apptainer, /run/sshd and the user paddock-ci.
+# Why things are done the way they are (tested recipes, timings, pitfalls): the project notes
+# "backends-on-debian.md" and "slurm-on-debian.md". Outside $SERVICES_DIR this touches: apt
+# packages, /var/lib/docker (image paddock-test:latest), /opt/apptainer, /run/sshd, the user
+# paddock-ci, and for Slurm (a machine-wide single-node cluster): /etc/slurm/slurm.conf and
+# cgroup.conf, the munge key /etc/munge/munge.key (created if absent), /run/munge, /run/slurm
+# (pid files), Slurm's state in /var/lib/slurm, munged's log /var/log/munge and the cgroup v1
+# directories /sys/fs/cgroup/*/slurm_<host>.
 set -euo pipefail
 export LC_ALL=C
 
@@ -110,12 +116,12 @@ write_if_changed() { # path content: rewrite only on a change, so a re-run chang
 # ---------------------------------------------------------------------------------------------
 # Preconditions
 # ---------------------------------------------------------------------------------------------
-[ "$(id -u)" -eq 0 ] || fail "must run as root (it installs packages and starts dockerd/sshd)"
+[ "$(id -u)" -eq 0 ] || fail "must run as root (it installs packages and starts dockerd/sshd/Slurm)"
 IFS=, read -r -a skip_list <<<"$SKIP"
 for b in "${skip_list[@]}"; do
     case $b in
-    docker | ssh | apptainer | "") ;;
-    *) fail "PADDOCK_SKIP_BACKENDS: unknown backend '$b' (known: docker,ssh,apptainer)" ;;
+    docker | ssh | apptainer | slurm | "") ;;
+    *) fail "PADDOCK_SKIP_BACKENDS: unknown backend '$b' (known: docker,ssh,apptainer,slurm)" ;;
     esac
 done
 if ! [[ $SSH_PORT =~ ^[0-9]{1,5}$ ]] || [ "$SSH_PORT" -lt 1 ] || [ "$SSH_PORT" -gt 65535 ]; then
@@ -145,7 +151,9 @@ log "state in $SERVICES_DIR${SKIP:+; skipping: $SKIP}"
 #    ~40 s on this kind of machine, mostly repeated man-db and libc triggers).
 # ---------------------------------------------------------------------------------------------
 # Per backend, so a skipped one installs nothing. Besides the service packages: curl (the docker
-# ping), python3.11 (copied into the image; usually present) and python3 (the SSH user runs it).
+# ping), python3.11 (copied into the image; usually present) and python3 (the SSH user and the
+# Slurm smoke test run it). Slurm: not the slurm-wlm metapackage, which pulls -dev packages and
+# a dozen extra plugins; these four install in ~8 s with --no-install-recommends.
 pkgs=()
 if want docker; then pkgs+=(docker.io iptables curl busybox-static python3.11); fi
 if want ssh; then pkgs+=(openssh-server openssh-client python3); fi
@@ -153,6 +161,7 @@ if want apptainer; then
     pkgs+=(busybox-static python3.11 patchelf squashfs-tools uidmap e2fsprogs libseccomp2
         libsqlite3-0 containernetworking-plugins)
 fi
+if want slurm; then pkgs+=(slurmctld slurmd slurm-client munge python3); fi
 missing=()
 if [ ${#pkgs[@]} -gt 0 ]; then
     # One dpkg-query for all; packages dpkg has never heard of print nothing (and make it exit 1).
@@ -621,7 +630,240 @@ Subsystem sftp /usr/lib/openssh/sftp-server"
 fi
 
 # ---------------------------------------------------------------------------------------------
-# 6. The policy (one backend per service that is up) and services.env.
+# 6. Slurm 22.05: a single-node cluster of plain daemons (no systemd here): munged (as the user
+#    munge), slurmctld (drops to the user slurm) and slurmd. Cgroup v1 process tracking, so
+#    nothing a step starts outlives it, and memory limits. The node declares SLURM_CPUS CPUs
+#    whatever the machine has (config_overrides): Paddock's tests hold dozens of one-CPU
+#    sessions at once, and a session mostly waits. So no CPU pinning (task/affinity,
+#    ConstrainCores): cpusets of CPUs that do not exist would fail. The configuration is
+#    machine-wide (clients read /etc/slurm/slurm.conf); only the daemons' logs are in $SLURM_DIR.
+# ---------------------------------------------------------------------------------------------
+SLURM_DIR=$SERVICES_DIR/slurm
+SLURM_RUN=/run/slurm        # the pid files: in a directory of the user slurm, so slurmctld (which
+                            # runs as slurm) removes its own at exit instead of leaving a stale one
+SLURM_CPUS=64
+SLURM_NODE=$(hostname -s)   # slurmd finds its NodeName line by this name
+
+munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+slurm_exe() { # daemon: the name of its binary (/usr/sbin/slurmctld is a symlink to slurmctld-wlm)
+    local p
+    p=$(readlink -f "/usr/sbin/$1")
+    echo "${p##*/}"
+}
+slurm_pids() { # daemon: the PIDs of its live processes, ours or not. Not zombies: init here
+    # reaps orphans only every ~2 s. (pgrep -x per name: a pattern longer than 15 characters,
+    # the length of a process name, makes pgrep complain.)
+    local pid state
+    for pid in $(pgrep -x "$1" || true; pgrep -x "$(slurm_exe "$1")" || true); do
+        state=$(awk '$1 == "State:" {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+        if [ -n "$state" ] && [ "$state" != Z ]; then echo "$pid"; fi
+    done
+}
+slurm_node_state() { sinfo -h -n "$SLURM_NODE" -o %T 2>/dev/null | head -n 1; }
+slurm_fail() { # message: fail, showing the tails of our start log (the daemons' errors before
+    # they open their logs, srun's messages) and of both daemons' logs (slurmd's by the EXIT trap)
+    local f
+    for f in "$SLURM_DIR/start.log" "$SLURM_DIR/slurmctld.log"; do
+        log "read $f; its last lines:"
+        tail -n 12 "$f" 2>/dev/null | sed 's/^/    /' >&4
+    done
+    STEP_LOG=$SLURM_DIR/slurmd.log
+    fail "$*"
+}
+slurm_stop() { # daemon: stop it by its pid file (SIGTERM, up to 10 s, then SIGKILL)
+    local exe pid
+    exe=$(slurm_exe "$1")
+    pid_alive "$SLURM_RUN/$1.pid" "$exe" || return 0
+    pid=$(cat "$SLURM_RUN/$1.pid")
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for _ in $(seq 100); do
+        pid_alive "$SLURM_RUN/$1.pid" "$exe" || break
+        sleep 0.1
+    done
+    if pid_alive "$SLURM_RUN/$1.pid" "$exe"; then kill -KILL "$pid" 2>/dev/null || true; fi
+    # slurmctld's helper process slurmscriptd ends with it, a moment later.
+    for _ in $(seq 50); do
+        [ -n "$(slurm_pids "$1")" ] || break
+        sleep 0.1
+    done
+}
+slurm_start() { # daemon: start it unless ours runs; a foreign one (other pid file) is an error
+    local exe others
+    exe=$(slurm_exe "$1")
+    pid_alive "$SLURM_RUN/$1.pid" "$exe" && return 0
+    others=$(slurm_pids "$1" | sort -un | paste -sd ' ')
+    if [ -n "$others" ]; then
+        fail "a $1 this script did not start runs (pid $others; $SLURM_RUN/$1.pid names no live $1): stop it first"
+    fi
+    rm -f "$SLURM_RUN/$1.pid"
+    # It daemonizes; errors before it opens its log file (the configuration) go to STEP_LOG.
+    "/usr/sbin/$1" </dev/null >>"$STEP_LOG" 2>&1 3>&- 4>&- 9>&- || slurm_fail "$1 did not start"
+    SLURM_STARTED+=("$1")
+}
+
+if want slurm; then
+    STEP="slurm: munge" STEP_LOG=
+    if ! [ -d /sys/fs/cgroup/freezer ] || ! [ -d /sys/fs/cgroup/memory ]; then
+        fail "Slurm is set up with cgroup v1 (proctrack/cgroup), and /sys/fs/cgroup has no freezer and memory" \
+            "controllers; set PADDOCK_SKIP_BACKENDS=slurm"
+    fi
+    mkdir -p "$SLURM_DIR"
+    # The package's postinst makes a key; mungekey as root writes it as root.
+    if [ ! -s /etc/munge/munge.key ]; then
+        log "slurm: creating the munge key /etc/munge/munge.key"
+        mungekey --create
+    fi
+    if [ "$(stat -c %U:%a /etc/munge/munge.key)" != munge:400 ]; then
+        chown munge:munge /etc/munge/munge.key
+        chmod 0400 /etc/munge/munge.key
+    fi
+    if munge_ok; then
+        log "slurm: munged answers"
+    else
+        step "slurm: start munged" "$SLURM_DIR/munged-start.log"
+        # systemd's RuntimeDirectory= would make its socket directory. munged refuses to run as
+        # root ("PRNG seed dir is insecure"): as the user munge. Its own log: /var/log/munge.
+        install -d -o munge -g munge -m 0755 /run/munge
+        if ! pid_alive /run/munge/munged.pid munged; then
+            runuser -u munge -- /usr/sbin/munged </dev/null >>"$STEP_LOG" 2>&1 3>&- 4>&- 9>&- ||
+                fail "munged did not start (read also /var/log/munge/munged.log)"
+        fi
+        for _ in $(seq 50); do
+            munge_ok && break
+            sleep 0.1
+        done
+        munge_ok || fail "munged does not answer 'munge -n | unmunge' (read also /var/log/munge/munged.log)"
+        step_done
+    fi
+
+    STEP="slurm: slurm.conf and cgroup.conf" STEP_LOG=
+    # The hardware as slurmd sees it (works without a configuration). RealMemory must stay below
+    # it, or the node is drained "Low RealMemory".
+    mem=$(slurmd -C | sed -n 's/.*RealMemory=\([0-9][0-9]*\).*/\1/p' | head -n 1)
+    if ! [[ $mem =~ ^[0-9]+$ ]] || [ "$mem" -le 1024 ]; then fail "slurmd -C reports no usable RealMemory: '$mem'"; fi
+    # The slurm user writes slurmctld's log and state; slurmd runs as root.
+    install -d -o slurm -g slurm -m 0755 "$SLURM_DIR" "$SLURM_RUN" /var/lib/slurm/slurmctld /var/lib/slurm/slurmd
+    for f in slurmctld.log slurmd.log; do
+        [ -e "$SLURM_DIR/$f" ] || install -o slurm -g slurm -m 0644 /dev/null "$SLURM_DIR/$f"
+    done
+    mkdir -p /etc/slurm
+    write_if_changed /etc/slurm/slurm.conf "# Written by Paddock's scripts/test-services.sh: a single-node test cluster.
+ClusterName=paddock
+SlurmctldHost=$SLURM_NODE(127.0.0.1)
+SlurmUser=slurm
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation=/var/lib/slurm/slurmctld
+SlurmdSpoolDir=/var/lib/slurm/slurmd
+SlurmctldPidFile=$SLURM_RUN/slurmctld.pid
+SlurmdPidFile=$SLURM_RUN/slurmd.pid
+SlurmctldLogFile=$SLURM_DIR/slurmctld.log
+SlurmdLogFile=$SLURM_DIR/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+# cgroup v1: nothing a step starts survives it, memory limits hold. No task/affinity and no
+# ConstrainCores (cgroup.conf): the node below has more CPUs than the machine.
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SwitchType=switch/none
+SchedulerType=sched/backfill
+# Batch jobs start within a second instead of after 3 s.
+SchedulerParameters=batch_sched_delay=0
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=256
+ReturnToService=2
+# A job whose processes ignore SIGTERM blocks the single node for KillWait seconds.
+KillWait=5
+# Finished jobs stay visible (scontrol show job) for 5 minutes: the backend reads their end state.
+MinJobAge=300
+MailProg=/bin/true
+# Take the node as declared here, not as detected: $SLURM_CPUS CPUs for many concurrent sessions.
+SlurmdParameters=config_overrides
+NodeName=$SLURM_NODE NodeAddr=127.0.0.1 CPUs=$SLURM_CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$SLURM_CPUS ThreadsPerCore=1 RealMemory=$((mem - 512)) State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+    slurm_changed=$CHANGED
+    write_if_changed /etc/slurm/cgroup.conf "# Written by Paddock's scripts/test-services.sh
+CgroupPlugin=cgroup/v1
+CgroupMountpoint=/sys/fs/cgroup
+ConstrainCores=no
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=no
+ConstrainDevices=no"
+    if [ "$CHANGED" = 1 ]; then slurm_changed=1; fi
+    # slurmctld reads them as the user slurm, whatever umask wrote them.
+    chmod 0644 /etc/slurm/slurm.conf /etc/slurm/cgroup.conf
+
+    SLURM_STARTED=()
+    STEP="slurm: slurmctld and slurmd" STEP_LOG=$SLURM_DIR/start.log
+    ctld_up=0 slurmd_up=0
+    if pid_alive "$SLURM_RUN/slurmctld.pid" "$(slurm_exe slurmctld)"; then ctld_up=1; fi
+    if pid_alive "$SLURM_RUN/slurmd.pid" "$(slurm_exe slurmd)"; then slurmd_up=1; fi
+    if [ "$slurm_changed" = 1 ] && [ "$ctld_up$slurmd_up" != 00 ]; then
+        # Plugins and the node's topology need a restart, not `scontrol reconfigure`. Running
+        # jobs survive it (their slurmstepd keeps running).
+        step "slurm: configuration changed: restart slurmctld and slurmd" "$STEP_LOG"
+        slurm_stop slurmd
+        slurm_stop slurmctld
+    elif [ "$ctld_up$slurmd_up" != 11 ]; then
+        step "slurm: start slurmctld and slurmd" "$STEP_LOG"
+    fi
+    slurm_start slurmctld
+    slurm_start slurmd
+    # Up = the node takes jobs: idle, or busy with other jobs (a re-run while tests run). slurmd's
+    # first registration is sometimes retried after 1 s. A drained node (a job whose processes
+    # could not be killed, say) is resumed once.
+    waited_from=$SECONDS
+    resumed=0
+    while :; do
+        state=$(slurm_node_state)
+        case $state in
+        idle | mixed | allocated | completing | planned) break ;;
+        drain*)
+            if [ "$resumed" = 0 ]; then
+                log "slurm: node $SLURM_NODE is $state ($(sinfo -h -n "$SLURM_NODE" -o %E)): resuming it"
+                scontrol update NodeName="$SLURM_NODE" State=RESUME >>"$STEP_LOG" 2>&1 || true
+                resumed=1
+            fi
+            ;;
+        esac
+        # A daemon that died after daemonizing (its pid file may come a moment after the start).
+        if [ $((SECONDS - waited_from)) -ge 3 ]; then
+            for daemon in slurmctld slurmd; do
+                pid_alive "$SLURM_RUN/$daemon.pid" "$(slurm_exe "$daemon")" || slurm_fail "$daemon exited"
+            done
+        fi
+        [ $((SECONDS - waited_from)) -lt 30 ] || slurm_fail "node $SLURM_NODE is '${state:-unreachable}' (sinfo -o %T) after 30 s, not idle"
+        sleep 0.05
+    done
+    if [ ${#SLURM_STARTED[@]} -gt 0 ]; then
+        step_done "${SLURM_STARTED[*]} started, node $state"
+    else
+        log "slurm: slurmctld and slurmd running (pids $(cat "$SLURM_RUN/slurmctld.pid") and $(cat "$SLURM_RUN/slurmd.pid")), node $state"
+    fi
+
+    # A job name with paddock-, so stop-test-services.sh cancels it should this hang.
+    STEP="slurm: smoke test (srun -N1 -n1)"
+    # stdin /dev/null: timeout runs srun in a background process group, where reading a terminal stops it.
+    srun_smoke=(timeout 60 srun -J paddock-smoke -N1 -n1 -t 1 --immediate=30)
+    out=$("${srun_smoke[@]}" bash -c "$SMOKE" </dev/null 2>>"$STEP_LOG") || slurm_fail "srun -N1 -n1 failed"
+    [ "$out" = "$SMOKE_EXPECTED" ] || slurm_fail "srun -N1 -n1 printed '$out'"
+    if want apptainer; then
+        # What the policy's slurm_apptainer backend does: the test SIF on the allocated node.
+        STEP="slurm: smoke test (srun apptainer exec $SIF)"
+        out=$("${srun_smoke[@]}" "$APPTAINER" exec --containall --no-home --cleanenv "$SIF" /bin/bash -c "$SMOKE" \
+            </dev/null 2>>"$STEP_LOG") || slurm_fail "srun apptainer exec $SIF failed"
+        [ "$out" = "$SMOKE_EXPECTED" ] || slurm_fail "srun apptainer exec $SIF printed '$out'"
+    fi
+    log "slurm: ok"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# 7. The policy (one backend per service that is up) and services.env.
 # ---------------------------------------------------------------------------------------------
 STEP="write policy" STEP_LOG=
 sections=()
@@ -652,6 +894,26 @@ if want apptainer; then
 kind = \"apptainer\"
 image = \"$SIF\"
 binary = \"$APPTAINER\"")
+fi
+if want slurm; then
+    up+=(slurm)
+    sections+=("[backends.slurm]
+kind = \"slurm\"
+partition = \"debug\"
+cpus = 1
+memory_mb = 512
+queue_timeout_seconds = 120")
+    if want apptainer; then
+        # The same cluster, each command run in the test SIF by apptainer on the allocated node.
+        sections+=("[backends.slurm_apptainer]
+kind = \"slurm\"
+partition = \"debug\"
+cpus = 1
+memory_mb = 512
+queue_timeout_seconds = 120
+image = \"$SIF\"
+binary = \"$APPTAINER\"")
+    fi
 fi
 policy="# Written by scripts/test-services.sh: one backend per started test service."
 for i in "${!sections[@]}"; do

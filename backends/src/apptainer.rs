@@ -66,7 +66,7 @@ impl ApptainerTransport {
         Self { config, binary }
     }
 
-    fn binary(&self) -> Result<&PathBuf> {
+    pub(crate) fn binary(&self) -> Result<&PathBuf> {
         self.binary.as_ref().map_err(|e| BackendError::Unavailable {
             kind: "apptainer".into(),
             name: self.config.name.clone(),
@@ -87,7 +87,7 @@ impl ApptainerTransport {
         format!("paddock-{}-{}", self.config.name, base_session(session))
     }
 
-    fn start_args(&self, session: &str) -> Vec<String> {
+    pub(crate) fn start_args(&self, session: &str) -> Vec<String> {
         let c = &self.config;
         let mut args: Vec<String> = vec![
             "instance".into(),
@@ -154,7 +154,7 @@ impl ApptainerTransport {
         )))
     }
 
-    fn exec_args(&self, session: &str, argv: &[String]) -> Vec<String> {
+    pub(crate) fn exec_args(&self, session: &str, argv: &[String]) -> Vec<String> {
         // --pwd: otherwise apptainer tries this process's directory and warns when the
         // container lacks it (into the output, with a terminal).
         let mut args = vec![

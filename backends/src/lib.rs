@@ -1,7 +1,7 @@
 //! Execution environments: where `terminal`, `process` and `python_execute` run.
 //!
 //! One trait, [`Environment`], implemented by [`local::LocalEnvironment`] and, through
-//! [`remote::RemoteEnvironment`], by the [`docker`], [`ssh`] and [`apptainer`] transports.
+//! [`remote::RemoteEnvironment`], by the [`docker`], [`ssh`], [`apptainer`] and [`slurm`] transports.
 //! Background processes are run by a detached supervisor and recorded in a durable
 //! [`processes::ProcessRegistry`], so they survive an engine restart.
 //!
@@ -12,6 +12,8 @@
 //! - [`docker`] — containers through the Engine API (bollard), one per session;
 //! - [`ssh`] — the system OpenSSH client with one ControlMaster per backend;
 //! - [`apptainer`] — one Apptainer/Singularity instance per session;
+//! - [`slurm`] — one Slurm job per session, its agent in a holder step (bare or in Apptainer);
+//! - [`progress`] — where slow environment work (a queued job) reports to;
 //! - [`shell`] — the wrapper that makes cwd, exports, functions and aliases persist;
 //! - [`processes`] — durable registry of background processes and their receipts;
 //! - [`supervisor`] — the detached process that owns one background command;
@@ -34,9 +36,11 @@ pub mod local;
 pub mod output;
 pub mod processes;
 pub mod procfs;
+pub mod progress;
 pub mod redact;
 pub mod remote;
 pub mod shell;
+pub mod slurm;
 pub mod ssh;
 pub mod supervisor;
 
@@ -142,7 +146,7 @@ pub trait Environment: Send + Sync {
     /// The policy name of this backend (`[backends.NAME]`).
     fn name(&self) -> &str;
 
-    /// `local`, `docker`, `ssh` or `apptainer`.
+    /// `local`, `docker`, `ssh`, `apptainer` or `slurm`.
     fn kind(&self) -> &'static str;
 
     /// Runs a foreground command.

@@ -285,6 +285,14 @@ pub fn run_main() -> ExitCode {
     runtime.block_on(dispatch(cli.command))
 }
 
+/// Slow environment work outside an MCP call (a Slurm job waiting in the queue) says so in a
+/// line on stderr.
+fn progress_to_stderr() {
+    paddock_backends::progress::set_default(Arc::new(|message: String| {
+        let _ = writeln!(std::io::stderr(), "paddock: {message}");
+    }));
+}
+
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
@@ -494,6 +502,7 @@ async fn run_scripts(
     events: Option<PathBuf>,
     keep_state: bool,
 ) -> ExitCode {
+    progress_to_stderr();
     let mut policy = match load_policy(common.policy.as_deref()) {
         Ok(p) => p,
         Err(e) => return usage_error(&e),
@@ -575,6 +584,7 @@ async fn run_scripts(
 }
 
 async fn call(tool: String, args: String, common: Common, backend: Option<String>) -> ExitCode {
+    progress_to_stderr();
     let policy = match load_policy(common.policy.as_deref()) {
         Ok(p) => p,
         Err(e) => return usage_error(&e),

@@ -160,7 +160,7 @@ impl Default for ApprovalConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendConfig {
-    /// `local`, `docker`, `ssh`, `apptainer` (`singularity` is an alias).
+    /// `local`, `docker`, `ssh`, `apptainer` (`singularity` is an alias), `slurm`.
     pub kind: Spanned<String>,
     /// local: `none`, `read-only` or `workspace-write` (the default). A policy that declares
     /// no `local` backend gets one in the workspace-write sandbox over the current directory,
@@ -207,6 +207,20 @@ pub struct BackendConfig {
     pub agent: Option<Spanned<bool>>,
     /// docker: containers kept ready, agent running, for new sessions (default 0).
     pub warm: Option<Spanned<u64>>,
+    /// slurm: the job's partition, time limit (`--time`: `MM`, `HH:MM:SS`, `D-HH:MM`),
+    /// generic resources (`--gres`), account, and more `salloc` options as given.
+    pub partition: Option<Spanned<String>>,
+    pub time_limit: Option<Spanned<String>>,
+    pub gres: Option<Spanned<String>>,
+    pub account: Option<Spanned<String>>,
+    #[serde(default)]
+    pub extra_args: Vec<Spanned<String>>,
+    /// slurm: how long a session's job may wait in the queue before it is cancelled and the
+    /// command fails (default 300).
+    pub queue_timeout_seconds: Option<Spanned<u64>>,
+    /// slurm: the directory of `salloc`, `srun`, `scontrol`, `squeue`, `scancel`, `sinfo`
+    /// (default: PATH).
+    pub slurm_bin_dir: Option<Spanned<String>>,
     /// Environment variables set for every command.
     #[serde(default)]
     pub env: std::collections::BTreeMap<String, String>,
@@ -513,14 +527,21 @@ impl Policy {
             one_of(
                 &config.kind,
                 &key("kind"),
-                &["local", "docker", "ssh", "apptainer", "singularity"],
+                &[
+                    "local",
+                    "docker",
+                    "ssh",
+                    "apptainer",
+                    "singularity",
+                    "slurm",
+                ],
             )?;
             let kind = match config.kind.get_ref().as_str() {
                 "singularity" => "apptainer",
                 other => other,
             };
             // Keys that do not apply to this kind of backend are mistakes, not no-ops.
-            let present: [(&str, Option<std::ops::Range<usize>>); 25] = [
+            let present: [(&str, Option<std::ops::Range<usize>>); 32] = [
                 ("sandbox", config.sandbox.as_ref().map(Spanned::span)),
                 ("workspace", config.workspace.as_ref().map(Spanned::span)),
                 ("image", config.image.as_ref().map(Spanned::span)),
@@ -563,6 +584,19 @@ impl Policy {
                 ("overlay", config.overlay.as_ref().map(Spanned::span)),
                 ("agent", config.agent.as_ref().map(Spanned::span)),
                 ("warm", config.warm.as_ref().map(Spanned::span)),
+                ("partition", config.partition.as_ref().map(Spanned::span)),
+                ("time_limit", config.time_limit.as_ref().map(Spanned::span)),
+                ("gres", config.gres.as_ref().map(Spanned::span)),
+                ("account", config.account.as_ref().map(Spanned::span)),
+                ("extra_args", config.extra_args.first().map(Spanned::span)),
+                (
+                    "queue_timeout_seconds",
+                    config.queue_timeout_seconds.as_ref().map(Spanned::span),
+                ),
+                (
+                    "slurm_bin_dir",
+                    config.slurm_bin_dir.as_ref().map(Spanned::span),
+                ),
                 ("env", None),
             ];
             let applies: &[&str] = match kind {
@@ -591,6 +625,26 @@ impl Policy {
                     "host_key_checking",
                     "connect_timeout_seconds",
                     "agent",
+                ],
+                "slurm" => &[
+                    "partition",
+                    "time_limit",
+                    "cpus",
+                    "memory_mb",
+                    "gres",
+                    "account",
+                    "extra_args",
+                    "queue_timeout_seconds",
+                    "slurm_bin_dir",
+                    "workdir",
+                    "agent",
+                    // With `image`, commands run in Apptainer: its keys apply.
+                    "image",
+                    "network",
+                    "binds",
+                    "binary",
+                    "writable_tmpfs",
+                    "overlay",
                 ],
                 _ => &[
                     "image",
@@ -663,6 +717,77 @@ impl Policy {
                         .to_owned(),
                 ));
             }
+            if kind == "slurm" {
+                // A session's processes live in the job only while a step holds them: the
+                // agent is that step.
+                if let Some(agent) = &config.agent
+                    && !*agent.get_ref()
+                {
+                    return Err(invalid(
+                        agent.span(),
+                        &key("agent"),
+                        "a slurm session runs in the job through its agent (the step that keeps \
+                         the session's processes alive between commands): remove `agent = false`"
+                            .to_owned(),
+                    ));
+                }
+                if let Some(cpus) = &config.cpus {
+                    let n = *cpus.get_ref();
+                    if !(n >= 1.0 && n.fract() == 0.0) {
+                        return Err(invalid(
+                            cpus.span(),
+                            &key("cpus"),
+                            format!("Slurm allocates whole CPUs: {n} is not a whole number ≥ 1"),
+                        ));
+                    }
+                }
+                if let Some(limit) = &config.time_limit
+                    && !limit
+                        .get_ref()
+                        .chars()
+                        .all(|c| c.is_ascii_digit() || c == ':' || c == '-')
+                {
+                    return Err(invalid(
+                        limit.span(),
+                        &key("time_limit"),
+                        format!(
+                            "\"{}\" is not a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, \
+                             D-HH:MM:SS)",
+                            limit.get_ref()
+                        ),
+                    ));
+                }
+                if let Some(t) = &config.queue_timeout_seconds
+                    && *t.get_ref() == 0
+                {
+                    return Err(invalid(
+                        t.span(),
+                        &key("queue_timeout_seconds"),
+                        "must be at least 1".to_owned(),
+                    ));
+                }
+                let apptainer_only = [
+                    ("network", config.network.as_ref().map(Spanned::span)),
+                    ("binds", config.binds.first().map(Spanned::span)),
+                    ("binary", config.binary.as_ref().map(Spanned::span)),
+                    (
+                        "writable_tmpfs",
+                        config.writable_tmpfs.as_ref().map(Spanned::span),
+                    ),
+                    ("overlay", config.overlay.as_ref().map(Spanned::span)),
+                ];
+                if config.image.is_none()
+                    && let Some((k, Some(span))) =
+                        apptainer_only.into_iter().find(|(_, span)| span.is_some())
+                {
+                    return Err(invalid(
+                        span,
+                        &key(k),
+                        "applies to a slurm backend with `image` (commands in Apptainer) only"
+                            .to_owned(),
+                    ));
+                }
+            }
             if let Some(checking) = &config.host_key_checking {
                 one_of(
                     checking,
@@ -670,7 +795,7 @@ impl Policy {
                     &["yes", "accept-new", "no"],
                 )?;
             }
-            if (kind == "apptainer" || kind == "local")
+            if (kind == "apptainer" || kind == "local" || kind == "slurm")
                 && let Some(network) = &config.network
             {
                 one_of(network, &key("network"), &["none", "host"])?;
@@ -994,6 +1119,42 @@ mod tests {
             "[backends.box]\nkind = \"docker\"\nimage = \"debian:12\"\n[routes]\nterminal = \"bx\"\n",
         );
         assert!(e.starts_with("p.toml:5: routes.terminal: no backend named \"bx\" (defined: box, local); did you mean \"box\"?"), "{e}");
+    }
+
+    #[test]
+    fn slurm_backends_take_job_keys_and_apptainer_keys_only_with_an_image() {
+        let ok = "[backends.hpc]\nkind = \"slurm\"\npartition = \"gpu\"\ntime_limit = \"1-00:30:00\"\n\
+                  cpus = 4\nmemory_mb = 8192\ngres = \"gpu:1\"\naccount = \"lab\"\n\
+                  extra_args = [\"--qos=short\"]\nqueue_timeout_seconds = 60\n\
+                  slurm_bin_dir = \"/opt/slurm/bin\"\n";
+        assert!(Policy::parse(ok, "p.toml").is_ok());
+        let with_image =
+            format!("{ok}image = \"x.sif\"\nnetwork = \"host\"\nbinds = [\"/d:/d\"]\n");
+        assert!(Policy::parse(&with_image, "p.toml").is_ok());
+        let e = err("[backends.hpc]\nkind = \"slurm\"\nnetwork = \"host\"\n");
+        assert!(
+            e.starts_with(
+                "p.toml:3: backends.hpc.network: applies to a slurm backend with `image`"
+            ),
+            "{e}"
+        );
+        let e = err("[backends.hpc]\nkind = \"slurm\"\ncpus = 1.5\n");
+        assert!(
+            e.contains("backends.hpc.cpus: Slurm allocates whole CPUs"),
+            "{e}"
+        );
+        let e = err("[backends.hpc]\nkind = \"slurm\"\nagent = false\n");
+        assert!(
+            e.contains("backends.hpc.agent: a slurm session runs"),
+            "{e}"
+        );
+        let e = err("[backends.hpc]\nkind = \"slurm\"\ntime_limit = \"1 hour\"\n");
+        assert!(e.contains("is not a Slurm time"), "{e}");
+        let e = err("[backends.hpc]\nkind = \"docker\"\nimage = \"i\"\npartition = \"p\"\n");
+        assert!(
+            e.contains("backends.hpc.partition: does not apply to a docker backend"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -119,7 +119,7 @@ impl DetachedAgent {
 }
 
 /// The last lines of a log, for an error message.
-fn log_tail(path: &Path) -> String {
+pub(crate) fn log_tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(5)..].join(" | ")

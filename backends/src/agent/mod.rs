@@ -121,6 +121,16 @@ pub trait AgentHost: Transport {
         })
     }
 
+    /// Why the session's agent was lost in the middle of a command, when the environment
+    /// knows better than a broken connection (a Slurm job that ended); `None` otherwise.
+    fn explain_loss<'a>(
+        &'a self,
+        session: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>> {
+        let _ = session;
+        Box::pin(async { None })
+    }
+
     /// The program, run through this transport's own client, that starts the agent detached.
     fn agent_start_argv(&self, session: &str) -> Vec<String> {
         let _ = session;
@@ -339,16 +349,19 @@ impl<T: AgentHost> AgentTransport<T> {
     ) -> Result<i32> {
         let link = self.connect(session).await?;
         let request = agent_request(run.argv, run.pty);
-        link.run(request, run.stdin, &sink)
-            .await
-            .map(|end| end.code)
-            .map_err(|err| match err {
-                LinkError::Refused(message) => BackendError::Spawn(std::io::Error::other(message)),
-                other => self.unavailable(format!(
+        match link.run(request, run.stdin, &sink).await {
+            Ok(end) => Ok(end.code),
+            Err(LinkError::Refused(message)) => {
+                Err(BackendError::Spawn(std::io::Error::other(message)))
+            }
+            Err(other) => Err(match self.inner.explain_loss(session).await {
+                Some(reason) => self.unavailable(reason),
+                None => self.unavailable(format!(
                     "the agent serving this session failed during the command ({other}); the \
                      next command starts a new agent"
                 )),
-            })
+            }),
+        }
     }
 }
 

@@ -201,7 +201,11 @@ impl<T: Transport> RemoteEnvironment<T> {
         let task_sink = sink.clone();
         // The client runs as its own task: after a timeout it must go on until the kill command
         // has ended the tree (its end is how we know the output is complete).
-        let mut task = tokio::spawn(async move { transport.run(&session, run, task_sink).await });
+        // The run keeps reporting to this call's progress sink (a queued Slurm job).
+        let progress = crate::progress::current();
+        let mut task = tokio::spawn(crate::progress::scope(progress, async move {
+            transport.run(&session, run, task_sink).await
+        }));
         // A caller that stops waiting (an MCP client cancelled the call) ends the run on the
         // target, as a timeout would.
         let mut cancel_guard = CancelGuard {

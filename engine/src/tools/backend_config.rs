@@ -11,6 +11,7 @@ use paddock_backends::apptainer::{ApptainerConfig, ApptainerTransport};
 use paddock_backends::docker::{DockerConfig, DockerTransport};
 use paddock_backends::local::{LocalEnvironment, LocalSandbox, PROTECTED_PATHS};
 use paddock_backends::remote::RemoteEnvironment;
+use paddock_backends::slurm::{DEFAULT_QUEUE_TIMEOUT, SlurmConfig, SlurmTransport};
 use paddock_backends::ssh::{SshConfig, SshTransport};
 use toml::Spanned;
 
@@ -94,6 +95,13 @@ pub fn implicit_local() -> BackendConfig {
         workdir: None,
         agent: None,
         warm: None,
+        partition: None,
+        time_limit: None,
+        gres: None,
+        account: None,
+        extra_args: Vec::new(),
+        queue_timeout_seconds: None,
+        slurm_bin_dir: None,
         env: std::collections::BTreeMap::new(),
     }
 }
@@ -116,6 +124,37 @@ fn string(value: &Option<Spanned<String>>) -> Option<String> {
     value.as_ref().map(|v| v.get_ref().clone())
 }
 
+/// An apptainer backend's settings, or a slurm backend's with `image`.
+fn apptainer_config(
+    policy: &Policy,
+    name: &str,
+    config: &BackendConfig,
+    image: &str,
+    env: std::collections::BTreeMap<String, String>,
+    agent: Option<AgentPlacement>,
+) -> ApptainerConfig {
+    ApptainerConfig {
+        name: name.to_owned(),
+        image: host_path(policy, image).display().to_string(),
+        binary: config
+            .binary
+            .as_ref()
+            .map(|v| host_path(policy, v.get_ref())),
+        binds: config.binds.iter().map(|b| b.get_ref().clone()).collect(),
+        network: string(&config.network).unwrap_or_else(|| "none".into()),
+        writable_tmpfs: config.writable_tmpfs.as_ref().is_none_or(|v| *v.get_ref()),
+        overlay: config
+            .overlay
+            .as_ref()
+            .map(|v| host_path(policy, v.get_ref()).display().to_string()),
+        memory_mb: config.memory_mb.as_ref().map(|v| *v.get_ref()),
+        cpus: config.cpus.as_ref().map(|v| *v.get_ref()),
+        workdir: string(&config.workdir),
+        env,
+        agent,
+    }
+}
+
 /// The environment for one backend section (its kind was checked when the policy loaded).
 pub fn build(
     policy: &Policy,
@@ -127,10 +166,13 @@ pub fn build(
     let kind = config.kind.get_ref().as_str();
     let env = config.env.clone();
     // Container and instance backends go through the in-environment agent unless told not to.
-    let agent = matches!(kind, "docker" | "apptainer" | "singularity" | "ssh")
-        .then(|| config.agent.as_ref().is_none_or(|v| *v.get_ref()))
-        .filter(|on| *on)
-        .map(|_| agent_binary::find(exe));
+    let agent = matches!(
+        kind,
+        "docker" | "apptainer" | "singularity" | "ssh" | "slurm"
+    )
+    .then(|| config.agent.as_ref().is_none_or(|v| *v.get_ref()))
+    .filter(|on| *on)
+    .map(|_| agent_binary::find(exe));
     match kind {
         "docker" => {
             let transport = DockerTransport::new(
@@ -200,31 +242,59 @@ pub fn build(
             );
             remote(transport, agent, state_root, exe)
         }
-        "apptainer" | "singularity" => {
-            let image = string(&config.image).unwrap_or_default();
-            let transport = ApptainerTransport::new(ApptainerConfig {
+        "slurm" => {
+            let placement = agent
+                .as_ref()
+                .and_then(|found| found.as_ref().ok())
+                .map(|binary| AgentPlacement::new(binary, state_root.join("agents")));
+            // With an image, commands run in an Apptainer instance on the allocated node, made
+            // with the apptainer backend's options; the job bounds memory and CPUs.
+            let apptainer = string(&config.image).map(|image| ApptainerConfig {
+                memory_mb: None,
+                cpus: None,
+                ..apptainer_config(policy, name, config, &image, env.clone(), placement.clone())
+            });
+            let transport = SlurmTransport::new(SlurmConfig {
                 name: name.to_owned(),
-                image: host_path(policy, &image).display().to_string(),
-                binary: config
-                    .binary
+                partition: string(&config.partition),
+                time_limit: string(&config.time_limit),
+                // Checked to be a whole number when the policy loaded.
+                cpus: config.cpus.as_ref().map(|v| *v.get_ref() as u32),
+                memory_mb: config.memory_mb.as_ref().map(|v| *v.get_ref()),
+                gres: string(&config.gres),
+                account: string(&config.account),
+                extra_args: config
+                    .extra_args
+                    .iter()
+                    .map(|a| a.get_ref().clone())
+                    .collect(),
+                queue_timeout: config
+                    .queue_timeout_seconds
+                    .as_ref()
+                    .map_or(DEFAULT_QUEUE_TIMEOUT, |v| {
+                        std::time::Duration::from_secs(*v.get_ref())
+                    }),
+                bin_dir: config
+                    .slurm_bin_dir
                     .as_ref()
                     .map(|v| host_path(policy, v.get_ref())),
-                binds: config.binds.iter().map(|b| b.get_ref().clone()).collect(),
-                network: string(&config.network).unwrap_or_else(|| "none".into()),
-                writable_tmpfs: config.writable_tmpfs.as_ref().is_none_or(|v| *v.get_ref()),
-                overlay: config
-                    .overlay
-                    .as_ref()
-                    .map(|v| host_path(policy, v.get_ref()).display().to_string()),
-                memory_mb: config.memory_mb.as_ref().map(|v| *v.get_ref()),
-                cpus: config.cpus.as_ref().map(|v| *v.get_ref()),
                 workdir: string(&config.workdir),
                 env,
-                agent: agent
-                    .as_ref()
-                    .and_then(|found| found.as_ref().ok())
-                    .map(|binary| AgentPlacement::new(binary, state_root.join("agents"))),
+                apptainer,
+                agent: placement,
+                home: std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()),
             });
+            remote(transport, agent, state_root, exe)
+        }
+        "apptainer" | "singularity" => {
+            let image = string(&config.image).unwrap_or_default();
+            let placement = agent
+                .as_ref()
+                .and_then(|found| found.as_ref().ok())
+                .map(|binary| AgentPlacement::new(binary, state_root.join("agents")));
+            let transport = ApptainerTransport::new(apptainer_config(
+                policy, name, config, &image, env, placement,
+            ));
             remote(transport, agent, state_root, exe)
         }
         _ => {

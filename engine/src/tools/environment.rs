@@ -205,7 +205,9 @@ impl Tool for Terminal {
 
     fn call(&self, args: Value, ctx: CallContext) -> ToolFuture {
         let envs = self.0.clone();
-        Box::pin(async move {
+        // Slow environment work (a Slurm job waiting in the queue) reports to the caller.
+        let progress = ctx.progress.clone();
+        Box::pin(paddock_backends::progress::scope(progress, async move {
             let args: TerminalArgs = super::parse_args("terminal", args)?;
             let env = envs.backend_for("terminal")?;
             let _active = envs.activity(&ctx.session, Some(env));
@@ -259,7 +261,7 @@ impl Tool for Terminal {
             Ok(
                 json!({"output": out.output, "exit_code": out.exit_code, "error": error, "duration_ms": out.duration_ms}),
             )
-        })
+        }))
     }
 }
 
@@ -314,7 +316,9 @@ impl Tool for Process {
 
     fn call(&self, args: Value, ctx: CallContext) -> ToolFuture {
         let envs = self.0.clone();
-        Box::pin(async move {
+        // Slow environment work (a Slurm job waiting in the queue) reports to the caller.
+        let progress = ctx.progress.clone();
+        Box::pin(paddock_backends::progress::scope(progress, async move {
             let args: ProcessArgs = super::parse_args("process", args)?;
             let registry = &envs.registry;
             let _active = envs.activity(&ctx.session, None);
@@ -403,7 +407,7 @@ impl Tool for Process {
                     "unknown process action '{other}'"
                 ))),
             }
-        })
+        }))
     }
 }
 
@@ -481,7 +485,9 @@ impl Tool for PythonExecute {
 
     fn call(&self, args: Value, ctx: CallContext) -> ToolFuture {
         let envs = self.0.clone();
-        Box::pin(async move {
+        // Slow environment work (a Slurm job waiting in the queue) reports to the caller.
+        let progress = ctx.progress.clone();
+        Box::pin(paddock_backends::progress::scope(progress, async move {
             let args: PythonArgs = super::parse_args("python_execute", args)?;
             let env = envs.backend_for("python_execute")?;
             let _active = envs.activity(&ctx.session, Some(env));
@@ -526,7 +532,7 @@ impl Tool for PythonExecute {
                 "workdir": work.display().to_string(),
                 "duration_ms": out.duration_ms,
             }))
-        })
+        }))
     }
 }
 

@@ -1,8 +1,8 @@
 //! The environment conformance suite: the contract of `Environment` (paddock-backends), checked
 //! through the real binary's `terminal`, `process` and `python_execute` tools. Every check runs
 //! on every backend: `local` (unconfined, `sandbox = "none"`, and in its workspace-write
-//! sandbox), and `docker`, `ssh` and `apptainer` against the real services that
-//! `scripts/test-services.sh` starts (it writes the policy naming them). A backend whose service
+//! sandbox), and `docker`, `ssh`, `apptainer` and `slurm` (bare, and with its commands in
+//! Apptainer: `slurm_apptainer`) against the real services that `scripts/test-services.sh` starts (it writes the policy naming them). A backend whose service
 //! is not up fails its checks with a message saying how to start it, unless
 //! `PADDOCK_SKIP_BACKENDS` names it.
 //!
@@ -78,8 +78,12 @@ impl Target {
                 sessions: Default::default(),
             });
         }
-        if skipped(backend) {
+        if skipped(backend) || (backend == "slurm_apptainer" && skipped("slurm")) {
             eprintln!("SKIPPED: the {backend} backend (PADDOCK_SKIP_BACKENDS)");
+            return None;
+        }
+        if backend == "slurm_apptainer" && skipped("apptainer") {
+            eprintln!("SKIPPED: the {backend} backend (apptainer is in PADDOCK_SKIP_BACKENDS)");
             return None;
         }
         if backend == "docker_exec" {
@@ -189,6 +193,8 @@ impl Target {
             "docker_exec",
             "ssh",
             "apptainer",
+            "slurm",
+            "slurm_apptainer",
         ]
         .iter()
         .position(|b| *b == self.backend)
@@ -215,6 +221,9 @@ impl Drop for Target {
                     .output(),
                 "apptainer" => std::process::Command::new(apptainer_binary())
                     .args(["instance", "stop", &name])
+                    .output(),
+                "slurm" | "slurm_apptainer" => std::process::Command::new("scancel")
+                    .arg(format!("--name={name}"))
                     .output(),
                 _ => continue,
             };
@@ -697,4 +706,4 @@ conformance!([
     notify_on_complete_marks_an_unread_completion,
     python_execute_returns_output_and_artifacts_with_a_scrubbed_environment,
 ];
-    local, sandboxed, docker, docker_exec, ssh, apptainer);
+    local, sandboxed, docker, docker_exec, ssh, apptainer, slurm, slurm_apptainer);
