@@ -56,7 +56,7 @@ def _toml_str(s: str | os.PathLike[str]) -> str:
     return json.dumps(str(s))  # a JSON string is a valid TOML basic string for paths and such
 
 
-def policy_text(*, codemode_timeout: float | None = None, extra: str = "") -> str:
+def policy_text(*, codemode_timeout: float | None = None, extra: str = "", terminal: str = "local") -> str:
     codemode = f"[codemode]\ntimeout_seconds = {codemode_timeout}\n\n" if codemode_timeout else ""
     return f"""# written by tests/mcp/conftest.py
 {codemode}[approval]
@@ -67,7 +67,7 @@ kind = "local"
 sandbox = "none"
 
 [routes]
-terminal = "local"
+terminal = "{terminal}"
 process = "local"
 python_execute = "local"
 
@@ -114,6 +114,8 @@ class Paddock:
         *,
         codemode_timeout: float | None = None,
         policy_extra: str = "",
+        terminal_backend: str = "local",
+        home: Path | None = None,
         token: str | None = None,
         allow_origins: tuple[str, ...] = (),
     ) -> None:
@@ -122,10 +124,13 @@ class Paddock:
         self.transport = transport
         self.mode = mode
         self.workdir = workdir
-        self.home = workdir / "paddock-home"
+        # A short home where agent sockets must fit in 107 bytes (pytest's tmp paths do not).
+        self.home = home or workdir / "paddock-home"
         self.home.mkdir(parents=True, exist_ok=True)
         self.policy = workdir / "policy.toml"
-        self.policy.write_text(policy_text(codemode_timeout=codemode_timeout, extra=policy_extra))
+        self.policy.write_text(
+            policy_text(codemode_timeout=codemode_timeout, extra=policy_extra, terminal=terminal_backend)
+        )
         self.token = token
         self.allow_origins = allow_origins
         self.log_path = workdir / "paddock-serve.log"

@@ -218,7 +218,12 @@ impl<T: Transport> RemoteEnvironment<T> {
         };
         let mut timed_out = false;
         let status = match tokio::time::timeout(request.timeout, &mut task).await {
-            Ok(joined) => joined.map_err(|e| BackendError::Io(std::io::Error::other(e)))??,
+            Ok(joined) => {
+                // The run has ended, failed ones included: nothing is left to end on the
+                // target (a kill would start the agent, or a Slurm allocation, again).
+                cancel_guard.armed = None;
+                joined.map_err(|e| BackendError::Io(std::io::Error::other(e)))??
+            }
             Err(_) => {
                 timed_out = true;
                 self.kill_run(&request.session, &run_id).await;

@@ -15,4 +15,5 @@ mod notebook;
 mod policies;
 mod python_compat;
 mod sessions;
+mod slurm;
 mod warm;
