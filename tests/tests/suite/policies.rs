@@ -22,6 +22,7 @@ fn every_shipped_policy_checks() {
         "docker.toml",
         "ssh.toml",
         "hpc-apptainer.toml",
+        "hpc-slurm.toml",
     ] {
         assert!(
             files.iter().any(|f| f.ends_with(required)),
