@@ -44,10 +44,34 @@ pub struct LocalEnvironment {
     spares: Option<Arc<SparePool>>,
 }
 
-/// `sandbox = "read-only" | "workspace-write"` of a local backend (`none` is no sandbox).
+/// How much a sandboxed local command may write (`sandbox = "none"` is no sandbox at all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// Nothing but the session's private /tmp.
+    ReadOnly,
+    /// The workspace too (its protected paths excepted).
+    WorkspaceWrite,
+}
+
+impl std::str::FromStr for SandboxMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Self, Self::Err> {
+        match text {
+            "read-only" => Ok(SandboxMode::ReadOnly),
+            "workspace-write" => Ok(SandboxMode::WorkspaceWrite),
+            other => Err(format!(
+                "sandbox \"{other}\" is not one of none, read-only, workspace-write"
+            )),
+        }
+    }
+}
+
+/// The sandbox of a local backend.
 #[derive(Debug, Clone)]
 pub struct LocalSandbox {
-    pub mode: String,
+    pub mode: SandboxMode,
     pub workspace: PathBuf,
     /// Keep the host's network (default: none).
     pub network: bool,
@@ -471,7 +495,10 @@ impl LocalEnvironment {
     /// to choose one (Paddock started in `/`, as some MCP clients start servers).
     fn check_workspace(&self) -> Result<()> {
         match &self.sandbox {
-            Some(s) if s.mode == "workspace-write" && s.workspace == std::path::Path::new("/") => {
+            Some(s)
+                if s.mode == SandboxMode::WorkspaceWrite
+                    && s.workspace == std::path::Path::new("/") =>
+            {
                 Err(BackendError::Unavailable {
                     kind: "local".into(),
                     name: self.name.clone(),

@@ -315,7 +315,9 @@ impl Engine {
             return self
                 .run_script_in(code, &self.limits(), None, extras)
                 .await
-                .map_err(|e| ToolError::denied("tool:not_allowed", e.to_string()));
+                .map_err(|e| {
+                    ToolError::denied(crate::vocabulary::ErrorCode::ToolNotAllowed, e.to_string())
+                });
         }
         let ctx = CallContext {
             call_id: new_call_id(),

@@ -1,17 +1,22 @@
 //! The Paddock engine: the tool registry, policy files, code mode (`run_tools_script`) on the
 //! sandbox pool, the built-in tools and the `paddock` command line.
 //!
-//! Layout:
-//! - [`approval`] — dangerous-command rules, approvers, the audit log;
-//! - [`registry`] — what tools exist, dispatch, argument checks, approvals, events;
-//! - [`policy`] — operator policy files;
-//! - [`codemode`] — `run_tools_script`: script preparation, the sandbox pool, limits, results;
-//! - [`tools`] — the built-in tools;
+//! Layout, in layers: each module imports only from the ones listed before it
+//! (`scripts/check-layers.sh` fails CI on a cycle).
+//! - [`vocabulary`] — what every layer shares: the call context, tool errors, the script's
+//!   pausable deadline, the approver trait; imports nothing of the crate;
+//! - [`toolsets`] — named bundles of tools and presets, retired names;
 //! - [`events`] — ToolCallEvents;
+//! - [`policy`] — operator policy files;
+//! - [`registry`] — what tools exist, dispatch, argument checks, events (approvals through
+//!   [`vocabulary::ToolApprovals`]);
+//! - [`approval`] — dangerous-command rules, approvers, the audit log;
+//! - [`codemode`] — `run_tools_script`: script preparation, the sandbox pool, limits, results;
+//! - [`tools`] — the built-in tools, and the registry holding them;
 //! - [`sessions`] — session records, closing a session, sweeping idle ones;
+//! - [`engine`] — the facade a library user or the CLI holds;
 //! - [`mcp`] — `paddock serve` (MCP server, approvals by elicitation) and the bridge to other
 //!   MCP servers;
-//! - [`engine`] — the facade a library user or the CLI holds;
 //! - [`cli`] — the command line; [`bench`]: `paddock bench` (scenarios, peers, report, charts).
 
 #![forbid(unsafe_code)]
@@ -28,6 +33,8 @@ pub mod policy;
 pub mod registry;
 pub mod sessions;
 pub mod tools;
+pub mod toolsets;
+pub mod vocabulary;
 
 pub use engine::{Engine, EngineError, EngineOptions};
 pub use registry::{CallContext, Registry, Tool, ToolError, ToolErrorKind, ToolSpec};

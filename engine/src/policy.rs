@@ -441,7 +441,7 @@ impl Policy {
                         format!("bad glob {:?}: {}", glob.get_ref(), e.kind()),
                     )
                 })?;
-                if let Some((_, why)) = crate::registry::toolsets::RETIRED_TOOLS
+                if let Some((_, why)) = crate::toolsets::RETIRED_TOOLS
                     .iter()
                     .find(|(n, _)| n == glob.get_ref())
                 {
@@ -877,7 +877,7 @@ impl Policy {
                 ));
             }
         }
-        let toolsets = crate::registry::toolsets::Toolsets::default();
+        let toolsets = crate::toolsets::Toolsets::default();
         if let Some(preset) = &self.toolsets.preset {
             let names: Vec<&str> = toolsets.preset_names().collect();
             one_of(preset, "toolsets.preset", &names)?;
@@ -928,7 +928,7 @@ impl Policy {
 
     /// The toolsets switched on: `enabled` (or the preset's), and `disabled`.
     pub fn toolset_selection(&self) -> (Vec<String>, Vec<String>) {
-        let toolsets = crate::registry::toolsets::Toolsets::default();
+        let toolsets = crate::toolsets::Toolsets::default();
         let enabled = match (&self.toolsets.enabled, &self.toolsets.preset) {
             (Some(list), _) => list.iter().map(|s| s.get_ref().clone()).collect(),
             (None, Some(preset)) => toolsets

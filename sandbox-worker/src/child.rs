@@ -1,5 +1,9 @@
 //! One forked child: confine, wait for the script, run it, report, exit (or, for a notebook
 //! session, wait for the session's next script).
+//!
+//! The layer between the zygote and the interpreter: `zygote` enters it through [`child_main`]
+//! only; it drives `interpreter`, lends its channel to `host` while a script runs, and enforces
+//! the script's heap budget.
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -12,15 +16,9 @@ use rustpython_vm::signal::UserSignalSender;
 
 use crate::channel::ChildChannel;
 use crate::confine;
+use crate::exit::{EXIT_CHANNEL_LOST, EXIT_CONFINEMENT_FAILED, EXIT_PANIC};
 use crate::interpreter::SandboxInterpreter;
 use crate::wire::{Message, ScriptFailure, ScriptOutcome};
-
-/// Exit status of a child whose engine went away.
-pub const EXIT_CHANNEL_LOST: i32 = 70;
-/// Exit status of a child that could not confine itself.
-pub const EXIT_CONFINEMENT_FAILED: i32 = 71;
-/// Exit status of a child whose runtime panicked.
-pub const EXIT_PANIC: i32 = 72;
 
 /// Extra room above the soft limit before allocations fail outright.
 const HARD_CEILING_HEADROOM: usize = 64 * 1024 * 1024;

@@ -2,11 +2,16 @@
 //!
 //! Every function talks to the engine over the child's socketpair (see [`crate::channel`]).
 //! There is no other I/O: no files, no sockets, no processes.
+//!
+//! The layer below `interpreter` (which registers [`module_def`]) and `child` (which lends it
+//! the channel for one script); it imports only the leaves and `channel`, none of the layers
+//! above it.
 
 use std::cell::RefCell;
 use std::time::Duration;
 
 use crate::channel::ChildChannel;
+use crate::exit::EXIT_CHANNEL_LOST;
 use crate::wire::{Message, ToolReply};
 
 thread_local! {
@@ -32,13 +37,13 @@ fn with_channel<R>(f: impl FnOnce(&mut ChildChannel) -> Result<R, crate::wire::W
         let mut slot = c.borrow_mut();
         let Some(channel) = slot.as_mut() else {
             tracing::error!("_host used outside a sandbox child");
-            crate::confine::exit_immediately(crate::child::EXIT_CHANNEL_LOST);
+            crate::confine::exit_immediately(EXIT_CHANNEL_LOST);
         };
         match f(channel) {
             Ok(r) => r,
             Err(err) => {
                 tracing::debug!(%err, "engine channel lost");
-                crate::confine::exit_immediately(crate::child::EXIT_CHANNEL_LOST);
+                crate::confine::exit_immediately(EXIT_CHANNEL_LOST);
             }
         }
     })
@@ -162,7 +167,7 @@ mod _host {
     /// Source of one of the runtime's Python modules.
     #[pyfunction]
     fn source(name: PyStrRef, vm: &VirtualMachine) -> PyResult<String> {
-        crate::interpreter::runtime_source(&name.to_string_lossy())
+        crate::runtime::source(&name.to_string_lossy())
             .map(str::to_owned)
             .ok_or_else(|| {
                 vm.new_key_error(vm.ctx.new_str(name.to_string_lossy().into_owned()).into())

@@ -1,5 +1,8 @@
 //! Building the sandbox interpreter once (in the zygote) and running one script in it (in a
 //! forked child).
+//!
+//! The layer below `zygote` and `child`: it knows the `_host` module (`host`) it builds the
+//! interpreter with, and the wire types of a script run, but nothing of processes or forks.
 
 use std::time::Instant;
 
@@ -10,21 +13,8 @@ use rustpython_vm::{AsObject, Interpreter, PyObjectRef, PyResult, Settings, Virt
 use crate::SandboxError;
 use crate::wire::{RunRequest, ScriptFailure, ScriptOutcome};
 
-const ASYNCIO_SOURCE: &str = include_str!("runtime/asyncio.py");
-const OS_SOURCE: &str = include_str!("runtime/os_stub.py");
-const RUNTIME_SOURCE: &str = include_str!("runtime/runtime.py");
-
-/// The runtime's own Python modules, by name.
-pub fn runtime_source(name: &str) -> Option<&'static str> {
-    match name {
-        "asyncio" => Some(ASYNCIO_SOURCE),
-        "os" => Some(OS_SOURCE),
-        "_paddock_runtime" => Some(RUNTIME_SOURCE),
-        _ => None,
-    }
-}
-
-/// Installs the runtime modules. `os` first: standard modules import it at import time.
+/// Installs the runtime modules (their sources come from `crate::runtime`, through
+/// `_host.source`). `os` first: standard modules import it at import time.
 const BOOTSTRAP: &str = r#"
 import sys, _host
 sys.path.clear()

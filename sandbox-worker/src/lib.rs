@@ -2,21 +2,30 @@
 //! initialises it once and forks one confined child per script, and the wire protocol between
 //! the engine and those processes.
 //!
-//! - [`prepare`] — rewrites a script (top-level `return`, final expression) on the ruff AST;
-//! - [`wire`] — the one message enum and its size-capped frames;
-//! - [`zygote`] — the fork server and the engine's handle on it;
-//! - [`child`] — what one forked child does;
-//! - [`confine`] — namespaces of trust: uid drop, Landlock, rlimits, seccomp (the only `unsafe`);
-//! - [`interpreter`] and `host` — the interpreter, its runtime and the `_host` module.
+//! The modules form layers: each imports only from the layers below it, never the other way
+//! (HOUSE_STYLE rule 21, checked by `scripts/check-layers.sh`). Top to bottom:
+//!
+//! - [`zygote`] — the fork server and the engine's handle on it; builds the interpreter, forks,
+//!   and enters a child only through [`child::child_main`];
+//! - [`child`] — what one forked child does: confine, take scripts, run them, report, exit;
+//! - [`interpreter`] — builds the interpreter (with the `_host` module) and runs one script;
+//! - `host` — the `_host` native module: the script's only way out, over the child's channel;
+//! - [`channel`] — the child's end of its socketpair (frame I/O);
+//! - leaves, importing nothing of the crate: [`wire`] (the one message enum and its size-capped
+//!   frames), [`exit`] (a child's exit statuses), `runtime` (the runtime's Python sources),
+//!   [`prepare`] (rewrites a script's top-level `return` and final expression on the ruff AST),
+//!   [`confine`] (uid drop, Landlock, rlimits, seccomp: the only `unsafe`).
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod channel;
 pub mod child;
 pub mod confine;
+pub mod exit;
 mod host;
 pub mod interpreter;
 pub mod prepare;
+mod runtime;
 pub mod wire;
 pub mod zygote;
 

@@ -18,6 +18,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 
 use crate::SandboxError;
 use crate::confine::{self, Forked};
+use crate::exit::EXIT_CONFINEMENT_FAILED;
 use crate::interpreter::{self, SandboxInterpreter};
 use crate::wire::Message;
 
@@ -175,7 +176,7 @@ fn fork_child(
             let _ = sigchld.thread_unblock();
             let socket = match confine::keep_only_inherited_fd(child_end) {
                 Ok(fd) => fd,
-                Err(_) => confine::exit_immediately(crate::child::EXIT_CONFINEMENT_FAILED),
+                Err(_) => confine::exit_immediately(EXIT_CONFINEMENT_FAILED),
             };
             crate::child::child_main(socket, zygote_pid, sandbox)
         }

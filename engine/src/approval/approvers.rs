@@ -2,62 +2,13 @@
 //! person at this terminal, or (the MCP issue) the agent's client. With none reachable, the
 //! answer is deny.
 
-use std::future::Future;
 use std::io::{BufRead, Write};
-use std::pin::Pin;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// What is being asked.
-#[derive(Debug, Clone, Serialize)]
-pub struct ApprovalRequest {
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub tool: String,
-    /// The command (terminal) or the arguments (other tools) awaiting approval.
-    pub subject: String,
-    pub rule: Option<String>,
-    pub description: String,
-    pub session: String,
-    pub timeout_seconds: f64,
-}
-
-/// A human's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Answer {
-    /// This call only.
-    Once,
-    /// This call and the same rule for the rest of the session.
-    Session,
-    /// From now on (recorded as a permanent approval).
-    Always,
-    Deny,
-}
-
-impl Answer {
-    fn parse(text: &str) -> Answer {
-        let word = text.trim().to_ascii_lowercase();
-        match word.as_str() {
-            "once" | "o" | "y" | "yes" | "approve" | "approved" | "allow" => Answer::Once,
-            "session" | "s" => Answer::Session,
-            "always" | "a" => Answer::Always,
-            _ => Answer::Deny,
-        }
-    }
-}
-
-pub type AnswerFuture<'a> = Pin<Box<dyn Future<Output = Result<Answer, String>> + Send + 'a>>;
-
-/// One way of asking a human.
-pub trait Approver: Send + Sync {
-    /// For the audit log.
-    fn name(&self) -> String;
-    /// Asks; the caller bounds the wait with the policy's approval timeout.
-    fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> AnswerFuture<'a>;
-}
+pub use crate::vocabulary::approver::{Answer, AnswerFuture, ApprovalRequest, Approver};
 
 /// Runs a program with the request as JSON on stdin; its stdout (JSON `{"decision": ...}` or a
 /// bare word: once, session, always, deny) is the answer. A failure or silence is deny.

@@ -3,7 +3,7 @@
 //! must be allowed. `\n` in a command is a newline, `\e` an escape, `\\` a backslash; lines
 //! starting with `#` are comments. Used by `paddock policy corpus` and the tests.
 
-use super::ApprovalGate;
+use super::{ApprovalGate, Decision};
 
 /// Counts of one corpus.
 #[derive(Debug, Default, Clone)]
@@ -105,16 +105,16 @@ pub fn measure(gate: &ApprovalGate, text: &str) -> Tally {
         let miss = match label.trim() {
             "H" => {
                 t.hardline += 1;
-                if e.decision == "deny" {
+                if e.decision == Decision::Deny {
                     t.hardline_denied += 1;
-                } else if e.decision == "allow" {
+                } else if e.decision == Decision::Allow {
                     t.hardline_allowed += 1;
                 }
-                e.decision != "deny"
+                e.decision != Decision::Deny
             }
             "D" => {
                 t.dangerous += 1;
-                let caught = e.decision != "allow";
+                let caught = e.decision != Decision::Allow;
                 if caught {
                     t.dangerous_caught += 1;
                 }
@@ -122,7 +122,7 @@ pub fn measure(gate: &ApprovalGate, text: &str) -> Tally {
             }
             "S" => {
                 t.harmless += 1;
-                let flagged = e.decision != "allow";
+                let flagged = e.decision != Decision::Allow;
                 if flagged {
                     t.harmless_flagged += 1;
                 }

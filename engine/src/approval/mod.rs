@@ -4,6 +4,7 @@
 
 pub mod approvers;
 pub mod corpus;
+pub mod decision;
 pub mod interpreters;
 pub mod normalize;
 pub mod packs;
@@ -20,15 +21,15 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::policy::Policy;
-use crate::registry::{CallContext, ToolError};
+use crate::vocabulary::{CallContext, ErrorCode, ToolApprovals, ToolError};
 use approvers::{Answer, ApprovalRequest, Approver, CommandApprover, TerminalApprover};
+pub use decision::{ApprovalMode, Decision};
 use rules::{Catalogue, Finding, PolicyRule, Severity};
 
 /// What the policy decides for a command before anyone is asked.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Explanation {
-    /// `allow`, `ask` or `deny`.
-    pub decision: &'static str,
+    pub decision: Decision,
     pub reason: String,
     pub rule: Option<String>,
     /// The rule pack the rule belongs to (`core`, `cloud`, ..., `policy` for the policy's
@@ -44,7 +45,7 @@ pub struct ApprovalGate {
     catalogue: std::sync::OnceLock<Result<Catalogue, String>>,
     packs: Option<Vec<String>>,
     extra_rules: Vec<PolicyRule>,
-    mode: String,
+    mode: ApprovalMode,
     allowlist: GlobSet,
     deny: GlobSet,
     approver: Option<Arc<dyn Approver>>,
@@ -101,7 +102,7 @@ impl ApprovalGate {
                 .as_ref()
                 .map(|p| p.iter().map(|s| s.get_ref().clone()).collect()),
             extra_rules: extra,
-            mode: a.mode.get_ref().clone(),
+            mode: a.mode.get_ref().parse()?,
             allowlist: globs(a.allowlist.iter().map(|s| s.get_ref().as_str())),
             deny: globs(a.deny.iter().map(|s| s.get_ref().as_str())),
             approver,
@@ -123,7 +124,7 @@ impl ApprovalGate {
     pub fn explain_in(&self, command: &str, session: &str, cwd: Option<&str>) -> Explanation {
         if self.deny.is_match(command) {
             return Explanation {
-                decision: "deny",
+                decision: Decision::Deny,
                 reason: "the command matches [approval] deny".into(),
                 rule: Some("policy:deny".into()),
                 pack: None,
@@ -135,7 +136,7 @@ impl ApprovalGate {
             Err(err) => {
                 // Fail closed: without rules nothing can be judged safe.
                 return Explanation {
-                    decision: "deny",
+                    decision: Decision::Deny,
                     reason: format!("the approval rules failed to load: {err}"),
                     rule: None,
                     pack: None,
@@ -144,7 +145,7 @@ impl ApprovalGate {
         };
         let Some(first) = findings.first() else {
             return Explanation {
-                decision: "allow",
+                decision: Decision::Allow,
                 reason: "no rule matches".into(),
                 rule: None,
                 pack: None,
@@ -153,37 +154,37 @@ impl ApprovalGate {
         let pack = Some(first.pack.clone());
         if first.severity == Severity::Hardline {
             return Explanation {
-                decision: "deny",
+                decision: Decision::Deny,
                 reason: format!("{} (hardline: never approvable)", first.description),
                 rule: Some(first.rule.clone()),
                 pack: pack.clone(),
             };
         }
-        match self.mode.as_str() {
-            "allow" => Explanation {
-                decision: "allow",
+        match self.mode {
+            ApprovalMode::Allow => Explanation {
+                decision: Decision::Allow,
                 reason: format!("{} ([approval] mode = allow)", first.description),
                 rule: Some(first.rule.clone()),
                 pack: pack.clone(),
             },
-            "deny" => Explanation {
-                decision: "deny",
+            ApprovalMode::Deny => Explanation {
+                decision: Decision::Deny,
                 reason: format!("{} ([approval] mode = deny)", first.description),
                 rule: Some(first.rule.clone()),
                 pack: pack.clone(),
             },
-            _ => {
+            ApprovalMode::Ask => {
                 if self.allowlist.is_match(command) || self.remembered(session, command, &findings)
                 {
                     return Explanation {
-                        decision: "allow",
+                        decision: Decision::Allow,
                         reason: format!("{} (approved earlier)", first.description),
                         rule: Some(first.rule.clone()),
                         pack: pack.clone(),
                     };
                 }
                 Explanation {
-                    decision: "ask",
+                    decision: Decision::Ask,
                     reason: first.description.clone(),
                     rule: Some(first.rule.clone()),
                     pack: pack.clone(),
@@ -203,8 +204,8 @@ impl ApprovalGate {
     ) -> Result<(), ToolError> {
         let explanation = self.explain_in(command, &ctx.session, cwd);
         match explanation.decision {
-            "allow" => Ok(()),
-            "deny" => {
+            Decision::Allow => Ok(()),
+            Decision::Deny => {
                 self.audit(
                     tool,
                     command,
@@ -215,11 +216,11 @@ impl ApprovalGate {
                     &ctx.session,
                 );
                 Err(ToolError::denied(
-                    "tool_approval:denied",
+                    ErrorCode::ApprovalDenied,
                     format!("denied: {}; the command was not run", explanation.reason),
                 ))
             }
-            _ => {
+            Decision::Ask => {
                 let request = ApprovalRequest {
                     kind: "command_approval",
                     tool: tool.to_owned(),
@@ -244,7 +245,7 @@ impl ApprovalGate {
     ) -> Result<(), ToolError> {
         let subject = format!("{tool} {args}");
         let explanation = Explanation {
-            decision: "ask",
+            decision: Decision::Ask,
             reason: format!("tool '{tool}' needs approval ([tools] require_approval)"),
             rule: Some("policy:require_approval".into()),
             pack: None,
@@ -328,7 +329,7 @@ impl ApprovalGate {
             Ok(())
         } else {
             Err(ToolError::denied(
-                "tool_approval:denied",
+                ErrorCode::ApprovalDenied,
                 format!(
                     "{} needs approval ({}) and was denied: {why}; it was not run",
                     request.tool, explanation.reason
@@ -485,6 +486,18 @@ fn globs<'a>(patterns: impl Iterator<Item = &'a str>) -> GlobSet {
     builder.build().unwrap_or_else(|_| GlobSet::empty())
 }
 
+impl ToolApprovals for ApprovalGate {
+    fn check_tool<'a>(
+        &'a self,
+        tool: &'a str,
+        args: &'a serde_json::Value,
+        ctx: &'a CallContext,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ToolError>> + Send + 'a>>
+    {
+        Box::pin(ApprovalGate::check_tool(self, tool, args, ctx))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -526,11 +539,11 @@ mod tests {
         let gate = ApprovalGate::from_policy(&policy, dir.path().to_path_buf()).unwrap();
         assert_eq!(
             gate.explain("git push --force origin main", "s").decision,
-            "allow"
+            Decision::Allow
         );
         assert_eq!(
             gate.explain("git push --force origin other", "s").decision,
-            "ask"
+            Decision::Ask
         );
     }
 
@@ -565,10 +578,13 @@ mod tests {
     #[test]
     fn explain_names_the_pack_and_rule() {
         let e = gate().explain("aws s3 rb s3://b --force", "s");
-        assert_eq!(e.decision, "ask");
+        assert_eq!(e.decision, Decision::Ask);
         assert_eq!(e.pack.as_deref(), Some("cloud"));
         assert_eq!(e.rule.as_deref(), Some("aws-delete"));
         let e = gate().explain("rm -rf /", "s");
-        assert_eq!((e.decision, e.pack.as_deref()), ("deny", Some("core")));
+        assert_eq!(
+            (e.decision, e.pack.as_deref()),
+            (Decision::Deny, Some("core"))
+        );
     }
 }

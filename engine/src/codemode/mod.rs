@@ -2,7 +2,7 @@
 //! from the pool, and its nested tool calls are dispatched through the registry while the
 //! engine enforces the wall-clock, memory, output and tool-call limits.
 
-pub mod deadline;
+pub use crate::vocabulary::deadline;
 mod notebook;
 pub mod pool;
 
@@ -23,20 +23,21 @@ use paddock_backends::output::{CappedText, cap_text};
 use pool::{Checkout, ExitInfo, FrameReader, SandboxPool};
 
 /// The tool name of code mode itself.
-pub const RUN_TOOLS_SCRIPT: &str = "run_tools_script";
+pub use crate::vocabulary::RUN_TOOLS_SCRIPT;
 
 /// Largest script accepted, in bytes.
 pub const MAX_SCRIPT_BYTES: usize = 1024 * 1024;
 
 /// Every `error_code` a script result can carry.
 pub mod codes {
-    pub const SYNTAX_ERROR: &str = "codemode:syntax_error";
-    pub const TIMEOUT: &str = "codemode:timeout";
-    pub const MEMORY_LIMIT: &str = "codemode:memory_limit";
-    pub const SCRIPT_ERROR: &str = "codemode:script_error";
-    pub const SANDBOX_FAILED: &str = "codemode:sandbox_failed";
-    pub const APPROVAL_DENIED: &str = "tool_approval:denied";
-    pub const TOOL_CALL_LIMIT: &str = "codemode:tool_call_limit";
+    use crate::vocabulary::ErrorCode;
+    pub const SYNTAX_ERROR: &str = ErrorCode::SyntaxError.as_str();
+    pub const TIMEOUT: &str = ErrorCode::Timeout.as_str();
+    pub const MEMORY_LIMIT: &str = ErrorCode::MemoryLimit.as_str();
+    pub const SCRIPT_ERROR: &str = ErrorCode::ScriptError.as_str();
+    pub const SANDBOX_FAILED: &str = ErrorCode::SandboxFailed.as_str();
+    pub const APPROVAL_DENIED: &str = ErrorCode::ApprovalDenied.as_str();
+    pub const TOOL_CALL_LIMIT: &str = ErrorCode::ToolCallLimit.as_str();
 }
 
 /// Limits of one script run.
@@ -617,7 +618,7 @@ fn tool_reply(tool: &str, result: Result<Value, ToolError>) -> ToolReply {
             Err(e) => ToolReply::Err {
                 exception: "RuntimeError".into(),
                 message: format!("tool '{tool}' returned a value that is not JSON: {e}"),
-                error_code: "tool:failed".into(),
+                error_code: crate::vocabulary::ErrorCode::ToolFailed.into(),
             },
         },
         Err(err) => ToolReply::Err {

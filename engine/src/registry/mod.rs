@@ -5,9 +5,10 @@ pub mod arguments;
 pub mod availability;
 pub mod definitions;
 pub mod schema_check;
-pub mod toolsets;
 pub mod typed;
 
+pub use crate::toolsets;
+pub use crate::vocabulary::{CallContext, ProgressSink, ToolError, ToolErrorKind};
 pub use availability::Availability;
 
 use std::collections::BTreeMap;
@@ -19,9 +20,9 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use crate::codemode::deadline::Deadline;
 use crate::events::{EventSink, Phase, ToolCallEvent, now_ms};
 use crate::policy::ToolFilter;
+use crate::vocabulary::{ErrorCode, RUN_TOOLS_SCRIPT, ToolApprovals};
 
 /// What the model (and `paddock tools`) sees of a tool, plus what the registry needs to know.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -102,97 +103,6 @@ pub trait Tool: Send + Sync + 'static {
     }
 }
 
-/// Who is calling, for events, approvals and the script's pausable clock.
-#[derive(Clone, Default)]
-pub struct CallContext {
-    pub call_id: String,
-    /// The agent session (`--session`): owns shell state and background processes.
-    pub session: String,
-    pub parent_call_id: Option<String>,
-    /// The calling script's deadline; approvals pause it while a human decides.
-    pub deadline: Option<Deadline>,
-    /// Who asks a human for this call when the policy names no approver (the MCP client).
-    pub approver: Option<Arc<dyn crate::approval::approvers::Approver>>,
-    /// Where a running script reports its nested calls (MCP progress notifications).
-    pub progress: Option<ProgressSink>,
-}
-
-/// Receives one progress message (`"<tool> started"`, `"<tool> finished"`).
-pub type ProgressSink = Arc<dyn Fn(String) + Send + Sync>;
-
-/// Kinds of tool failure; each maps to the exception a script sees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ToolErrorKind {
-    /// The arguments were rejected: `ValueError`.
-    InvalidArguments,
-    /// A policy or a human said no: `PermissionError`.
-    Denied,
-    /// The tool does not exist or is not allowed: `RuntimeError`.
-    NotFound,
-    /// The tool ran and failed: `RuntimeError`.
-    Failed,
-}
-
-impl ToolErrorKind {
-    /// The Python exception a script sees for this kind.
-    pub fn python_exception(self) -> &'static str {
-        match self {
-            ToolErrorKind::InvalidArguments => "ValueError",
-            ToolErrorKind::Denied => "PermissionError",
-            ToolErrorKind::NotFound | ToolErrorKind::Failed => "RuntimeError",
-        }
-    }
-}
-
-/// A failed tool call: always reported as JSON with `error` and `error_code`.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{message}")]
-pub struct ToolError {
-    pub kind: ToolErrorKind,
-    /// Stable machine-readable code, e.g. `tool:invalid_arguments`, `tool_approval:denied`.
-    pub code: String,
-    pub message: String,
-}
-
-impl ToolError {
-    pub fn invalid_arguments(message: impl Into<String>) -> Self {
-        Self {
-            kind: ToolErrorKind::InvalidArguments,
-            code: "tool:invalid_arguments".into(),
-            message: message.into(),
-        }
-    }
-
-    pub fn failed(message: impl Into<String>) -> Self {
-        Self {
-            kind: ToolErrorKind::Failed,
-            code: "tool:failed".into(),
-            message: message.into(),
-        }
-    }
-
-    pub fn denied(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            kind: ToolErrorKind::Denied,
-            code: code.into(),
-            message: message.into(),
-        }
-    }
-
-    pub fn not_found(message: impl Into<String>) -> Self {
-        Self {
-            kind: ToolErrorKind::NotFound,
-            code: "tool:not_found".into(),
-            message: message.into(),
-        }
-    }
-
-    /// The JSON a caller of `paddock call` (or an MCP client) gets.
-    pub fn to_json(&self) -> Value {
-        serde_json::json!({"error": self.message, "error_code": self.code})
-    }
-}
-
 /// Errors of registry configuration (not of calls).
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -234,7 +144,7 @@ pub struct Registry {
     pre_hooks: Vec<PreCallHook>,
     post_hooks: Vec<PostCallHook>,
     events: Arc<EventSink>,
-    approvals: Option<Arc<crate::approval::ApprovalGate>>,
+    approvals: Option<Arc<dyn ToolApprovals>>,
 }
 
 static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
@@ -266,10 +176,11 @@ impl Registry {
         }
     }
 
-    /// A registry with the built-in tools.
-    pub fn with_builtins() -> Self {
+    /// A registry of `tools`, which the crate itself wrote (names and schemas are checked by
+    /// `tools`' tests, not at run time): the built-ins, composed by `tools`.
+    pub(crate) fn with_trusted(tools: Vec<Arc<dyn Tool>>) -> Self {
         let mut registry = Self::new();
-        for tool in crate::tools::builtins() {
+        for tool in tools {
             let spec = tool.spec();
             registry
                 .tools
@@ -313,7 +224,7 @@ impl Registry {
     }
 
     /// Who asks a human for `[tools] require_approval` calls (none: such calls are denied).
-    pub fn set_approvals(&mut self, gate: Arc<crate::approval::ApprovalGate>) {
+    pub fn set_approvals(&mut self, gate: Arc<dyn ToolApprovals>) {
         self.approvals = Some(gate);
     }
 
@@ -417,7 +328,7 @@ impl Registry {
     pub fn script_specs(&self) -> Vec<ToolSpec> {
         self.visible_specs()
             .into_iter()
-            .filter(|s| s.name != crate::codemode::RUN_TOOLS_SCRIPT && !s.delegation)
+            .filter(|s| s.name != RUN_TOOLS_SCRIPT && !s.delegation)
             .filter(|s| !self.filter.is_excluded_from_scripts(&s.name))
             .collect()
     }
@@ -481,7 +392,7 @@ impl Registry {
             return Err(if self.filter.is_visible(name) {
                 ToolError::not_found(why)
             } else {
-                ToolError::denied("tool:not_allowed", why)
+                ToolError::denied(ErrorCode::ToolNotAllowed, why)
             });
         }
         if !args.is_object() {
@@ -509,7 +420,7 @@ impl Registry {
                 Some(gate) => gate.check_tool(name, &args, &ctx).await?,
                 None => {
                     return Err(ToolError::denied(
-                        "tool_approval:denied",
+                        ErrorCode::ApprovalDenied,
                         format!(
                             "tool '{name}' needs a human's approval ([tools] require_approval) \
                              and nobody is available to approve it"
@@ -529,12 +440,6 @@ impl Registry {
                 "tool '{name}' failed unexpectedly (it panicked)"
             ))),
         }
-    }
-}
-
-impl Default for Registry {
-    fn default() -> Self {
-        Self::with_builtins()
     }
 }
 
@@ -580,29 +485,6 @@ mod tests {
         assert_eq!(python_identifier("2fa"), "_2fa");
         assert_eq!(python_identifier("ok_name"), "ok_name");
     }
-
-    #[test]
-    fn duplicate_names_are_refused_unless_overridden() {
-        let mut registry = Registry::with_builtins();
-        let dup = crate::tools::builtins().remove(0);
-        let err = registry.register(dup.clone()).unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("already registered by toolset 'builtin'"),
-            "{err}"
-        );
-        registry.register_override(dup).unwrap();
-    }
-
-    #[test]
-    fn every_builtin_has_a_toolset_and_an_object_schema() {
-        for spec in Registry::with_builtins().visible_specs() {
-            assert!(!spec.toolset.is_empty(), "{}", spec.name);
-            assert_eq!(spec.input_schema["type"], json!("object"), "{}", spec.name);
-            assert!(!spec.description.is_empty(), "{}", spec.name);
-        }
-    }
-
     #[tokio::test]
     async fn non_object_arguments_are_rejected_with_the_kind_given() {
         let registry = Registry::with_builtins();

@@ -9,7 +9,7 @@ use paddock_backends::agent::binary as agent_binary;
 use paddock_backends::agent::{AgentPlacement, AgentTransport};
 use paddock_backends::apptainer::{ApptainerConfig, ApptainerTransport};
 use paddock_backends::docker::{DockerConfig, DockerTransport};
-use paddock_backends::local::{LocalEnvironment, LocalSandbox, PROTECTED_PATHS};
+use paddock_backends::local::{LocalEnvironment, LocalSandbox, PROTECTED_PATHS, SandboxMode};
 use paddock_backends::remote::RemoteEnvironment;
 use paddock_backends::slurm::{DEFAULT_QUEUE_TIMEOUT, SlurmConfig, SlurmTransport};
 use paddock_backends::ssh::{SshConfig, SshTransport};
@@ -303,6 +303,12 @@ pub fn build(
             if mode == "none" {
                 return Arc::new(local.with_spare_shells());
             }
+            // Checked when the policy loaded; a value it let through is still no sandbox-less
+            // fallback: the strictest mode.
+            let mode: SandboxMode = mode.parse().unwrap_or_else(|err: String| {
+                tracing::error!(backend = name, %err, "using the read-only sandbox");
+                SandboxMode::ReadOnly
+            });
             // The workspace is relative to where Paddock runs (the project), not to the policy.
             let workspace = config.workspace.as_ref().map_or(".", |w| w.get_ref());
             let workspace = if workspace.starts_with('/') || workspace.starts_with("~/") {
