@@ -250,7 +250,8 @@ impl Bridge {
                                  {prefix}call_tool."
                             ),
                             json!({"type": "object", "properties": {}, "additionalProperties": false}),
-                        ),
+                        )
+                        .open_world(),
                     };
                     let call = LazyCallTool {
                         server: server.clone(),
@@ -271,7 +272,8 @@ impl Bridge {
                                 "required": ["tool_name"],
                                 "additionalProperties": false
                             }),
-                        ),
+                        )
+                        .open_world(),
                     };
                     register(registry, Arc::new(list))?;
                     register(registry, Arc::new(call))?;
@@ -297,7 +299,8 @@ impl Bridge {
                         let tool = BridgedTool {
                             server: server.clone(),
                             remote: remote_name,
-                            spec: ToolSpec::new(local, toolset.clone(), description, schema),
+                            spec: ToolSpec::new(local, toolset.clone(), description, schema)
+                                .open_world(),
                         };
                         register(registry, Arc::new(tool))?;
                     }

@@ -435,14 +435,11 @@ fn mcp_tool(spec: &ToolSpec) -> rmcp::model::Tool {
         Value::Object(map) => map,
         _ => Map::new(),
     };
-    let read_only = matches!(
-        spec.name.as_str(),
-        "python_environment_info" | "current_datetime" | "wait"
-    );
+    let hints = spec.hints;
     let annotations = ToolAnnotations::new()
-        .read_only(read_only)
-        .destructive(!read_only && !spec.name.starts_with("mcp_"))
-        .open_world(spec.name.starts_with("mcp_"));
+        .read_only(hints.read_only)
+        .destructive(hints.destructive)
+        .open_world(hints.open_world);
     let mut tool =
         rmcp::model::Tool::new(spec.name.clone(), spec.description.clone(), Arc::new(input))
             .with_raw_output_schema(Arc::new(output))
@@ -521,4 +518,39 @@ fn tool_result(name: &str, result: Result<Value, ToolError>) -> CallToolResult {
     };
     out.structured_content = Some(value);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Registry;
+
+    #[test]
+    fn hints_come_from_each_tools_spec() {
+        let registry = Registry::with_builtins();
+        let specs = registry.visible_specs();
+        let hints = |name: &str| {
+            let spec = specs.iter().find(|s| s.name == name).unwrap();
+            let tool = mcp_tool(spec);
+            let a = tool.annotations.unwrap();
+            (
+                a.read_only_hint.unwrap(),
+                a.destructive_hint.unwrap(),
+                a.open_world_hint.unwrap(),
+            )
+        };
+        assert_eq!(hints("current_datetime"), (true, false, false));
+        assert_eq!(hints("wait"), (true, false, false));
+        let bridged =
+            ToolSpec::new("mcp_notes__get", "notes", "d", json!({"type": "object"})).open_world();
+        let a = mcp_tool(&bridged).annotations.unwrap();
+        assert_eq!(
+            (a.read_only_hint, a.destructive_hint, a.open_world_hint),
+            (Some(false), Some(false), Some(true))
+        );
+        // A tool whose author said nothing is taken to be destructive.
+        let plain = ToolSpec::new("mine", "demo", "d", json!({"type": "object"}));
+        let a = mcp_tool(&plain).annotations.unwrap();
+        assert_eq!(a.destructive_hint, Some(true));
+    }
 }

@@ -41,6 +41,30 @@ pub struct ToolSpec {
     pub emoji: Option<String>,
     /// Hands work to another agent: never callable from a script.
     pub delegation: bool,
+    /// What calling it may do to the world, for clients that decide what to confirm.
+    pub hints: ToolHints,
+}
+
+/// A tool's effects as MCP's tool annotations describe them. A new tool is taken to be
+/// destructive until its author says otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolHints {
+    /// It changes nothing.
+    pub read_only: bool,
+    /// It may change or delete things (meaningful when not read-only).
+    pub destructive: bool,
+    /// It reaches systems outside Paddock (another MCP server).
+    pub open_world: bool,
+}
+
+impl Default for ToolHints {
+    fn default() -> Self {
+        Self {
+            read_only: false,
+            destructive: true,
+            open_world: false,
+        }
+    }
 }
 
 impl ToolSpec {
@@ -62,6 +86,26 @@ impl ToolSpec {
     pub fn with_label(mut self, emoji: &str, label: &str) -> Self {
         self.emoji = Some(emoji.to_owned());
         self.label = Some(label.to_owned());
+        self
+    }
+
+    /// A tool that changes nothing.
+    pub fn read_only(mut self) -> Self {
+        self.hints = ToolHints {
+            read_only: true,
+            destructive: false,
+            open_world: false,
+        };
+        self
+    }
+
+    /// A tool of another system (a bridged MCP server): what it does is that server's.
+    pub fn open_world(mut self) -> Self {
+        self.hints = ToolHints {
+            read_only: false,
+            destructive: false,
+            open_world: true,
+        };
         self
     }
 

@@ -33,6 +33,7 @@ impl Tool for CurrentDatetime {
             }),
         )
         .with_label("🕒", "Reading the clock")
+        .read_only()
     }
 
     fn call(&self, args: Value, _ctx: CallContext) -> ToolFuture {

@@ -664,6 +664,7 @@ impl Tool for PythonEnvironmentInfo {
             "The Python that python_execute uses: version, executable and installed packages.",
             json!({"type": "object", "properties": {}, "additionalProperties": false}),
         )
+        .read_only()
     }
 
     fn call(&self, _args: Value, ctx: CallContext) -> ToolFuture {

@@ -43,6 +43,7 @@ impl Tool for Wait {
             }),
         )
         .with_label("⏳", "Waiting")
+        .read_only()
     }
 
     fn call(&self, args: Value, _ctx: CallContext) -> ToolFuture {
