@@ -2,7 +2,7 @@
 //! `python_environment_info`, each running on the backend the policy routes it to.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +10,6 @@ use paddock_backends::processes::{ProcessRegistry, ProcessState, ProcessStatus};
 use paddock_backends::{BackendError, BackgroundRequest, Environment, ExecRequest};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use crate::policy::Policy;
 use crate::registry::{CallContext, Tool, ToolError, ToolFuture, ToolSpec};
@@ -422,49 +421,6 @@ struct PythonArgs {
 /// Text artifacts up to this size come back inline.
 const INLINE_ARTIFACT_BYTES: u64 = 4096;
 
-fn collect_artifacts(dir: &Path) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let Ok(meta) = entry.metadata() else { continue };
-            if meta.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            if !meta.is_file() || out.len() >= 200 {
-                continue;
-            }
-            let Ok(bytes) = std::fs::read(&path) else {
-                continue;
-            };
-            let rel = path
-                .strip_prefix(dir)
-                .unwrap_or(&path)
-                .display()
-                .to_string();
-            let mut item = json!({
-                "path": rel,
-                "size": meta.len(),
-                "sha256": hex::encode(Sha256::digest(&bytes)),
-                "location": path.display().to_string(),
-            });
-            if meta.len() <= INLINE_ARTIFACT_BYTES
-                && let Ok(text) = String::from_utf8(bytes)
-            {
-                item["text"] = json!(text);
-            }
-            out.push(item);
-        }
-    }
-    out.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
-    out
-}
-
 impl Tool for PythonExecute {
     fn spec(&self) -> ToolSpec {
         ToolSpec::new("python_execute", "environment",
@@ -492,55 +448,18 @@ impl Tool for PythonExecute {
             let env = envs.backend_for("python_execute")?;
             let _active = envs.activity(&ctx.session, Some(env));
             let run_id = crate::registry::new_call_id();
-            if env.kind() != "local" {
-                return python_on_backend(&envs, env.as_ref(), &args, &ctx, &run_id).await;
-            }
-            let work = envs.state_root.join("python").join(&run_id);
-            let artifacts = work.join("artifacts");
-            std::fs::create_dir_all(&artifacts).map_err(|e| {
-                ToolError::failed(format!("cannot create {}: {e}", artifacts.display()))
-            })?;
-            std::fs::write(work.join("main.py"), &args.code)
-                .map_err(|e| ToolError::failed(format!("cannot write the script: {e}")))?;
-            let out = env
-                .exec(ExecRequest {
-                    command: "python3 -u main.py".into(),
-                    session: format!("{}.python", ctx.session),
-                    workdir: Some(work.clone()),
-                    env: BTreeMap::from([(
-                        "PADDOCK_ARTIFACTS".to_owned(),
-                        artifacts.display().to_string(),
-                    )]),
-                    stdin: None,
-                    timeout: timeout_of(args.timeout),
-                    pty: false,
-                    max_output_chars: MAX_OUTPUT_CHARS,
-                })
-                .await
-                .map_err(backend_error)?;
-            let error = out.timed_out.then(|| {
-                format!(
-                    "timed out after {} s",
-                    timeout_of(args.timeout).as_secs_f64()
-                )
-            });
-            Ok(json!({
-                "output": out.output,
-                "exit_code": out.exit_code,
-                "error": error,
-                "artifacts": collect_artifacts(&artifacts),
-                "workdir": work.display().to_string(),
-                "duration_ms": out.duration_ms,
-            }))
+            python_on_backend(&envs, env.as_ref(), &args, &ctx, &run_id).await
         }))
     }
 }
 
-/// Artifacts up to this size are brought back from a remote backend.
+/// Artifacts up to this size are brought back from a remote backend (a local backend's stay
+/// where they are, whatever their size).
 const MAX_FETCHED_ARTIFACT_BYTES: u64 = 16 * 1024 * 1024;
 
-/// python_execute on a docker, ssh or apptainer backend: the script goes in, runs there, and
-/// its artifacts come back into this machine's state directory.
+/// python_execute on any backend, through the `Environment` trait only: the script goes in,
+/// runs there, and its artifacts come back into this machine's state directory (on the local
+/// backend that is where they already are).
 async fn python_on_backend(
     envs: &Environments,
     env: &dyn Environment,
@@ -599,6 +518,18 @@ async fn python_on_backend(
             .content_base64
             .as_deref()
             .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
+        let source = PathBuf::from(format!("{remote_dir}/artifacts/{}", file.path));
+        if source == local.join(&file.path) {
+            // The local backend: the file is already in this machine's state directory.
+            item["location"] = json!(source.display().to_string());
+            if file.size <= INLINE_ARTIFACT_BYTES
+                && let Some(text) = bytes.and_then(|b| String::from_utf8(b).ok())
+            {
+                item["text"] = json!(text);
+            }
+            artifacts.push(item);
+            continue;
+        }
         match bytes {
             Some(bytes) => {
                 let target = local.join(&file.path);
