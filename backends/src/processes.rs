@@ -447,3 +447,649 @@ fn getrandom_fill(buf: &mut [u8]) {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::BTreeMap;
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+
+    /// A [`ProcessRecord`] as JSON, the one line a supervisor prints (`$id` works in
+    /// [`fake_supervisor`]).
+    pub(crate) fn record_json(id: &str, session: &str) -> String {
+        format!(
+            r#"{{"id":"{id}","session":"{session}","command":"sleep 1","pid":7,"start_time":8,"supervisor_pid":9,"supervisor_start_time":10,"started_at_ms":11,"pty":false,"notify_on_complete":true}}"#
+        )
+    }
+
+    /// A stand-in for `paddock __supervise DIR`: notes its arguments in `DIR/supervisor-args`,
+    /// prints `line` (if any; `$id` is the process id) and exits.
+    pub(crate) fn fake_supervisor(dir: &Path, line: Option<&str>) -> PathBuf {
+        let path = dir.join("fake-supervisor");
+        let print = line
+            .map(|l| format!("cat <<EOF\n{l}\nEOF\n"))
+            .unwrap_or_default();
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$2/supervisor-args\"\nid=${{2##*/}}\n{print}"
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    /// No process has this pid (above any `pid_max`).
+    const NO_PID: i32 = i32::MAX;
+
+    fn me() -> (i32, u64) {
+        let pid = std::process::id() as i32;
+        (pid, crate::procfs::start_time(pid).unwrap())
+    }
+
+    /// A record of a process and supervisor that are gone.
+    fn gone(id: &str, session: &str, started_at_ms: u64) -> ProcessRecord {
+        ProcessRecord {
+            id: id.to_owned(),
+            session: session.to_owned(),
+            command: format!("run {id}"),
+            pid: NO_PID,
+            start_time: 1,
+            supervisor_pid: NO_PID,
+            supervisor_start_time: 1,
+            started_at_ms,
+            pty: false,
+            notify_on_complete: false,
+        }
+    }
+
+    /// A record whose command is this test process (it runs, and nothing is signalled).
+    fn running(id: &str) -> ProcessRecord {
+        let (pid, start_time) = me();
+        ProcessRecord {
+            pid,
+            start_time,
+            ..gone(id, "s1", 1)
+        }
+    }
+
+    struct Registry {
+        registry: ProcessRegistry,
+        root: PathBuf,
+        _dir: tempfile::TempDir,
+    }
+
+    fn registry() -> Registry {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("processes");
+        std::fs::create_dir_all(&root).unwrap();
+        Registry {
+            registry: ProcessRegistry::new(root.clone()),
+            root,
+            _dir: dir,
+        }
+    }
+
+    impl Registry {
+        fn put(&self, record: &ProcessRecord) -> PathBuf {
+            let dir = self.root.join(&record.id);
+            std::fs::create_dir_all(&dir).unwrap();
+            write_json_atomic(&dir.join("meta.json"), record).unwrap();
+            dir
+        }
+
+        fn exit(&self, id: &str, exit_code: i32, ended_at_ms: u64) {
+            write_json_atomic(
+                &self.root.join(id).join("exit.json"),
+                &ExitRecord {
+                    exit_code,
+                    ended_at_ms,
+                    duration_ms: 1,
+                },
+            )
+            .unwrap();
+        }
+
+        fn fifo(&self, id: &str, name: &str) -> std::fs::File {
+            let path = self.root.join(id).join(name);
+            nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc_o_nonblock())
+                .open(path)
+                .unwrap()
+        }
+    }
+
+    fn spec(id: &str, remote: Option<crate::launch::RemoteLaunch>) -> ProcessSpec {
+        ProcessSpec {
+            id: id.to_owned(),
+            request: BackgroundRequest {
+                command: "sleep 30".into(),
+                session: "s1".into(),
+                workdir: None,
+                env: BTreeMap::new(),
+                pty: false,
+                notify_on_complete: false,
+            },
+            shell_state: PathBuf::from("/nonexistent/state"),
+            env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
+            remote,
+            local_argv: None,
+        }
+    }
+
+    fn ids(statuses: &[ProcessStatus]) -> Vec<&str> {
+        statuses.iter().map(|s| s.record.id.as_str()).collect()
+    }
+
+    fn reason(result: Result<()>) -> String {
+        match result {
+            Err(BackendError::Process { reason, .. }) => reason,
+            other => panic!("expected a process error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn json_is_replaced_whole_and_no_temporary_stays_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.json");
+        write_json_atomic(&path, &gone("p_1", "s1", 1)).unwrap();
+        write_json_atomic(&path, &gone("p_2", "s1", 2)).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.ends_with("}\n"), "{text}");
+        assert_eq!(
+            serde_json::from_str::<ProcessRecord>(&text).unwrap(),
+            gone("p_2", "s1", 2)
+        );
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["meta.json"]);
+    }
+
+    #[test]
+    fn a_record_is_read_back_by_its_own_session_only() {
+        let r = registry();
+        r.put(&gone("p_1", "s1", 1));
+        assert_eq!(r.registry.get("s1", "p_1").unwrap(), gone("p_1", "s1", 1));
+        let other = r.registry.get("s2", "p_1");
+        assert!(
+            matches!(&other, Err(BackendError::OtherSession { id }) if id == "p_1"),
+            "{other:?}"
+        );
+    }
+
+    #[test]
+    fn unknown_ids_and_ids_that_are_not_plain_names_are_unknown_processes() {
+        let r = registry();
+        // A record beside the registry root, which `../escape` would name.
+        let beside = r.root.with_file_name("escape");
+        std::fs::create_dir_all(&beside).unwrap();
+        write_json_atomic(&beside.join("meta.json"), &gone("escape", "s1", 1)).unwrap();
+        for id in ["p_missing", "../escape", "", "p-1", "a/b", "."] {
+            let result = r.registry.get("s1", id);
+            assert!(
+                matches!(&result, Err(BackendError::UnknownProcess(got)) if got == id),
+                "{id:?}: {result:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_corrupt_or_half_written_meta_is_an_unknown_process() {
+        let r = registry();
+        let full = serde_json::to_string(&gone("p_1", "s1", 1)).unwrap();
+        for text in ["", "not json", &full[..full.len() / 2]] {
+            let dir = r.root.join("p_1");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("meta.json"), text).unwrap();
+            let result = r.registry.get("s1", "p_1");
+            assert!(
+                matches!(&result, Err(BackendError::UnknownProcess(id)) if id == "p_1"),
+                "{text:?}: {result:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_listing_shows_one_session_oldest_first_and_skips_unreadable_records() {
+        let r = registry();
+        r.put(&gone("p_b", "s1", 200));
+        r.put(&gone("p_a", "s1", 300));
+        r.put(&gone("p_c", "s1", 100));
+        r.put(&gone("p_other", "s2", 50));
+        std::fs::create_dir_all(r.root.join("p_starting")).unwrap();
+        let corrupt = r.root.join("p_corrupt");
+        std::fs::create_dir_all(&corrupt).unwrap();
+        std::fs::write(corrupt.join("meta.json"), "{\"id\":").unwrap();
+        std::fs::write(r.root.join("stray-file"), "x").unwrap();
+        assert_eq!(ids(&r.registry.list("s1")), vec!["p_c", "p_b", "p_a"]);
+        assert_eq!(ids(&r.registry.list("s2")), vec!["p_other"]);
+        assert_eq!(
+            ids(&ProcessRegistry::new(r.root.join("missing")).list("s1")),
+            Vec::<&str>::new()
+        );
+    }
+
+    #[test]
+    fn an_exit_record_makes_a_process_exited_with_its_code_and_log_size() {
+        let r = registry();
+        let record = ProcessRecord {
+            notify_on_complete: true,
+            ..running("p_1")
+        };
+        let dir = r.put(&record);
+        std::fs::write(dir.join("log"), "hello").unwrap();
+        r.exit("p_1", 3, now_ms());
+        let status = r.registry.status_of(&record);
+        assert_eq!(
+            (
+                status.state,
+                status.exit_code,
+                status.log_bytes,
+                status.unread_completion
+            ),
+            (ProcessState::Exited, Some(3), 5, true)
+        );
+    }
+
+    #[test]
+    fn without_an_exit_a_process_runs_while_its_command_or_supervisor_is_the_recorded_one() {
+        let r = registry();
+        let (pid, start_time) = me();
+        let cases = [
+            (running("p_1"), ProcessState::Running),
+            (
+                ProcessRecord {
+                    supervisor_pid: pid,
+                    supervisor_start_time: start_time,
+                    ..gone("p_2", "s1", 1)
+                },
+                ProcessState::Running,
+            ),
+            (gone("p_3", "s1", 1), ProcessState::Lost),
+            // Our pid, but another start time: a recycled pid is not the process.
+            (
+                ProcessRecord {
+                    pid,
+                    start_time: start_time + 1,
+                    ..gone("p_4", "s1", 1)
+                },
+                ProcessState::Lost,
+            ),
+        ];
+        for (record, state) in cases {
+            r.put(&record);
+            let status = r.registry.status_of(&record);
+            assert_eq!(
+                (status.state, status.exit_code, status.log_bytes),
+                (state, None, 0),
+                "{}",
+                record.id
+            );
+        }
+    }
+
+    #[test]
+    fn a_completion_is_unread_until_seen_and_only_when_notify_was_asked() {
+        let r = registry();
+        let notify = ProcessRecord {
+            notify_on_complete: true,
+            ..gone("p_1", "s1", 1)
+        };
+        let quiet = gone("p_2", "s1", 1);
+        let still_running = ProcessRecord {
+            notify_on_complete: true,
+            ..running("p_3")
+        };
+        for record in [&notify, &quiet, &still_running] {
+            r.put(record);
+        }
+        r.exit("p_1", 0, now_ms());
+        r.exit("p_2", 0, now_ms());
+        let unread = |record: &ProcessRecord| r.registry.status_of(record).unread_completion;
+        assert_eq!(
+            (unread(&notify), unread(&quiet), unread(&still_running)),
+            (true, false, false)
+        );
+        r.registry.mark_seen(&notify);
+        assert!(!unread(&notify));
+    }
+
+    #[test]
+    fn the_log_pages_lines_from_either_end_without_terminal_returns() {
+        let r = registry();
+        let record = gone("p_1", "s1", 1);
+        let dir = r.put(&record);
+        std::fs::write(dir.join("log"), "one\ntwo\r\nthree\nfour").unwrap();
+        let page = |offset, limit| r.registry.log(&record, offset, limit).unwrap();
+        let lines = |words: &[&str]| words.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>();
+        assert_eq!(page(0, 100), (lines(&["one", "two", "three", "four"]), 4));
+        assert_eq!(page(1, 2), (lines(&["two", "three"]), 4));
+        assert_eq!(page(-2, 100), (lines(&["three", "four"]), 4));
+        assert_eq!(page(-10, 1), (lines(&["one"]), 4));
+        assert_eq!(page(9, 10), (lines(&[]), 4));
+    }
+
+    #[test]
+    fn a_process_without_a_log_is_a_process_error() {
+        let r = registry();
+        let record = gone("p_1", "s1", 1);
+        r.put(&record);
+        let result = r.registry.log(&record, 0, 10).map(|_| ());
+        assert!(reason(result).starts_with("no log: "));
+    }
+
+    #[test]
+    fn input_and_close_reach_the_fifos_of_a_running_process() {
+        let r = registry();
+        let record = running("p_1");
+        r.put(&record);
+        let mut stdin = r.fifo("p_1", "stdin");
+        let mut control = r.fifo("p_1", "control");
+        r.registry.write(&record, b"hello\n").unwrap();
+        r.registry.close_stdin(&record).unwrap();
+        let mut got = String::new();
+        stdin.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "hello\n");
+        got.clear();
+        control.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "close\n");
+    }
+
+    #[test]
+    fn input_to_a_process_that_is_not_running_is_refused_unwritten() {
+        let r = registry();
+        let record = gone("p_1", "s1", 1);
+        r.put(&record);
+        let mut stdin = r.fifo("p_1", "stdin");
+        assert_eq!(reason(r.registry.write(&record, b"x")), "is not running");
+        r.exit("p_1", 0, now_ms());
+        let exited = running("p_1");
+        assert_eq!(reason(r.registry.close_stdin(&exited)), "is not running");
+        let mut got = String::new();
+        // Nothing was written: a read finds no data (EOF: no writer).
+        stdin.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "");
+    }
+
+    #[test]
+    fn input_nobody_reads_is_refused_instead_of_blocking() {
+        let r = registry();
+        let record = running("p_1");
+        let dir = r.put(&record);
+        nix::unistd::mkfifo(
+            &dir.join("stdin"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        assert!(
+            reason(r.registry.write(&record, b"x")).starts_with("its stdin is closed: "),
+            "no reader"
+        );
+        // No FIFO at all (a supervisor that never made it).
+        let reason = reason(r.registry.close_stdin(&record));
+        assert!(reason.starts_with("its control is closed: "), "{reason}");
+    }
+
+    /// `sleep 30` in a process group of its own, and its record.
+    fn sleeper() -> (std::process::Child, ProcessRecord) {
+        let child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let record = ProcessRecord {
+            pid,
+            start_time: crate::procfs::start_time(pid).unwrap(),
+            ..gone("p_1", "s1", 1)
+        };
+        (child, record)
+    }
+
+    #[tokio::test]
+    async fn kill_ends_the_recorded_process_group() {
+        let r = registry();
+        let (mut child, record) = sleeper();
+        r.put(&record);
+        assert!(r.registry.kill(&record).await.unwrap());
+        assert_eq!(child.wait().unwrap().signal(), Some(libc_sigterm()));
+    }
+
+    #[tokio::test]
+    async fn kill_ends_the_tree_on_the_target_before_the_local_client() {
+        let r = registry();
+        let (mut child, record) = sleeper();
+        let dir = r.put(&record);
+        let marker = dir.join("target-kill");
+        let launch = crate::launch::RemoteLaunch {
+            argv: vec!["unused".into()],
+            kill_argv: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                format!(
+                    "kill -0 {} && echo client-alive > {}",
+                    record.pid,
+                    marker.display()
+                ),
+            ],
+            local_pty: false,
+        };
+        write_json_atomic(&dir.join("spec.json"), &spec("p_1", Some(launch))).unwrap();
+        assert!(r.registry.kill(&record).await.unwrap());
+        assert_eq!(std::fs::read_to_string(&marker).unwrap(), "client-alive\n");
+        assert_eq!(child.wait().unwrap().signal(), Some(libc_sigterm()));
+    }
+
+    #[tokio::test]
+    async fn kill_never_signals_a_pid_whose_start_time_differs() {
+        let r = registry();
+        let (mut child, record) = sleeper();
+        let recycled = ProcessRecord {
+            start_time: record.start_time + 1,
+            ..record.clone()
+        };
+        let dir = r.put(&recycled);
+        let marker = dir.join("target-kill");
+        let launch = crate::launch::RemoteLaunch {
+            argv: vec!["unused".into()],
+            kill_argv: vec!["touch".into(), marker.display().to_string()],
+            local_pty: false,
+        };
+        write_json_atomic(&dir.join("spec.json"), &spec("p_1", Some(launch))).unwrap();
+        assert!(!r.registry.kill(&recycled).await.unwrap());
+        assert!(!marker.exists());
+        assert_eq!(child.try_wait().unwrap(), None);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[tokio::test]
+    async fn wait_returns_once_the_supervisor_exits() {
+        let r = registry();
+        let dir = r.root.join("p_1");
+        std::fs::create_dir_all(&dir).unwrap();
+        let exit = serde_json::to_string(&ExitRecord {
+            exit_code: 4,
+            ended_at_ms: 1,
+            duration_ms: 1,
+        })
+        .unwrap();
+        // The supervisor writes exit.json, then exits.
+        let mut supervisor = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!(
+                "sleep 0.3; printf '%s' '{exit}' > {}",
+                dir.join("exit.json").display()
+            ))
+            .spawn()
+            .unwrap();
+        let pid = supervisor.id() as i32;
+        let record = ProcessRecord {
+            supervisor_pid: pid,
+            supervisor_start_time: crate::procfs::start_time(pid).unwrap(),
+            ..gone("p_1", "s1", 1)
+        };
+        r.put(&record);
+        let started = std::time::Instant::now();
+        let status = r.registry.wait(&record, Duration::from_secs(20)).await;
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(
+            (status.state, status.exit_code),
+            (ProcessState::Exited, Some(4))
+        );
+        supervisor.wait().unwrap();
+    }
+
+    #[tokio::test]
+    async fn wait_gives_up_after_its_timeout_with_the_process_still_running() {
+        let r = registry();
+        let (mut supervisor, command) = sleeper();
+        let record = ProcessRecord {
+            supervisor_pid: command.pid,
+            supervisor_start_time: command.start_time,
+            ..gone("p_1", "s1", 1)
+        };
+        r.put(&record);
+        let started = std::time::Instant::now();
+        let status = r.registry.wait(&record, Duration::from_millis(300)).await;
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(250) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        assert_eq!(status.state, ProcessState::Running);
+        supervisor.kill().unwrap();
+        supervisor.wait().unwrap();
+    }
+
+    #[test]
+    fn a_receipt_is_read_back_once_written() {
+        let r = registry();
+        let record = gone("p_1", "s1", 1);
+        let dir = r.put(&record);
+        assert_eq!(r.registry.receipt(&record), None);
+        let receipt = Receipt {
+            id: "p_1".into(),
+            session: "s1".into(),
+            command: "make".into(),
+            exit_code: 2,
+            started_at_ms: 1,
+            ended_at_ms: 5,
+            duration_ms: 4,
+            output_tail: "error\n".into(),
+        };
+        write_json_atomic(&dir.join("receipt.json"), &receipt).unwrap();
+        assert_eq!(r.registry.receipt(&record), Some(receipt));
+    }
+
+    #[test]
+    fn pruning_drops_old_and_surplus_ended_records_and_keeps_those_without_an_exit() {
+        let r = registry();
+        let now = now_ms();
+        let hour = 3_600_000;
+        for (id, ended) in [
+            ("p_new", now - 1_000),
+            ("p_recent", now - 2_000),
+            ("p_surplus", now - 3_000),
+            ("p_old", now - 2 * hour),
+        ] {
+            r.put(&gone(id, "s1", 1));
+            r.exit(id, 0, ended);
+        }
+        r.put(&running("p_running"));
+        // Its supervisor died without an exit record: kept as well (only exit.json is read).
+        r.put(&gone("p_lost", "s1", 1));
+        r.registry.prune(Duration::from_millis(hour), 2);
+        let mut left: Vec<String> = std::fs::read_dir(&r.root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, vec!["p_lost", "p_new", "p_recent", "p_running"]);
+    }
+
+    #[test]
+    fn new_ids_are_fresh_and_name_a_record() {
+        let a = ProcessRegistry::new_id();
+        let b = ProcessRegistry::new_id();
+        assert_ne!(a, b);
+        let hex = a.strip_prefix("p_").unwrap();
+        assert!(
+            hex.len() == 12 && hex.chars().all(|c| c.is_ascii_hexdigit()),
+            "{a}"
+        );
+        let r = registry();
+        r.put(&gone(&a, "s1", 1));
+        assert_eq!(r.registry.get("s1", &a).unwrap().id, a);
+    }
+
+    #[tokio::test]
+    async fn start_hands_the_supervisor_its_directory_and_returns_the_record_it_prints() {
+        let r = registry();
+        let exe = fake_supervisor(r.root.parent().unwrap(), Some(&record_json("$id", "s1")));
+        let spec = spec("p_1", None);
+        let record = r.registry.start(&exe, spec.clone()).await.unwrap();
+        assert_eq!(
+            record,
+            serde_json::from_str::<ProcessRecord>(&record_json("p_1", "s1")).unwrap()
+        );
+        let dir = r.root.join("p_1");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("supervisor-args")).unwrap(),
+            format!("__supervise\n{}\n", dir.display())
+        );
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("spec.json")).unwrap()).unwrap();
+        assert_eq!(written, serde_json::to_value(&spec).unwrap());
+        for fifo in ["stdin", "control"] {
+            let meta = std::fs::metadata(dir.join(fifo)).unwrap();
+            assert!(meta.file_type().is_fifo(), "{fifo}");
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{fifo}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_line_a_failing_supervisor_prints_is_the_reason_start_reports() {
+        let r = registry();
+        let exe = fake_supervisor(r.root.parent().unwrap(), Some("cannot read the spec"));
+        let result = r.registry.start(&exe, spec("p_1", None)).await;
+        let Err(BackendError::Process { id, reason }) = result else {
+            panic!("expected a process error, got {result:?}");
+        };
+        assert_eq!(
+            (id.as_str(), reason.as_str()),
+            (
+                "p_1",
+                "the supervisor could not start it: cannot read the spec"
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_supervisor_that_prints_nothing_did_not_report_a_start() {
+        let r = registry();
+        let exe = fake_supervisor(r.root.parent().unwrap(), None);
+        let result = r.registry.start(&exe, spec("p_1", None)).await;
+        let Err(BackendError::Process { id, reason }) = result else {
+            panic!("expected a process error, got {result:?}");
+        };
+        assert_eq!(
+            (id.as_str(), reason.as_str()),
+            ("p_1", "the supervisor did not report a start")
+        );
+    }
+
+    fn libc_sigterm() -> i32 {
+        nix::sys::signal::Signal::SIGTERM as i32
+    }
+}

@@ -149,6 +149,11 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
         pty: request.pty,
         notify_on_complete: request.notify_on_complete,
     };
+    // The input FIFOs are open for reading before the record says the process runs: a write
+    // right after the start (a script that spawns and then writes at once) would otherwise
+    // find no reader and be refused.
+    let stdin_fifo = open_fifo(&dir.join("stdin"));
+    let control_fifo = open_fifo(&dir.join("control"));
     write_json_atomic(&dir.join("meta.json"), &record)?;
     {
         let mut out = std::io::stdout();
@@ -201,7 +206,7 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
         })
     };
     // Input: the stdin FIFO feeds the command; "close" on the control FIFO ends its stdin.
-    spawn_fifo_reader(dir.join("stdin"), {
+    spawn_fifo_reader(stdin_fifo, {
         let stdin = stdin.clone();
         move |bytes: &[u8]| {
             if let Ok(mut guard) = stdin.lock()
@@ -212,7 +217,7 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
             }
         }
     });
-    spawn_fifo_reader(dir.join("control"), {
+    spawn_fifo_reader(control_fifo, {
         let stdin = stdin.clone();
         move |bytes: &[u8]| {
             if String::from_utf8_lossy(bytes)
@@ -281,14 +286,21 @@ fn request_is_pty(_guard: &Option<Box<dyn Write + Send>>) -> bool {
 
 static PTY_MODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-fn spawn_fifo_reader(path: std::path::PathBuf, mut on_data: impl FnMut(&[u8]) + Send + 'static) {
+/// Opens a FIFO for reading; read+write, so that it never reports EOF when a writer goes away.
+fn open_fifo(path: &std::path::Path) -> Option<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .ok()
+}
+
+fn spawn_fifo_reader(
+    fifo: Option<std::fs::File>,
+    mut on_data: impl FnMut(&[u8]) + Send + 'static,
+) {
     std::thread::spawn(move || {
-        // Read+write open: the FIFO never reports EOF when a writer goes away.
-        let Ok(mut fifo) = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-        else {
+        let Some(mut fifo) = fifo else {
             return;
         };
         let mut buf = vec![0u8; 16 * 1024];
@@ -324,5 +336,400 @@ impl Write for PtyWriter {
     }
     fn flush(&mut self) -> std::io::Result<()> {
         (&*self.0).flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The supervisor runs in a child process: this test binary run again with only
+    //! [`supervisor_entry_point`], which calls [`run_main`] (it calls `setsid`, prints on
+    //! stdout and leaves threads behind, none of which a test process should suffer).
+
+    use std::collections::BTreeMap;
+    use std::io::BufRead;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+    use crate::BackgroundRequest;
+    use crate::launch::RemoteLaunch;
+    use crate::processes::{ProcessRegistry, ProcessState};
+
+    /// Set in the child: the directory to supervise.
+    const SUPERVISE_DIR: &str = "PADDOCK_TEST_SUPERVISE_DIR";
+    /// Printed by the child before the supervisor runs; what follows is the supervisor's.
+    const STDOUT_MARK: &str = "--- supervisor stdout ---";
+    const ID: &str = "p_test";
+
+    #[test]
+    #[ignore = "the supervisor's side of a re-run of this test binary (see `Supervised`)"]
+    fn supervisor_entry_point() {
+        let Some(dir) = std::env::var_os(SUPERVISE_DIR) else {
+            return;
+        };
+        let mut out = std::io::stdout();
+        writeln!(out, "{STDOUT_MARK}").unwrap();
+        out.flush().unwrap();
+        let code = run_main(Path::new(&dir));
+        std::process::exit(if code == ExitCode::SUCCESS { 0 } else { 1 });
+    }
+
+    /// A process directory (`root/p_test`), the session's shell state and a home.
+    struct Supervised {
+        root: PathBuf,
+        dir: PathBuf,
+        shell_state: PathBuf,
+        home: PathBuf,
+        _temp: tempfile::TempDir,
+    }
+
+    /// What a supervisor run left.
+    struct Ended {
+        code: Option<i32>,
+        supervisor_pid: i32,
+        /// The supervisor's stdout lines.
+        lines: Vec<String>,
+    }
+
+    impl Supervised {
+        fn new() -> Self {
+            let temp = tempfile::tempdir().unwrap();
+            let root = temp.path().join("processes");
+            let dir = root.join(ID);
+            let shell_state = temp.path().join("shell");
+            let home = temp.path().join("home");
+            for d in [&dir, &shell_state, &home] {
+                std::fs::create_dir_all(d).unwrap();
+            }
+            Self {
+                root,
+                dir,
+                shell_state,
+                home,
+                _temp: temp,
+            }
+        }
+
+        fn spec(&self, command: &str) -> ProcessSpec {
+            ProcessSpec {
+                id: ID.to_owned(),
+                request: BackgroundRequest {
+                    command: command.to_owned(),
+                    session: "s1".into(),
+                    workdir: None,
+                    env: BTreeMap::new(),
+                    pty: false,
+                    notify_on_complete: true,
+                },
+                shell_state: self.shell_state.clone(),
+                env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
+                remote: None,
+                local_argv: None,
+            }
+        }
+
+        fn write_spec(&self, spec: &ProcessSpec) {
+            write_json_atomic(&self.dir.join("spec.json"), spec).unwrap();
+        }
+
+        fn fifos(&self) {
+            for fifo in ["stdin", "control"] {
+                nix::unistd::mkfifo(
+                    &self.dir.join(fifo),
+                    nix::sys::stat::Mode::from_bits_truncate(0o600),
+                )
+                .unwrap();
+            }
+        }
+
+        fn spawn(&self) -> std::process::Child {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "supervisor::tests::supervisor_entry_point",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(SUPERVISE_DIR, &self.dir)
+                .env("HOME", &self.home)
+                .env("LEAKED_FROM_THE_ENGINE", "yes")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        }
+
+        /// Runs the supervisor to its end.
+        fn run(&self) -> Ended {
+            let child = self.spawn();
+            let supervisor_pid = child.id() as i32;
+            let out = child.wait_with_output().unwrap();
+            let stdout = String::from_utf8(out.stdout).unwrap();
+            let (_, after) = stdout
+                .split_once(&format!("{STDOUT_MARK}\n"))
+                .unwrap_or_else(|| panic!("the child never ran the supervisor: {stdout}"));
+            Ended {
+                code: out.status.code(),
+                supervisor_pid,
+                lines: after.lines().map(str::to_owned).collect(),
+            }
+        }
+
+        fn read<T: for<'de> serde::Deserialize<'de>>(&self, name: &str) -> T {
+            serde_json::from_slice(&std::fs::read(self.dir.join(name)).unwrap()).unwrap()
+        }
+
+        fn log(&self) -> String {
+            std::fs::read_to_string(self.dir.join("log")).unwrap()
+        }
+    }
+
+    #[test]
+    fn the_supervisor_records_the_command_then_its_exit_and_receipt() {
+        let s = Supervised::new();
+        s.write_spec(&s.spec("echo hi; exit 3"));
+        let ended = s.run();
+        assert_eq!(ended.code, Some(0));
+        let meta: ProcessRecord = s.read("meta.json");
+        // The one line the engine reads is the record it keeps.
+        assert_eq!(ended.lines, vec![serde_json::to_string(&meta).unwrap()]);
+        assert_eq!(
+            meta,
+            ProcessRecord {
+                id: ID.into(),
+                session: "s1".into(),
+                command: "echo hi; exit 3".into(),
+                pid: meta.pid,
+                start_time: meta.start_time,
+                supervisor_pid: ended.supervisor_pid,
+                supervisor_start_time: meta.supervisor_start_time,
+                started_at_ms: meta.started_at_ms,
+                pty: false,
+                notify_on_complete: true,
+            }
+        );
+        assert_ne!(meta.pid, ended.supervisor_pid);
+        assert!(meta.start_time > 0 && meta.supervisor_start_time > 0);
+        let exit: ExitRecord = s.read("exit.json");
+        assert_eq!(exit.exit_code, 3);
+        assert!(exit.ended_at_ms >= meta.started_at_ms);
+        assert_eq!(
+            s.read::<Receipt>("receipt.json"),
+            Receipt {
+                id: ID.into(),
+                session: "s1".into(),
+                command: "echo hi; exit 3".into(),
+                exit_code: 3,
+                started_at_ms: meta.started_at_ms,
+                ended_at_ms: exit.ended_at_ms,
+                duration_ms: exit.duration_ms,
+                output_tail: "hi\n".into(),
+            }
+        );
+        assert_eq!(s.log(), "hi\n");
+    }
+
+    #[test]
+    fn the_command_gets_only_the_spec_env_and_starts_in_home() {
+        let s = Supervised::new();
+        let mut spec = s.spec(r#"echo "${ONLY-unset} ${LEAKED_FROM_THE_ENGINE-unset}"; pwd -P"#);
+        spec.env.insert("ONLY".into(), "from-the-spec".into());
+        s.write_spec(&spec);
+        assert_eq!(s.run().code, Some(0));
+        assert_eq!(
+            s.log(),
+            format!(
+                "from-the-spec unset\n{}\n",
+                s.home.canonicalize().unwrap().display()
+            )
+        );
+    }
+
+    #[test]
+    fn the_receipt_redacts_secret_values_and_the_log_keeps_them() {
+        let s = Supervised::new();
+        let mut spec = s.spec(r#"echo s3cr3t-value; echo "$API_TOKEN""#);
+        spec.env.insert("API_TOKEN".into(), "s3cr3t-value".into());
+        s.write_spec(&spec);
+        assert_eq!(s.run().code, Some(0));
+        let receipt: Receipt = s.read("receipt.json");
+        assert_eq!(
+            (receipt.command.as_str(), receipt.output_tail.as_str()),
+            (
+                r#"echo [REDACTED]; echo "$API_TOKEN""#,
+                "[REDACTED]\n[REDACTED]\n"
+            )
+        );
+        assert_eq!(s.log(), "s3cr3t-value\ns3cr3t-value\n");
+    }
+
+    #[test]
+    fn the_shell_state_the_command_leaves_is_committed_for_the_session() {
+        let s = Supervised::new();
+        s.write_spec(&s.spec("cd /; export KEPT=yes"));
+        assert_eq!(s.run().code, Some(0));
+        assert_eq!(
+            std::fs::read_to_string(s.shell_state.join("cwd")).unwrap(),
+            "/\n"
+        );
+        let env = std::fs::read_to_string(s.shell_state.join("env.sh")).unwrap();
+        assert!(env.contains("declare -x KEPT=\"yes\""), "{env}");
+        let mut names: Vec<String> = std::fs::read_dir(&s.shell_state)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, vec!["cwd", "env.sh"]);
+    }
+
+    #[test]
+    fn a_remote_launch_runs_its_client_and_a_signal_death_is_128_plus_the_signal() {
+        let s = Supervised::new();
+        let mut spec = s.spec("the command travels in the client's argv");
+        spec.remote = Some(RemoteLaunch {
+            argv: ["/bin/sh", "-c", "echo client $0; kill -KILL $$", "arg0"]
+                .map(str::to_owned)
+                .to_vec(),
+            kill_argv: Vec::new(),
+            local_pty: false,
+        });
+        s.write_spec(&spec);
+        assert_eq!(s.run().code, Some(0));
+        assert_eq!(s.log(), "client arg0\n");
+        assert_eq!(s.read::<ExitRecord>("exit.json").exit_code, 128 + 9);
+        // Nothing ran the local wrapper: no state was saved.
+        assert_eq!(std::fs::read_dir(&s.shell_state).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_sandboxed_local_launch_runs_its_whole_argv() {
+        let s = Supervised::new();
+        let mut spec = s.spec("unused");
+        spec.local_argv = Some(
+            ["/bin/sh", "-c", "echo sandboxed; exit 5"]
+                .map(str::to_owned)
+                .to_vec(),
+        );
+        s.write_spec(&spec);
+        assert_eq!(s.run().code, Some(0));
+        assert_eq!(
+            (s.log(), s.read::<ExitRecord>("exit.json").exit_code),
+            ("sandboxed\n".to_owned(), 5)
+        );
+    }
+
+    #[test]
+    fn a_missing_spec_is_the_one_line_the_engine_reads_and_nothing_is_recorded() {
+        let s = Supervised::new();
+        let ended = s.run();
+        assert_eq!(
+            (ended.code, ended.lines),
+            (
+                Some(1),
+                vec!["No such file or directory (os error 2)".to_owned()]
+            )
+        );
+        assert_eq!(std::fs::read_dir(&s.dir).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_remote_launch_without_a_program_is_refused_before_anything_starts() {
+        let s = Supervised::new();
+        let mut spec = s.spec("true");
+        spec.remote = Some(RemoteLaunch {
+            argv: Vec::new(),
+            kill_argv: Vec::new(),
+            local_pty: false,
+        });
+        s.write_spec(&spec);
+        let ended = s.run();
+        assert_eq!(
+            (ended.code, ended.lines),
+            (Some(1), vec!["the remote launch has no program".to_owned()])
+        );
+        assert!(!s.dir.join("meta.json").exists());
+    }
+
+    /// Retries `attempt` for up to 5 s (the supervisor opens its FIFOs just after it printed
+    /// the record).
+    fn eventually<T>(mut attempt: impl FnMut() -> crate::Result<T>) -> T {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            match attempt() {
+                Ok(value) => return value,
+                Err(err) if Instant::now() > until => panic!("{err}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+
+    #[test]
+    fn input_through_the_registry_reaches_the_command_and_close_ends_it() {
+        let s = Supervised::new();
+        s.write_spec(&s.spec(r#"read line; echo "got $line"; cat; echo eof"#));
+        s.fifos();
+        let mut child = s.spawn();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let record: ProcessRecord = loop {
+            let mut line = String::new();
+            assert!(stdout.read_line(&mut line).unwrap() > 0, "no record");
+            if line.starts_with('{') {
+                break serde_json::from_str(&line).unwrap();
+            }
+        };
+        let registry = ProcessRegistry::new(s.root.clone());
+        assert_eq!(registry.status_of(&record).state, ProcessState::Running);
+        // The FIFOs are open before the record is printed: a write at once is taken.
+        registry.write(&record, b"hello\n").unwrap();
+        // Input and close travel through two FIFOs: wait until the input was read.
+        eventually(|| match registry.log(&record, 0, 10)?.0.first() {
+            Some(line) if line == "got hello" => Ok(()),
+            _ => Err(crate::BackendError::InvalidCommand("not yet".into())),
+        });
+        eventually(|| registry.close_stdin(&record));
+        assert_eq!(child.wait().unwrap().code(), Some(0));
+        let status = registry.status_of(&record);
+        assert_eq!(
+            (status.state, status.exit_code),
+            (ProcessState::Exited, Some(0))
+        );
+        assert_eq!(s.log(), "got hello\neof\n");
+    }
+
+    #[test]
+    fn a_pty_command_sees_a_terminal() {
+        let s = Supervised::new();
+        let mut spec = s.spec("[ -t 0 ] && [ -t 1 ] && echo tty");
+        spec.request.pty = true;
+        s.write_spec(&spec);
+        assert_eq!(s.run().code, Some(0));
+        let record: ProcessRecord = s.read("meta.json");
+        assert!(record.pty);
+        assert_eq!(s.read::<ExitRecord>("exit.json").exit_code, 0);
+        let (lines, _) = ProcessRegistry::new(s.root.clone())
+            .log(&record, 0, 10)
+            .unwrap();
+        assert_eq!(lines, vec!["tty".to_owned()]);
+    }
+
+    #[test]
+    fn what_the_command_left_running_in_its_group_is_ended_with_it() {
+        let s = Supervised::new();
+        s.write_spec(&s.spec("sleep 30 & echo $!"));
+        assert_eq!(s.run().code, Some(0));
+        let pid: i32 = s.log().trim().parse().unwrap();
+        let until = Instant::now() + Duration::from_secs(5);
+        while crate::procfs::start_time(pid).is_some_and(|t| crate::procfs::is_same_process(pid, t))
+        {
+            assert!(
+                Instant::now() < until,
+                "sleep {pid} outlived its supervisor"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }

@@ -13,7 +13,11 @@
 //! - a target that cannot be reached is an error naming it, never a fallback.
 
 pub mod client;
+#[cfg(test)]
+mod fake;
 pub mod script;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
