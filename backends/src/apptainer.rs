@@ -257,6 +257,10 @@ impl Transport for ApptainerTransport {
         "apptainer"
     }
 
+    fn is_container(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.config.name
     }

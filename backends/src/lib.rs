@@ -149,6 +149,12 @@ pub trait Environment: Send + Sync {
     /// `local`, `docker`, `ssh`, `apptainer` or `slurm`.
     fn kind(&self) -> &'static str;
 
+    /// Whether commands run inside a container or instance of their own, apart from the host
+    /// (`[approval] skip_for_containers` trusts that isolation instead of asking).
+    fn is_container(&self) -> bool {
+        false
+    }
+
     /// Runs a foreground command.
     fn exec(&self, request: ExecRequest) -> BackendFuture<'_, ExecOutput>;
 

@@ -295,10 +295,7 @@ fn open_fifo(path: &std::path::Path) -> Option<std::fs::File> {
         .ok()
 }
 
-fn spawn_fifo_reader(
-    fifo: Option<std::fs::File>,
-    mut on_data: impl FnMut(&[u8]) + Send + 'static,
-) {
+fn spawn_fifo_reader(fifo: Option<std::fs::File>, mut on_data: impl FnMut(&[u8]) + Send + 'static) {
     std::thread::spawn(move || {
         let Some(mut fifo) = fifo else {
             return;

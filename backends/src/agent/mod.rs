@@ -437,6 +437,10 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
         self.inner.kind()
     }
 
+    fn is_container(&self) -> bool {
+        self.inner.is_container()
+    }
+
     fn name(&self) -> &str {
         self.inner.name()
     }

@@ -557,6 +557,10 @@ impl Transport for DockerTransport {
         "docker"
     }
 
+    fn is_container(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.config.name
     }

@@ -62,6 +62,11 @@ pub trait Transport: Send + Sync + 'static {
     fn home(&self) -> &str;
     /// Environment every command gets (the policy's `env`).
     fn env(&self) -> &BTreeMap<String, String>;
+    /// Whether the target is a container or instance of its own (see
+    /// [`crate::Environment::is_container`]).
+    fn is_container(&self) -> bool {
+        false
+    }
     /// Brings up the session's target before a background command is handed to a client
     /// (foreground runs bring it up themselves).
     fn ensure<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
@@ -428,6 +433,10 @@ impl<T: Transport> Drop for CancelGuard<T> {
 impl<T: Transport> Environment for RemoteEnvironment<T> {
     fn name(&self) -> &str {
         self.transport.name()
+    }
+
+    fn is_container(&self) -> bool {
+        self.transport.is_container()
     }
 
     fn kind(&self) -> &'static str {

@@ -564,6 +564,10 @@ impl Transport for SlurmTransport {
         "slurm"
     }
 
+    fn is_container(&self) -> bool {
+        self.apptainer.is_some()
+    }
+
     fn name(&self) -> &str {
         &self.config.name
     }

@@ -210,7 +210,7 @@ impl Tool for Terminal {
             let args: TerminalArgs = super::parse_args("terminal", args)?;
             let env = envs.backend_for("terminal")?;
             let _active = envs.activity(&ctx.session, Some(env));
-            let container = matches!(env.kind(), "docker" | "apptainer");
+            let container = env.is_container();
             if !(container && envs.skip_approval_in_containers) {
                 envs.approvals
                     .check_command("terminal", &args.command, args.workdir.as_deref(), &ctx)
