@@ -147,12 +147,6 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Hostile probes run under chosen confinement layers (the hostile test suites).
-    #[command(name = "__sandbox-probe", hide = true)]
-    SandboxProbe {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
 }
 
 #[derive(clap::Args)]
@@ -249,11 +243,6 @@ pub fn run_main() -> ExitCode {
     if let Command::SandboxExec { args } = &cli.command {
         return ExitCode::from(
             u8::try_from(paddock_sandbox_worker::confine::shell::main(args)).unwrap_or(125),
-        );
-    }
-    if let Command::SandboxProbe { args } = &cli.command {
-        return ExitCode::from(
-            u8::try_from(paddock_sandbox_worker::confine::probes::main(args)).unwrap_or(125),
         );
     }
     if let Command::DockerWarm { spec } = &cli.command {
@@ -402,8 +391,7 @@ async fn dispatch(command: Command) -> ExitCode {
         | Command::DockerAttach { .. }
         | Command::DockerWarm { .. }
         | Command::SandboxExec { .. }
-        | Command::Agent { .. }
-        | Command::SandboxProbe { .. } => ExitCode::from(2),
+        | Command::Agent { .. } => ExitCode::from(2),
     }
 }
 

@@ -1,5 +1,5 @@
-//! Helpers for the end-to-end suites in `tests/`: locating the real `paddock` binary and running
-//! it with a hard time limit, so no test can hang.
+//! Helpers for the end-to-end suites in `tests/`: locating the real `paddock` binary (and the
+//! hostile-probe binary beside it) and running it with a hard time limit, so no test can hang.
 
 #![expect(
     clippy::expect_used,
@@ -27,6 +27,19 @@ pub fn paddock_bin() -> PathBuf {
         bin.exists(),
         "{} does not exist: build it first (cargo build --release --bin paddock), \
          or set PADDOCK_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// The hostile-probe binary `paddock-sandbox-probe` (test tooling from sandbox-worker, never
+/// shipped): beside `paddock`, so in the directory of `PADDOCK_BIN` when that is set.
+pub fn sandbox_probe_bin() -> PathBuf {
+    let bin = paddock_bin().with_file_name("paddock-sandbox-probe");
+    assert!(
+        bin.exists(),
+        "{} does not exist: build it first (cargo build --release -p paddock-sandbox-worker \
+         --bin paddock-sandbox-probe; `--workspace --all-targets` builds it too)",
         bin.display()
     );
     bin

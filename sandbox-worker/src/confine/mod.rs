@@ -1,4 +1,5 @@
-//! Confinement of a sandbox child, and every other piece of `unsafe` in Paddock.
+//! Confinement of a sandbox child, and every other piece of `unsafe` in what Paddock ships (the
+//! hostile probes, test tooling built as `paddock-sandbox-probe`, have their own).
 //!
 //! The zygote, once, after building the interpreter: new namespaces (user when not root,
 //! mount, net, ipc, uts) and an empty read-only root (module `namespaces`); every child
@@ -27,7 +28,6 @@ mod capabilities;
 mod heap;
 mod landlock_rules;
 mod namespaces;
-pub mod probes;
 mod process;
 mod seccomp;
 pub mod shell;
@@ -139,8 +139,8 @@ pub fn confine_child(
     ))
 }
 
-/// Steps 1–3 of [`confine_child`] (the hostile probes' `uid` layer): drop root when root, die
-/// with `parent`, not dumpable, `no_new_privs`. Answers whether the process was root.
+/// Steps 1–3 of [`confine_child`] ([`layers::uid`]): drop root when root, die with `parent`,
+/// not dumpable, `no_new_privs`. Answers whether the process was root.
 fn drop_privileges(parent: i32) -> Result<bool, ConfineError> {
     let was_root = nix::unistd::geteuid().is_root();
     if was_root {
@@ -153,6 +153,49 @@ fn drop_privileges(parent: i32) -> Result<bool, ConfineError> {
     }
     set_no_new_privs().map_err(step("no_new_privs"))?;
     Ok(was_root)
+}
+
+/// The layers one at a time, for the hostile probes (`paddock-sandbox-probe`, test tooling built
+/// from `src/bin/`, never shipped): the very functions [`prepare_in_zygote`], [`isolate_zygote`]
+/// and [`confine_child`] call, without their degraded modes. A layer that cannot be applied is
+/// an error. The real order is the caller's to keep: in the zygote `seccomp_kill_list` and
+/// `namespaces`; in a child `uid` → `landlock` → `rlimits` → `seccomp`.
+pub mod layers {
+    use super::ConfineError;
+
+    /// The seccomp kill-list the zygote installs once and every fork inherits.
+    pub fn seccomp_kill_list() -> Result<(), ConfineError> {
+        super::seccomp::prepare()
+    }
+
+    /// The zygote's namespaces and empty read-only root; answers what was entered.
+    pub fn namespaces() -> Result<&'static str, ConfineError> {
+        super::namespaces::isolate()
+    }
+
+    /// Drop root when root, die with `parent`, not dumpable, `no_new_privs`; answers whether
+    /// the process was root.
+    pub fn uid(parent: i32) -> Result<bool, ConfineError> {
+        super::drop_privileges(parent)
+    }
+
+    /// Every file-system and TCP right handled with no rule, signal and abstract-UNIX scopes,
+    /// fully enforced; answers the status.
+    pub fn landlock() -> Result<&'static str, ConfineError> {
+        super::landlock_rules::restrict_everything()
+    }
+
+    /// The child's rlimits (NPROC 0, FSIZE 0, CORE 0, NOFILE 16, AS 4 GiB, MEMLOCK 0,
+    /// MSGQUEUE 0).
+    pub fn rlimits() -> Result<(), ConfineError> {
+        super::set_rlimits().map_err(super::step("rlimits"))
+    }
+
+    /// The child's seccomp allow-list (default ENOSYS), on every thread; answers how many
+    /// syscalls it allows.
+    pub fn seccomp() -> Result<usize, ConfineError> {
+        super::seccomp::install()
+    }
 }
 
 /// `no_new_privs`: nothing this process executes can gain privileges.

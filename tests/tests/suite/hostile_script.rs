@@ -1,6 +1,7 @@
-//! Hostile actions against the script sandbox's OS layers, through the real binary.
+//! Hostile actions against the script sandbox's OS layers, through the real binaries.
 //!
-//! `paddock __sandbox-probe --layers L CASE ARGS` applies the sandbox's own confinement code
+//! `paddock-sandbox-probe --layers L CASE ARGS` (test tooling built from sandbox-worker's
+//! `src/bin/`, next to `paddock`; never shipped) applies the sandbox's own confinement code
 //! (restricted to the layers in `L`), then performs one hostile action with raw system calls —
 //! what a script could do if it ever escaped the interpreter — and prints
 //! `{"case", "layers", "blocked", "detail"}`. Every run here gets fresh host-side bait: a secret
@@ -26,7 +27,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use paddock_tests::{paddock_bin, paddock_env};
+use paddock_tests::{paddock_env, sandbox_probe_bin};
 
 /// The uid/gid of the unprivileged runs.
 const NOBODY: &str = "65534";
@@ -631,11 +632,10 @@ fn mounted(path: &Path) -> bool {
         .any(|l| l.contains(&needle))
 }
 
-/// Runs `paddock __sandbox-probe` with a hard time limit; answers (status, stdout, stderr).
+/// Runs `paddock-sandbox-probe` with a hard time limit; answers (status, stdout, stderr).
 fn run_probe(runner: Runner, args: &[String], tag: &str) -> (i32, String, String) {
     let mut child = runner
-        .command(&paddock_bin())
-        .arg("__sandbox-probe")
+        .command(&sandbox_probe_bin())
         .args(args)
         .env("PADDOCK_PROBE_TAG", tag)
         .env_remove("PADDOCK_SANDBOX_SIMULATE_MISSING")

@@ -1,4 +1,11 @@
-//! Hostile probes: `paddock __sandbox-probe --layers L CASE [ARG...]` (and `--list`).
+//! Hostile probes: `paddock-sandbox-probe --layers L CASE [ARG...]` (and `--list`).
+//!
+//! Test tooling, never shipped: the hostile suites (`tests/tests/suite/hostile_script.rs`) run
+//! this binary, which `cargo build --workspace --all-targets` builds next to `paddock`; the
+//! `paddock` binary itself carries no probe. It is the one place outside
+//! `sandbox-worker/src/confine/` with `unsafe` (HOUSE_STYLE rule 13): raw system calls are what
+//! it exists to make. Every block keeps its `// SAFETY:` comment; the lints below hold it to
+//! that whatever the workspace's lint table says.
 //!
 //! A probe applies the sandbox's own confinement code, restricted to the layers in `L`, then
 //! performs one hostile action natively — raw system calls, as an interpreter that had been
@@ -10,11 +17,12 @@
 //!
 //! The shape is the real sandbox's: this process plays the zygote. It opens what a case hands
 //! the child beforehand (a private terminal, a writable file), enters the namespaces when asked
-//! (`namespaces::isolate`, as [`super::isolate_zygote`] does) and forks. The child
-//! applies the other layers with the same functions [`super::confine_child`] calls, in its
-//! order (uid → Landlock → rlimits → seccomp), acts, and writes its outcome down a pipe. A
-//! child killed by the seccomp kill-list (SIGSYS) counts as blocked. A layer that cannot be
-//! applied is an error (exit 3, never a result): the probes fail closed like the sandbox.
+//! (`confine::layers::namespaces`, as `confine::isolate_zygote` does) and forks. The child
+//! applies the other layers with the same functions `confine::confine_child` calls
+//! (`confine::layers`), in its order (uid → Landlock → rlimits → seccomp), acts, and writes
+//! its outcome down a pipe. A child killed by the seccomp kill-list (SIGSYS) counts as blocked.
+//! A layer that cannot be applied is an error (exit 3, never a result): the probes fail closed
+//! like the sandbox.
 //!
 //! Probes never do real damage when nothing stops them. They only touch what the caller hands
 //! them (paths, ports, pids), and otherwise use harmless arguments: `chroot("/")`, a mount undone
@@ -26,11 +34,19 @@
 //! Exit status: 0 with a result line, 2 for usage errors (naming the valid cases), 3 when a
 //! layer could not be applied or the probe itself failed.
 
+#![deny(
+    unsafe_op_in_unsafe_fn,
+    clippy::undocumented_unsafe_blocks,
+    clippy::print_stdout,
+    clippy::print_stderr
+)]
+
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -38,7 +54,7 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::Pid;
 
-use super::ConfineError;
+use paddock_sandbox_worker::confine::{self, ConfineError};
 
 /// How long the confined child may take before the probe kills it (the memory bomb, the slowest
 /// case, needs about a second when nothing stops it).
@@ -538,8 +554,13 @@ impl Ctx<'_> {
     }
 }
 
-/// Entry point of `paddock __sandbox-probe`; answers the exit status.
-pub fn main(args: &[String]) -> i32 {
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    ExitCode::from(run(&args))
+}
+
+/// Parses the arguments, runs one probe (or lists the cases); answers the exit status.
+fn run(args: &[String]) -> u8 {
     let (layers, case, case_args) = match parse(args) {
         Ok(Parsed::List) => {
             let mut out = io::stdout().lock();
@@ -552,7 +573,7 @@ pub fn main(args: &[String]) -> i32 {
         Err(message) => {
             let _ = writeln!(
                 io::stderr(),
-                "paddock __sandbox-probe: {message}\n{}",
+                "paddock-sandbox-probe: {message}\n{}",
                 usage()
             );
             return 2;
@@ -623,7 +644,7 @@ fn usage_of(case: &Case) -> String {
 
 fn usage() -> String {
     let mut text = String::from(
-        "usage: paddock __sandbox-probe --layers L CASE [ARG...]   (or --list)\n\
+        "usage: paddock-sandbox-probe --layers L CASE [ARG...]   (or --list)\n\
          L: all | none | comma list of namespaces,uid,landlock,rlimits,seccomp\n\
          valid cases:",
     );
@@ -638,15 +659,15 @@ fn usage() -> String {
 fn probe(layers: &[Layer], case: &Case, args: &[String]) -> Result<Outcome, String> {
     let held = hold(case.hold, args).map_err(|e| format!("preparing the case: {e}"))?;
     if layers.contains(&Layer::Seccomp) {
-        super::seccomp::prepare().map_err(|e| e.to_string())?;
+        confine::layers::seccomp_kill_list().map_err(|e| e.to_string())?;
     }
     if layers.contains(&Layer::Namespaces) {
-        super::namespaces::isolate().map_err(|e| e.to_string())?;
+        confine::layers::namespaces().map_err(|e| e.to_string())?;
     }
     let parent = nix::unistd::getpid().as_raw();
     let (report_rx, report_tx) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
-    // SAFETY: this process is single-threaded (the CLI dispatches here before starting
-    // anything), so the child gets a consistent copy of every lock and allocator.
+    // SAFETY: this process is single-threaded (`main` comes here before starting anything),
+    // so the child gets a consistent copy of every lock and allocator.
     match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
         nix::unistd::ForkResult::Child => {
             drop(report_rx);
@@ -789,7 +810,7 @@ fn child(
         if let Err(e) = before_confinement(held) {
             return format!("E\tpreparing the child: {e}");
         }
-        if let Err(e) = confine(layers, parent) {
+        if let Err(e) = apply_layers(layers, parent) {
             return format!("E\tapplying the layers: {e}");
         }
         let ctx = Ctx {
@@ -810,7 +831,7 @@ fn child(
             Err(_) => break,
         }
     }
-    super::exit_immediately(0)
+    confine::exit_immediately(0)
 }
 
 /// Per-child set-up that a real child would have had before its confinement.
@@ -833,21 +854,22 @@ fn before_confinement(held: &Held) -> io::Result<()> {
     Ok(())
 }
 
-/// The child's layers, with the functions `confine_child` uses, in its order.
-fn confine(layers: &[Layer], parent: i32) -> Result<(), ConfineError> {
+/// The child's layers, with the functions `confine_child` uses (`confine::layers`), in its
+/// order.
+fn apply_layers(layers: &[Layer], parent: i32) -> Result<(), ConfineError> {
     for layer in layers {
         match layer {
             // Entered by the parent before the fork, as the zygote does.
             Layer::Namespaces => {}
             Layer::Uid => {
-                super::drop_privileges(parent)?;
+                confine::layers::uid(parent)?;
             }
             Layer::Landlock => {
-                super::landlock_rules::restrict_everything()?;
+                confine::layers::landlock()?;
             }
-            Layer::Rlimits => super::set_rlimits().map_err(super::step("rlimits"))?,
+            Layer::Rlimits => confine::layers::rlimits()?,
             Layer::Seccomp => {
-                super::seccomp::install()?;
+                confine::layers::seccomp()?;
             }
         }
     }
@@ -1140,7 +1162,7 @@ fn fork(_: &Ctx<'_>) -> Outcome {
     for spawn in [Spawn::Fork, Spawn::Clone, Spawn::Clone3] {
         let rc = spawn.call();
         if rc == 0 {
-            super::exit_immediately(0);
+            confine::exit_immediately(0);
         }
         if rc > 0 {
             reap(rc);
