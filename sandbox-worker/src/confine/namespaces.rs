@@ -22,6 +22,23 @@ fn step(step: &'static str) -> impl FnOnce(nix::errno::Errno) -> ConfineError {
     }
 }
 
+/// Gives an ordinary user a user namespace of its own, where it may mount; the map keeps its
+/// uid and gid, so nothing it owns changes hands. Root needs none. Shared by the script
+/// sandbox (here) and the command sandbox (`shell`); an error names the step that failed.
+pub(crate) fn enter_user_namespace() -> Result<(), (&'static str, io::Error)> {
+    let uid = nix::unistd::geteuid();
+    let gid = nix::unistd::getegid();
+    if uid.is_root() {
+        return Ok(());
+    }
+    unshare(CloneFlags::CLONE_NEWUSER)
+        .map_err(|e| ("unshare(CLONE_NEWUSER)", io::Error::from(e)))?;
+    std::fs::write("/proc/self/setgroups", "deny").map_err(|e| ("setgroups deny", e))?;
+    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1")).map_err(|e| ("uid_map", e))?;
+    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1")).map_err(|e| ("gid_map", e))?;
+    Ok(())
+}
+
 /// Enters the namespaces and the empty root. The caller must be single-threaded (a user
 /// namespace cannot be entered otherwise). Returns what was set up.
 pub fn isolate() -> Result<&'static str, ConfineError> {
@@ -31,33 +48,14 @@ pub fn isolate() -> Result<&'static str, ConfineError> {
             reason: "simulated (PADDOCK_SANDBOX_SIMULATE_MISSING)".into(),
         });
     }
-    let uid = nix::unistd::geteuid();
-    let gid = nix::unistd::getegid();
-    let user_ns = !uid.is_root();
-    if user_ns {
-        // An ordinary user gets the rights to mount inside a namespace of its own; the map
-        // keeps its uid, so nothing it owns changes hands.
-        unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| ConfineError::Missing {
+    let user_ns = !nix::unistd::geteuid().is_root();
+    enter_user_namespace().map_err(|(step, source)| match step {
+        "unshare(CLONE_NEWUSER)" => ConfineError::Missing {
             feature: "namespaces",
-            reason: format!("unshare(CLONE_NEWUSER): {e} (unprivileged user namespaces off?)"),
-        })?;
-        std::fs::write("/proc/self/setgroups", "deny").map_err(|source| ConfineError::Step {
-            step: "user namespace: setgroups",
-            source,
-        })?;
-        std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1")).map_err(|source| {
-            ConfineError::Step {
-                step: "user namespace: uid_map",
-                source,
-            }
-        })?;
-        std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1")).map_err(|source| {
-            ConfineError::Step {
-                step: "user namespace: gid_map",
-                source,
-            }
-        })?;
-    }
+            reason: format!("{step}: {source} (unprivileged user namespaces off?)"),
+        },
+        _ => ConfineError::Step { step, source },
+    })?;
     unshare(
         CloneFlags::CLONE_NEWNS
             | CloneFlags::CLONE_NEWNET

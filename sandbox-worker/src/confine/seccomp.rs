@@ -60,7 +60,8 @@ const ALLOWED: &[libc::c_long] = &[
 ];
 
 /// Syscalls that kill the child outright: there is no innocent reason for a script to get there.
-const KILLED: &[libc::c_long] = &[
+/// A sandboxed shell command gets EPERM for the same ones (`shell::deny_list`, with more).
+pub(crate) const KILLED: &[libc::c_long] = &[
     libc::SYS_ptrace,
     libc::SYS_process_vm_readv,
     libc::SYS_process_vm_writev,

@@ -263,14 +263,7 @@ fn run(profile: &ShellProfile, argv: &[String]) -> StepResult<i32> {
 }
 
 fn enter_namespaces(network: bool) -> StepResult<()> {
-    let uid = nix::unistd::geteuid();
-    let gid = nix::unistd::getegid();
-    if !uid.is_root() {
-        unshare(CloneFlags::CLONE_NEWUSER).map_err(at("unshare(CLONE_NEWUSER)"))?;
-        std::fs::write("/proc/self/setgroups", "deny").map_err(at("setgroups deny"))?;
-        std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1")).map_err(at("uid_map"))?;
-        std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1")).map_err(at("gid_map"))?;
-    }
+    super::namespaces::enter_user_namespace().map_err(|(step, e)| (step, e.to_string()))?;
     let mut flags = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWIPC
@@ -538,7 +531,9 @@ fn confine_command(profile: &ShellProfile, workspace: &Path) -> StepResult<()> {
 /// needs and every escape uses.
 fn deny_list() -> StepResult<[seccompiler::BpfProgram; 2]> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    for nr in [
+    // The script child's kill-list (one list for both), and what only a shell command could
+    // reach: mounts, namespaces, and changes to the machine.
+    let shell_only = [
         libc::SYS_mount,
         libc::SYS_umount2,
         libc::SYS_pivot_root,
@@ -552,23 +547,6 @@ fn deny_list() -> StepResult<[seccompiler::BpfProgram; 2]> {
         libc::SYS_fsconfig,
         libc::SYS_mount_setattr,
         libc::SYS_open_by_handle_at,
-        libc::SYS_ptrace,
-        libc::SYS_process_vm_readv,
-        libc::SYS_process_vm_writev,
-        libc::SYS_bpf,
-        libc::SYS_io_uring_setup,
-        libc::SYS_io_uring_enter,
-        libc::SYS_io_uring_register,
-        libc::SYS_userfaultfd,
-        libc::SYS_perf_event_open,
-        libc::SYS_keyctl,
-        libc::SYS_add_key,
-        libc::SYS_request_key,
-        libc::SYS_kexec_load,
-        libc::SYS_kexec_file_load,
-        libc::SYS_init_module,
-        libc::SYS_finit_module,
-        libc::SYS_delete_module,
         libc::SYS_acct,
         libc::SYS_swapon,
         libc::SYS_swapoff,
@@ -578,7 +556,8 @@ fn deny_list() -> StepResult<[seccompiler::BpfProgram; 2]> {
         libc::SYS_clock_settime,
         libc::SYS_adjtimex,
         libc::SYS_vhangup,
-    ] {
+    ];
+    for &nr in super::seccomp::KILLED.iter().chain(shell_only.iter()) {
         rules.insert(nr, Vec::new());
     }
     let ioctl_cmd = |cmd: u64| {
