@@ -1,5 +1,5 @@
 //! `cargo bench -p paddock-benches`: the code-mode scenarios of `paddock bench --quick` (see
-//! the engine's `bench` module and docs/benchmarks.md), run against the built `paddock` binary,
+//! this crate's library and docs/benchmarks.md), run against the built `paddock` binary,
 //! peers included when scripts/bench-peers.sh has installed them. Results go to
 //! `bench-results/` like `paddock bench`'s. Needs `target/release/paddock` built.
 
@@ -36,7 +36,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let options = paddock_engine::bench::Options {
+    let options = paddock_benches::Options {
         exe,
         quick: true,
         scenarios: [
@@ -54,7 +54,7 @@ fn main() -> ExitCode {
         command: "cargo bench -p paddock-benches".into(),
         progress: true,
     };
-    runtime.block_on(paddock_engine::bench::run_cli(
+    runtime.block_on(paddock_benches::run_cli(
         options,
         PathBuf::from("bench-results"),
         false,

@@ -125,7 +125,7 @@ def not_installed(peer: str, err: BaseException) -> Failure:
 
 
 def cpu_script(n: int) -> str:
-    # Byte for byte the loop `paddock bench` runs in its sandbox (engine/src/bench/scenarios/
+    # Byte for byte the loop `paddock bench` runs in its sandbox (benches/src/scenarios/
     # cpu.rs checks this file contains this line): module-level globals in every peer.
     return f"s = 0\nfor i in range({n}):\n    s += i * i\n"
 

@@ -5,11 +5,12 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
 use crate::codemode::{Limits, MAX_SCRIPT_BYTES};
@@ -101,28 +102,7 @@ enum Command {
         command: PolicyCommand,
     },
     /// Benchmarks: named scenarios, side by side with the peers (see docs/benchmarks.md).
-    Bench {
-        /// The quick set (fewer samples; what CI runs): under 2 minutes.
-        #[arg(long)]
-        quick: bool,
-        /// Directory for results.json, results.md and one SVG chart per scenario.
-        #[arg(long, value_name = "DIR", default_value = "bench-results")]
-        out: PathBuf,
-        /// Run only this scenario (repeatable); an unknown name lists them all.
-        #[arg(long = "scenario", value_name = "NAME")]
-        scenarios: Vec<String>,
-        /// Print the results as JSON on stdout instead of markdown.
-        #[arg(long)]
-        json: bool,
-        /// Also measure `terminal` on each docker/ssh/apptainer backend of this policy beside
-        /// the bare tool (e.g. the file scripts/test-services.sh prints).
-        #[arg(long, value_name = "POLICY")]
-        backends: Option<PathBuf>,
-        /// Peers installed by scripts/bench-peers.sh (default: $PADDOCK_PEERS_DIR, else
-        /// /opt/paddock-peers).
-        #[arg(long, value_name = "DIR")]
-        peers: Option<PathBuf>,
-    },
+    Bench(BenchArgs),
     /// Internal: become the sandbox zygote.
     #[command(name = "__sandbox-zygote", hide = true)]
     Zygote,
@@ -221,8 +201,39 @@ enum Format {
     Signatures,
 }
 
-/// Entry point of the `paddock` binary.
-pub fn run_main() -> ExitCode {
+/// The flags of `paddock bench`, parsed here and run by the [`BenchRunner`] the binary hands to
+/// [`run_main`]: the harness (the `paddock-benches` crate) depends on this crate.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// The quick set (fewer samples; what CI runs): under 2 minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Directory for results.json, results.md and one SVG chart per scenario.
+    #[arg(long, value_name = "DIR", default_value = "bench-results")]
+    pub out: PathBuf,
+    /// Run only this scenario (repeatable); an unknown name lists them all.
+    #[arg(long = "scenario", value_name = "NAME")]
+    pub scenarios: Vec<String>,
+    /// Print the results as JSON on stdout instead of markdown.
+    #[arg(long)]
+    pub json: bool,
+    /// Also measure `terminal` on each docker/ssh/apptainer backend of this policy beside the
+    /// bare tool (e.g. the file scripts/test-services.sh prints).
+    #[arg(long, value_name = "POLICY")]
+    pub backends: Option<PathBuf>,
+    /// Peers installed by scripts/bench-peers.sh (default: $PADDOCK_PEERS_DIR, else
+    /// /opt/paddock-peers).
+    #[arg(long, value_name = "DIR")]
+    pub peers: Option<PathBuf>,
+}
+
+/// Runs `paddock bench` with its flags and answers the exit status (0 done, 1 a Paddock
+/// measurement failed, 2 the bench could not run). The `paddock` binary passes
+/// `paddock_benches::bench_runner()`.
+pub type BenchRunner = Box<dyn FnOnce(BenchArgs) -> Pin<Box<dyn Future<Output = ExitCode>>>>;
+
+/// Entry point of the `paddock` binary; `bench` runs `paddock bench`.
+pub fn run_main(bench: BenchRunner) -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
@@ -271,7 +282,7 @@ pub fn run_main() -> ExitCode {
         Ok(rt) => rt,
         Err(err) => return usage_error(&format!("cannot start the async runtime: {err}")),
     };
-    runtime.block_on(dispatch(cli.command))
+    runtime.block_on(dispatch(cli.command, bench))
 }
 
 /// Slow environment work outside an MCP call (a Slurm job waiting in the queue) says so in a
@@ -310,7 +321,7 @@ fn load_policy(path: Option<&Path>) -> Result<Policy, String> {
     }
 }
 
-async fn dispatch(command: Command) -> ExitCode {
+async fn dispatch(command: Command, bench: BenchRunner) -> ExitCode {
     match command {
         Command::Run {
             scripts,
@@ -378,14 +389,7 @@ async fn dispatch(command: Command) -> ExitCode {
                     misses,
                 },
         } => policy_corpus(&files, policy.as_deref(), misses),
-        Command::Bench {
-            quick,
-            out,
-            scenarios,
-            json,
-            backends,
-            peers,
-        } => bench(quick, out, scenarios, json, backends, peers).await,
+        Command::Bench(args) => bench(args).await,
         Command::Zygote
         | Command::Supervise { .. }
         | Command::DockerAttach { .. }
@@ -613,30 +617,6 @@ async fn call(tool: String, args: String, common: Common, backend: Option<String
     // The answer is out already; only the exit waits for a sweep that had work to do.
     engine.settle().await;
     code
-}
-
-async fn bench(
-    quick: bool,
-    out: PathBuf,
-    scenarios: Vec<String>,
-    json: bool,
-    backends: Option<PathBuf>,
-    peers: Option<PathBuf>,
-) -> ExitCode {
-    let exe = match std::env::current_exe() {
-        Ok(exe) => exe,
-        Err(err) => return usage_error(&format!("bench: cannot find this binary: {err}")),
-    };
-    let options = crate::bench::Options {
-        exe,
-        quick,
-        scenarios,
-        backends,
-        peers,
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        progress: true,
-    };
-    crate::bench::run_cli(options, out, json).await
 }
 
 async fn serve(

@@ -307,6 +307,8 @@ impl Engine {
         extras: CallExtras,
     ) -> Result<Value, ToolError> {
         if name == RUN_TOOLS_SCRIPT {
+            // The same checks as every other tool's call (unknown keys, size, types).
+            crate::registry::check_arguments(name, &run_tools_script_schema(), &args)?;
             let Some(code) = args.get("code").and_then(Value::as_str) else {
                 return Err(ToolError::invalid_arguments(
                     "invalid arguments for 'run_tools_script': field `code` (a string) is required",
@@ -371,13 +373,18 @@ impl Engine {
             RUN_TOOLS_SCRIPT,
             "codemode",
             description,
-            json!({
-                "type": "object",
-                "properties": {"code": {"type": "string", "description": "The Python script"}},
-                "required": ["code"],
-                "additionalProperties": false
-            }),
+            run_tools_script_schema(),
         )
         .with_label("🐍", "Running a script")
     }
+}
+
+/// `run_tools_script`'s arguments: the script, nothing else.
+fn run_tools_script_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"code": {"type": "string", "description": "The Python script"}},
+        "required": ["code"],
+        "additionalProperties": false
+    })
 }

@@ -1,5 +1,6 @@
 //! The Paddock engine: the tool registry, policy files, code mode (`run_tools_script`) on the
-//! sandbox pool, the built-in tools and the `paddock` command line.
+//! sandbox pool, the built-in tools and the `paddock` command line (the binary itself is the
+//! `paddock-cli` crate, which adds `paddock bench` from `paddock-benches`).
 //!
 //! Layout, in layers: each module imports only from the ones listed before it
 //! (`scripts/check-layers.sh` fails CI on a cycle).
@@ -17,13 +18,13 @@
 //! - [`engine`] — the facade a library user or the CLI holds;
 //! - [`mcp`] — `paddock serve` (MCP server, approvals by elicitation) and the bridge to other
 //!   MCP servers;
-//! - [`cli`] — the command line; [`bench`]: `paddock bench` (scenarios, peers, report, charts).
+//! - [`cli`] — the command line ([`cli::run_main`]; `paddock bench` is parsed here and run by
+//!   the [`cli::BenchRunner`] the binary passes in).
 
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod approval;
-pub mod bench;
 pub mod cli;
 pub mod codemode;
 pub mod engine;

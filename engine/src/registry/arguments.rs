@@ -186,6 +186,8 @@ fn check_at(schema: &Value, value: &Value, path: &str) -> Result<(), String> {
 }
 
 fn join(path: &str, name: &str) -> String {
+    // An empty key is shown as `""`, not as the arguments object itself.
+    let name = if name.is_empty() { "\"\"" } else { name };
     if path.is_empty() {
         name.to_owned()
     } else {

@@ -169,6 +169,26 @@ pub type PreCallHook =
 pub type PostCallHook =
     Arc<dyn Fn(&str, &Result<Value, ToolError>, std::time::Duration) + Send + Sync>;
 
+/// The shape every call's arguments must have before its tool sees them: an object, at most
+/// [`MAX_ARGUMENT_BYTES`] serialised, valid against the tool's input schema.
+pub fn check_arguments(name: &str, schema: &Value, args: &Value) -> Result<(), ToolError> {
+    if !args.is_object() {
+        return Err(ToolError::invalid_arguments(format!(
+            "arguments of '{name}' must be a JSON object, got {}",
+            json_kind(args)
+        )));
+    }
+    let size = arguments::serialized_len(args);
+    if size > MAX_ARGUMENT_BYTES {
+        return Err(ToolError::invalid_arguments(format!(
+            "arguments of '{name}' are {size} bytes; the limit is {MAX_ARGUMENT_BYTES} bytes"
+        )));
+    }
+    arguments::check(schema, args).map_err(|problem| {
+        ToolError::invalid_arguments(format!("invalid arguments for '{name}': {problem}"))
+    })
+}
+
 /// Largest arguments object accepted, serialised.
 pub const MAX_ARGUMENT_BYTES: usize = 4 * 1024 * 1024;
 
@@ -439,23 +459,7 @@ impl Registry {
                 ToolError::denied(ErrorCode::ToolNotAllowed, why)
             });
         }
-        if !args.is_object() {
-            return Err(ToolError::invalid_arguments(format!(
-                "arguments of '{name}' must be a JSON object, got {}",
-                json_kind(&args)
-            )));
-        }
-        let size = arguments::serialized_len(&args);
-        if size > MAX_ARGUMENT_BYTES {
-            return Err(ToolError::invalid_arguments(format!(
-                "arguments of '{name}' are {size} bytes; the limit is {MAX_ARGUMENT_BYTES} bytes"
-            )));
-        }
-        if let Err(problem) = arguments::check(&entry.spec.input_schema, &args) {
-            return Err(ToolError::invalid_arguments(format!(
-                "invalid arguments for '{name}': {problem}"
-            )));
-        }
+        check_arguments(name, &entry.spec.input_schema, &args)?;
         for hook in &self.pre_hooks {
             hook(name, &args, &ctx)?;
         }

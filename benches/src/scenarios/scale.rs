@@ -9,14 +9,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use paddock_engine::engine::{CallExtras, Engine, EngineOptions};
+use paddock_engine::policy::Policy;
+use paddock_engine::registry::Registry;
 use serde_json::{Value, json};
 
-use crate::bench::report::{Better, Outcome, Role, ScenarioReport};
-use crate::bench::stats;
-use crate::bench::{Bench, BenchError, Result, ms};
-use crate::engine::{CallExtras, Engine, EngineOptions};
-use crate::policy::Policy;
-use crate::registry::Registry;
+use crate::error::{BenchError, Result};
+use crate::harness::{Bench, ms};
+use crate::report::{Better, Outcome, Role, ScenarioReport};
+use crate::stats;
 
 /// Concurrent sessions per step; the quick set stops at the first.
 const SESSIONS: [usize; 3] = [8, 32, 128];
@@ -101,13 +102,13 @@ async fn docker_containers(tag: &str) -> usize {
 }
 
 async fn footprint(tag: &str, docker: bool) -> Footprint {
-    let root = crate::tools::environment::state_root();
+    let root = paddock_engine::tools::environment::state_root();
     Footprint {
         descendants: i32::try_from(std::process::id())
             .map_or(0, |pid| paddock_backends::procfs::descendants(pid).len()),
         descriptors: count_dir(Path::new("/proc/self/fd")),
         sessions_dir: count_dir(&root.join("sessions")),
-        records: count_dir(&root.join(crate::sessions::RECORDS_DIR)),
+        records: count_dir(&root.join(paddock_engine::sessions::RECORDS_DIR)),
         containers: if docker {
             docker_containers(tag).await
         } else {

@@ -3,9 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::chart::{self, Bar, Series};
-use super::report::{Outcome, Report, ScenarioReport};
-use super::{BenchError, Result, markdown};
+use crate::chart::{self, Bar, Series};
+use crate::error::{BenchError, Result};
+use crate::markdown;
+use crate::report::{Outcome, Report, ScenarioReport};
 
 /// The chart file name of a scenario that has something to draw.
 pub fn chart_file(s: &ScenarioReport) -> Option<String> {

@@ -4,8 +4,9 @@
 use std::time::Instant;
 
 use super::{PeerPlan, interleaved, push_peers};
-use crate::bench::report::{Better, Outcome, Role, ScenarioReport};
-use crate::bench::{Bench, BenchError, Result, ms};
+use crate::error::{BenchError, Result};
+use crate::harness::{Bench, ms};
+use crate::report::{Better, Outcome, Role, ScenarioReport};
 
 /// `lines` simple statements ending on an expression; byte for byte the driver's
 /// `size_script` (a test checks it). Its result is `lines - 2`.
@@ -146,7 +147,7 @@ pub async fn output(b: &Bench) -> Result<ScenarioReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::peers::DRIVER;
+    use crate::peers::DRIVER;
 
     #[test]
     fn scripts_are_the_drivers() {

@@ -9,14 +9,15 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Instant;
 
+use paddock_engine::engine::{Engine, EngineOptions};
+use paddock_engine::policy::Policy;
+use paddock_engine::registry::Registry;
 use serde_json::{Value, json};
 
 use super::{PeerPlan, interleaved, push_peers, script_method, terminal_script_once};
-use crate::bench::report::{Better, Outcome, Role, ScenarioReport};
-use crate::bench::{Bench, BenchError, Result, ms};
-use crate::engine::{Engine, EngineOptions};
-use crate::policy::Policy;
-use crate::registry::Registry;
+use crate::error::{BenchError, Result};
+use crate::harness::{Bench, ms};
+use crate::report::{Better, Outcome, Role, ScenarioReport};
 
 /// `terminal` through the registry; fails unless the command exited 0.
 async fn terminal_once(engine: &Engine, command: &str) -> Result<f64> {

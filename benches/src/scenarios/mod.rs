@@ -19,13 +19,14 @@ mod terminal;
 
 use std::time::{Duration, Instant};
 
+use paddock_engine::codemode::Limits;
+use paddock_engine::engine::Engine;
 use serde_json::json;
 
-use super::peers::{PeerRequest, PeerSamples};
-use super::report::{Outcome, Role, ScenarioReport};
-use super::{Bench, BenchError, Result, ms};
-use crate::codemode::Limits;
-use crate::engine::Engine;
+use crate::error::{BenchError, Result};
+use crate::harness::{Bench, ms};
+use crate::peers::{PeerRequest, PeerSamples};
+use crate::report::{Outcome, Role, ScenarioReport};
 
 /// Every scenario, in the order a full run takes them, with what it measures.
 pub const SCENARIOS: &[(&str, &str)] = &[
@@ -164,7 +165,7 @@ pub async fn run(name: &'static str, b: &Bench) -> Vec<ScenarioReport> {
             .iter()
             .find(|(n, _)| *n == name)
             .map_or(name, |(_, about)| *about);
-        let mut failed = ScenarioReport::new(name, title, "", super::report::Better::Lower);
+        let mut failed = ScenarioReport::new(name, title, "", crate::report::Better::Lower);
         failed.error = Some(err.to_string());
         vec![failed]
     });

@@ -5,8 +5,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::machine::Machine;
-use super::stats::Summary;
+use crate::machine::Machine;
+use crate::stats::Summary;
 
 /// What a contender is to the comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

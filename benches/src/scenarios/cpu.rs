@@ -2,8 +2,9 @@
 //! Monty, on the very same source.
 
 use super::{PeerPlan, interleaved, push_peers};
-use crate::bench::report::{Better, Outcome, Role, ScenarioReport};
-use crate::bench::{Bench, Result};
+use crate::error::Result;
+use crate::harness::Bench;
+use crate::report::{Better, Outcome, Role, ScenarioReport};
 
 /// Loop iterations.
 const N: u64 = 1_000_000;
@@ -78,7 +79,7 @@ mod tests {
         let as_python = LOOP.replace('\n', "\\n").replace("range(N)", "range({n})");
         let line = format!("return f\"{as_python}\"");
         assert!(
-            crate::bench::peers::DRIVER.contains(&line),
+            crate::peers::DRIVER.contains(&line),
             "peer_driver.py's cpu_script must be `{line}`"
         );
         assert_eq!(cpu_loop(3), "s = 0\nfor i in range(3):\n    s += i * i\n");

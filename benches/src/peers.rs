@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::report::{Outcome, PeersInfo};
+use crate::report::{Outcome, PeersInfo};
 
 /// The driver, byte for byte.
-pub const DRIVER: &str = include_str!("../../../benches/peers/peer_driver.py");
+pub const DRIVER: &str = include_str!("../peers/peer_driver.py");
 
 /// Where scripts/bench-peers.sh installs by default.
 pub const DEFAULT_DIR: &str = "/opt/paddock-peers";

@@ -3,8 +3,8 @@
 
 use std::fmt::Write as _;
 
-use super::chart::{format_tick, format_value};
-use super::report::{Entry, Outcome, Report, Role, ScenarioReport, advantage_text};
+use crate::chart::{format_tick, format_value};
+use crate::report::{Entry, Outcome, Report, Role, ScenarioReport, advantage_text};
 
 /// A table cell: no pipes or newlines may break the row.
 fn cell(text: &str) -> String {
@@ -276,8 +276,8 @@ pub fn render(report: &Report, sections: Option<ChartOf<'_>>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::machine::Machine;
-    use crate::bench::report::{Better, PeersInfo};
+    use crate::machine::Machine;
+    use crate::report::{Better, PeersInfo};
 
     fn report() -> Report {
         let mut s = ScenarioReport::new("trivial", "Trivial | script", "ms", Better::Lower);

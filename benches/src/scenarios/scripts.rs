@@ -5,13 +5,14 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use paddock_engine::policy::Policy;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 use super::{PeerPlan, interleaved, push_peers, rate_over};
-use crate::bench::report::{Better, Outcome, Role, ScenarioReport};
-use crate::bench::{Bench, BenchError, PREFORK, Result, bench_engine, ms};
-use crate::policy::Policy;
+use crate::error::{BenchError, Result};
+use crate::harness::{Bench, PREFORK, bench_engine, ms};
+use crate::report::{Better, Outcome, Role, ScenarioReport};
 
 /// The trivial script of every contender.
 const TRIVIAL: &str = "1 + 1";

@@ -8,15 +8,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use paddock_engine::engine::{CallExtras, Engine, EngineOptions};
+use paddock_engine::policy::{BackendConfig, Policy};
+use paddock_engine::registry::Registry;
 use serde_json::{Value, json};
 use toml::Spanned;
 
 use super::{script_method, terminal_script_once};
-use crate::bench::report::{Better, Outcome, Role, ScenarioReport};
-use crate::bench::{Bench, BenchError, Result, ms};
-use crate::engine::{CallExtras, Engine, EngineOptions};
-use crate::policy::{BackendConfig, Policy};
-use crate::registry::Registry;
+use crate::error::{BenchError, Result};
+use crate::harness::{Bench, ms};
+use crate::report::{Better, Outcome, Role, ScenarioReport};
 
 /// The session every backend scenario runs in; closed at the end.
 const SESSION: &str = "bench-backends";
@@ -458,7 +459,7 @@ async fn warm_containers(backend: &str) -> Result<Vec<String>> {
 /// Waits until backend `backend`'s pool holds [`WARM`] running containers and no filler holds
 /// its lock (the last one's agent is up); an error after 90 s.
 async fn pool_ready(backend: &str) -> Result<()> {
-    let lock = crate::tools::environment::state_root()
+    let lock = paddock_engine::tools::environment::state_root()
         .join("agents")
         .join(format!("warm-{backend}.lock"));
     let t = Instant::now();

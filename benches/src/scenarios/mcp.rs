@@ -9,8 +9,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use crate::bench::report::{Better, Outcome, Role, ScenarioReport};
-use crate::bench::{Bench, BenchError, Result, ms};
+use crate::error::{BenchError, Result};
+use crate::harness::{Bench, ms};
+use crate::report::{Better, Outcome, Role, ScenarioReport};
 
 const TOOL: &str = "current_datetime";
 /// How long one answer may take before the scenario gives up.

@@ -3,8 +3,9 @@
 //! start-up is not part of the figure.
 
 use super::{PeerPlan, interleaved, push_peers};
-use crate::bench::report::{Better, Outcome, Role, ScenarioReport};
-use crate::bench::{Bench, PREFORK, Result};
+use crate::error::Result;
+use crate::harness::{Bench, PREFORK};
+use crate::report::{Better, Outcome, Role, ScenarioReport};
 
 /// Calls timed per nested-call sample.
 const CALLS: usize = 200;

@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::bench::report::{Better, Outcome, Role, ScenarioReport};
-use crate::bench::{Bench, BenchError, Result, ms};
+use crate::error::{BenchError, Result};
+use crate::harness::{Bench, ms};
+use crate::report::{Better, Outcome, Role, ScenarioReport};
 
 /// The commands judged, and the decision each must get.
 const COMMANDS: &[(&str, &str, &str)] = &[

@@ -4,8 +4,9 @@
 use std::time::{Duration, Instant};
 
 use super::{PeerPlan, interleaved, push_peers};
-use crate::bench::report::{Better, Outcome, Role, ScenarioReport};
-use crate::bench::{Bench, PREFORK, Result};
+use crate::error::Result;
+use crate::harness::{Bench, PREFORK};
+use crate::report::{Better, Outcome, Role, ScenarioReport};
 
 /// Private (not shared) memory of a process in kB, from smaps_rollup: what the process costs
 /// beyond the pages it shares with its zygote or its siblings.

@@ -1,4 +1,0 @@
-//! Integration tests of the engine library against the real `paddock` binary (the sandbox
-//! zygote is that binary re-executed).
-
-mod suite;
