@@ -128,9 +128,9 @@ pub struct ApprovalConfig {
 pub struct ExtraRule {
     pub id: String,
     /// A regular expression over one simple command (case-insensitive).
-    pub pattern: String,
+    pub pattern: Spanned<String>,
     /// `dangerous` (default: needs approval) or `hardline` (never allowed).
-    pub severity: Option<String>,
+    pub severity: Option<Spanned<String>>,
     pub description: Option<String>,
     /// Command lines the rule must match, and look-alikes it must not: checked when the
     /// policy loads.
@@ -418,7 +418,7 @@ impl Policy {
                 .deny
                 .iter()
                 .find(|d| d.get_ref() == "*")
-                .map_or(0..0, Spanned::span);
+                .map_or_else(|| key_in_table(text, "tools", "allow"), Spanned::span);
             return Err(invalid(
                 span,
                 "tools",
@@ -504,21 +504,24 @@ impl Policy {
             ));
         }
         for rule in &self.approval.rules {
-            if let Err(e) = regex::Regex::new(&rule.pattern) {
+            if let Err(e) = regex::Regex::new(rule.pattern.get_ref()) {
                 return Err(invalid(
-                    0..0,
+                    rule.pattern.span(),
                     &format!("approval.rules.{}", rule.id),
                     format!("bad pattern: {e}"),
                 ));
             }
             if let Some(sev) = &rule.severity
-                && sev != "dangerous"
-                && sev != "hardline"
+                && sev.get_ref() != "dangerous"
+                && sev.get_ref() != "hardline"
             {
                 return Err(invalid(
-                    0..0,
+                    sev.span(),
                     &format!("approval.rules.{}", rule.id),
-                    format!("severity \"{sev}\" is not one of dangerous, hardline"),
+                    format!(
+                        "severity \"{}\" is not one of dangerous, hardline",
+                        sev.get_ref()
+                    ),
                 ));
             }
         }
@@ -847,7 +850,7 @@ impl Policy {
                 }
                 (None, None) => {
                     return Err(invalid(
-                        0..0,
+                        table_header(text, &format!("mcp.servers.{server}")),
                         &format!("mcp.servers.{server}"),
                         "needs `command` (stdio) or `url` (HTTP)".into(),
                     ));
@@ -871,7 +874,7 @@ impl Policy {
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
             {
                 return Err(invalid(
-                    0..0,
+                    table_header(text, &format!("mcp.servers.{server}")),
                     &format!("mcp.servers.{server}"),
                     "server names use letters, digits, _ and -".into(),
                 ));
@@ -984,6 +987,46 @@ fn with_suggestion(message: &str) -> String {
 }
 
 /// The candidate closest to `word`, when it is close enough to be a typo.
+/// Where the header of table `name` (`[name]`, or `[a."b"]` quoted) starts in `text`, for an
+/// error about a table as a whole; the file's start when it cannot be found.
+fn table_header(text: &str, name: &str) -> std::ops::Range<usize> {
+    let (head, last) = name.rsplit_once('.').unwrap_or(("", name));
+    let candidates = [
+        format!("[{name}]"),
+        format!("[{head}.\"{last}\"]"),
+        format!("[{head}.'{last}']"),
+    ];
+    candidates
+        .iter()
+        .filter_map(|c| text.find(c.as_str()))
+        .min()
+        .map_or(0..0, |at| at..at + 1)
+}
+
+/// Where `key = ...` of table `table` starts in `text` (the table's header when the key is
+/// not found).
+fn key_in_table(text: &str, table: &str, key: &str) -> std::ops::Range<usize> {
+    let header = table_header(text, table);
+    let mut at = header.start;
+    for (i, line) in text[header.start..].split_inclusive('\n').enumerate() {
+        if i > 0 {
+            let trimmed = line.trim_start();
+            if trimmed.starts_with('[') {
+                break;
+            }
+            if trimmed
+                .strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+            {
+                let indent = line.len() - trimmed.len();
+                return at + indent..at + indent + 1;
+            }
+        }
+        at += line.len();
+    }
+    header
+}
+
 pub fn closest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     candidates
         .map(|c| {

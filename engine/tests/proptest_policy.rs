@@ -10,9 +10,7 @@
 //! - generated well-formed policies (`[backends.X]` of every kind with the keys that kind takes,
 //!   `[codemode]`, `[tools]`, `[toolsets]`, `[approval]` and its rules, `[routes]`,
 //!   `[mcp.servers.X]`, `[processes]`, `[sessions]`) parse, with the backends they declare;
-//! - one mistake injected into such a policy is refused on the line where it was made (but for
-//!   the known gaps of `known_wrong_line`, refused on line 1: reported, with `#[ignore]`d tests
-//!   at the end of this file).
+//! - one mistake injected into such a policy is refused on the line where it was made.
 //!
 //! Cases per property: 256, or `PROPTEST_CASES`.
 
@@ -1219,22 +1217,6 @@ fn make(g: &Generated, mistake: &Mistake) -> Option<(Vec<Section>, Vec<Place>)> 
     Some((sections, at))
 }
 
-/// Mistakes refused with the right key but on line 1 instead of their own, found by
-/// `one_mistake_in_a_generated_policy_is_refused_on_its_line` and reported (their values carry
-/// no position: `[[approval.rules]]` fields are plain strings, an MCP server's table and an
-/// empty `allow` list have no span); the key their error names.
-fn known_wrong_line(mistake: &Mistake) -> Option<&'static str> {
-    match mistake {
-        Mistake::BadRulePattern | Mistake::BadRuleSeverity => Some("approval.rules."),
-        Mistake::McpWithoutTransport | Mistake::McpBadName => Some("mcp.servers."),
-        Mistake::AllowNothing => Some("tools"),
-        Mistake::UnknownKey(_)
-        | Mistake::ForeignBackendKey(..)
-        | Mistake::BadValue(_)
-        | Mistake::WrongType(_) => None,
-    }
-}
-
 proptest! {
     #![proptest_config(config())]
 
@@ -1319,15 +1301,6 @@ proptest! {
             Ok(_) => prop_assert!(false, "{:?} accepted:\n{}", mistake, text),
             Err(err) => {
                 let line = check_error(&text, &err)?;
-                if let Some(key) = known_wrong_line(&mistake) {
-                    // Reported: refused, with the right key, on line 1 (see the ignored
-                    // `known_gap_*` tests below).
-                    let PolicyError::Invalid { key: got, .. } = &err else {
-                        unreachable!("check_error accepts Invalid only")
-                    };
-                    prop_assert!(got.starts_with(key), "{:?}: {}", mistake, err);
-                    return Ok(());
-                }
                 prop_assert!(
                     expected.contains(&line),
                     "{:?}: error on line {}, expected one of {:?}: {}\n---\n{}",
@@ -1364,8 +1337,7 @@ fn a_missing_file_is_a_file_level_error_naming_it() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Known gaps, found by the properties above and reported: these fail until they are fixed
-// (`cargo test ... -- --ignored`).
+// Gaps the properties above found (errors on line 1), fixed: the line of each.
 
 /// The line of the error `text` gets.
 fn error_line(text: &str) -> usize {
@@ -1376,8 +1348,7 @@ fn error_line(text: &str) -> usize {
 }
 
 #[test]
-#[ignore = "known gap: errors of [[approval.rules]] name line 1"]
-fn known_gap_approval_rule_errors_name_their_line() {
+fn approval_rule_errors_name_their_line() {
     let head = "[approval]\nmode = \"ask\"\n\n[[approval.rules]]\nid = \"r\"\n";
     let bad_pattern = format!("{head}pattern = \"(unclosed\"\n");
     assert!([4, 6].contains(&error_line(&bad_pattern)), "{bad_pattern}");
@@ -1389,8 +1360,7 @@ fn known_gap_approval_rule_errors_name_their_line() {
 }
 
 #[test]
-#[ignore = "known gap: errors of [mcp.servers.NAME] name line 1"]
-fn known_gap_mcp_server_errors_name_their_line() {
+fn mcp_server_errors_name_their_line() {
     let no_transport = "[codemode]\nenabled = true\n\n[mcp.servers.files]\nargs = []\n";
     assert_eq!(error_line(no_transport), 4, "{no_transport}");
     let bad_name = "[codemode]\nenabled = true\n\n[mcp.servers.\"a b\"]\ncommand = \"x\"\n";
@@ -1398,8 +1368,7 @@ fn known_gap_mcp_server_errors_name_their_line() {
 }
 
 #[test]
-#[ignore = "known gap: `[tools] allow = []` is refused on line 1"]
-fn known_gap_an_empty_allow_list_names_its_line() {
+fn an_empty_allow_list_names_its_line() {
     let text = "[codemode]\nenabled = true\n\n[tools]\nallow = []\n";
     assert_eq!(error_line(text), 5, "{text}");
 }

@@ -68,8 +68,8 @@ impl ApprovalGate {
             .iter()
             .map(|r| PolicyRule {
                 id: r.id.clone(),
-                pattern: r.pattern.clone(),
-                severity: if r.severity.as_deref() == Some("hardline") {
+                pattern: r.pattern.get_ref().clone(),
+                severity: if r.severity.as_ref().map(|s| s.get_ref().as_str()) == Some("hardline") {
                     Severity::Hardline
                 } else {
                     Severity::Dangerous
