@@ -29,7 +29,10 @@ mod runtime;
 pub mod wire;
 pub mod zygote;
 
-/// Counts every allocation of the process: a sandbox child's heap budget is checked against it.
+/// The crate's own tests count allocations like the `paddock` binary (which declares the
+/// counting allocator itself: a library that declared it would impose it on every binary
+/// linking it, `paddock-sandbox-exec` and the probes among them).
+#[cfg(test)]
 #[global_allocator]
 static ALLOCATOR: confine::CountingAllocator = confine::CountingAllocator;
 

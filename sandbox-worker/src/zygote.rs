@@ -39,6 +39,21 @@ fn send(control: &OwnedFd, message: &Message, fd: Option<&OwnedFd>) -> io::Resul
 /// Entry point of the zygote process (`paddock __sandbox-zygote`).
 pub fn run_main() -> Result<(), SandboxError> {
     let control = confine::take_inherited_fd().map_err(SandboxError::Control)?;
+    if !confine::counting_allocator_installed() {
+        let reason = "this binary does not allocate through paddock's counting allocator \
+                      (`#[global_allocator] static A: paddock_sandbox_worker::confine::\
+                      CountingAllocator = CountingAllocator;`), so no script's memory limit \
+                      could hold"
+            .to_owned();
+        let _ = send(
+            &control,
+            &Message::ConfinementFailed {
+                reason: reason.clone(),
+            },
+            None,
+        );
+        return Err(SandboxError::RuntimeInit(reason));
+    }
     let sandbox = interpreter::build()?;
     let collapsed = confine::collapse_into_huge_pages();
     tracing::debug!(

@@ -82,6 +82,20 @@ pub fn live_bytes() -> usize {
     LIVE_BYTES.load(Ordering::Relaxed)
 }
 
+/// Whether this process allocates through [`CountingAllocator`] (the binary declares it with
+/// `#[global_allocator]`). Without it live bytes stay 0 and no script's memory limit would
+/// hold, so the zygote refuses to start. A concurrent free elsewhere can hide one probe's
+/// growth: three tries.
+pub fn counting_allocator_installed() -> bool {
+    (0..3).any(|_| {
+        let before = live_bytes();
+        let probe = std::hint::black_box(vec![1u8; 1 << 16]);
+        let grew = live_bytes() > before;
+        drop(probe);
+        grew
+    })
+}
+
 /// Sets the hard ceiling on live bytes (0: none).
 pub fn set_hard_ceiling(bytes: usize) {
     HARD_CEILING.store(bytes, Ordering::Relaxed);
