@@ -94,6 +94,9 @@ impl Engine {
             .map_err(EngineError::Backends)?,
         );
         registry.set_approvals(gate.clone());
+        registry.set_failure_log(Arc::new(crate::events::FailureLog::in_state_dir(
+            &crate::tools::environment::state_root(),
+        )));
         let envs = crate::tools::environment::Environments::from_policy(
             &policy,
             exe.clone(),
@@ -314,12 +317,38 @@ impl Engine {
                     "invalid arguments for 'run_tools_script': field `code` (a string) is required",
                 ));
             };
-            return self
+            let started = std::time::Instant::now();
+            let session = extras
+                .session
+                .clone()
+                .unwrap_or_else(|| self.session.clone());
+            let result = self
                 .run_script_in(code, &self.limits(), None, extras)
                 .await
                 .map_err(|e| {
                     ToolError::denied(crate::vocabulary::ErrorCode::ToolNotAllowed, e.to_string())
                 });
+            // A script that failed is a failed call, in the failure log like any other.
+            let failed_code = match &result {
+                Ok(value) if value.get("ok") == Some(&Value::Bool(false)) => value
+                    .get("error_code")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                Ok(_) => None,
+                Err(err) => Some(err.code.clone()),
+            };
+            if let (Some(error_code), Some(log)) = (failed_code, self.registry().failure_log()) {
+                log.record(&crate::events::FailedCall {
+                    timestamp_ms: crate::events::now_ms(),
+                    session,
+                    tool: RUN_TOOLS_SCRIPT.to_owned(),
+                    error_code,
+                    duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+                    call_id: String::new(),
+                    parent_call_id: None,
+                });
+            }
+            return result;
         }
         let ctx = CallContext {
             call_id: new_call_id(),

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use crate::events::{EventSink, Phase, ToolCallEvent, now_ms};
+use crate::events::{EventSink, FailedCall, FailureLog, Phase, ToolCallEvent, now_ms};
 use crate::policy::ToolFilter;
 use crate::vocabulary::{ErrorCode, RUN_TOOLS_SCRIPT, ToolApprovals};
 
@@ -209,6 +209,7 @@ pub struct Registry {
     post_hooks: Vec<PostCallHook>,
     events: Arc<EventSink>,
     approvals: Option<Arc<dyn ToolApprovals>>,
+    failures: Option<Arc<FailureLog>>,
 }
 
 static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
@@ -237,6 +238,7 @@ impl Registry {
             post_hooks: Vec::new(),
             events: Arc::default(),
             approvals: None,
+            failures: None,
         }
     }
 
@@ -277,6 +279,15 @@ impl Registry {
 
     pub fn set_events(&mut self, events: Arc<EventSink>) {
         self.events = events;
+    }
+
+    /// Where failed calls are logged (`$PADDOCK_HOME/logs/tool-failures.jsonl` in an engine).
+    pub fn set_failure_log(&mut self, log: Arc<FailureLog>) {
+        self.failures = Some(log);
+    }
+
+    pub fn failure_log(&self) -> Option<&Arc<FailureLog>> {
+        self.failures.as_ref()
     }
 
     pub fn events(&self) -> &Arc<EventSink> {
@@ -424,10 +435,22 @@ impl Registry {
         });
         let call_id = ctx.call_id.clone();
         let parent = ctx.parent_call_id.clone();
+        let session = ctx.session.clone();
         let result = self.dispatch_checked(name, args, ctx).await;
         let elapsed = started.elapsed();
         for hook in &self.post_hooks {
             hook(name, &result, elapsed);
+        }
+        if let (Err(err), Some(log)) = (&result, &self.failures) {
+            log.record(&FailedCall {
+                timestamp_ms: now_ms(),
+                session,
+                tool: name.to_owned(),
+                error_code: err.code.clone(),
+                duration_ms: elapsed.as_secs_f64() * 1000.0,
+                call_id: call_id.clone(),
+                parent_call_id: parent.clone(),
+            });
         }
         self.events.emit(&ToolCallEvent {
             call_id,

@@ -9,6 +9,7 @@ mod confinement;
 mod conformance;
 mod default_sandbox;
 mod definitions;
+mod failure_log;
 mod hostile_script;
 mod hostile_shell;
 mod notebook;
