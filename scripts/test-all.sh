@@ -70,10 +70,16 @@ export PADDOCK_AGENT_BIN
 step "tests"
 cargo test "${CARGO_FLAGS[@]}" --workspace --no-fail-fast
 
+step "per-session ceilings against fork bombs, disk fills and CPU spinners, alone (they load the machine on purpose)"
+cargo test "${CARGO_FLAGS[@]}" -p paddock-tests --test all -- --ignored ceilings --test-threads=1
+
 step "MCP: paddock serve driven by the real Python mcp 2.3.0 client, and the conformance suite"
 MCP_ENV=$(scripts/mcp-test-env.sh)       # private venv (mcp, fastmcp, pytest) + Node 22; idempotent
 PADDOCK_BIN="$PWD/target/release/paddock" "$MCP_ENV/venv/bin/python" -m pytest tests/mcp -q -p no:cacheprovider
 PADDOCK_BIN="$PWD/target/release/paddock" tests/mcp/run-conformance.sh
+
+step "Python package: the wheel from the built binary (no compile), in a fresh venv, and its tests"
+scripts/test-python.sh                   # maturin + a wheelhouse in /opt/paddock-py-test; idempotent
 
 step "benchmarks compile"
 cargo bench --ignore-rust-version --locked --no-run -p paddock-benches

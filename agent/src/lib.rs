@@ -6,7 +6,11 @@
 //! - [`protocol`] — frames and messages, shared with the engine (versioned; two frozen messages);
 //! - [`server`] — the socket, a thread per connection, the lock that keeps one agent per session;
 //! - [`run`] — one program: pipes or a terminal, output frames, stdin frames, tree kills;
-//! - [`daemon`] — `serve --daemon`: start detached, answer once listening.
+//! - [`daemon`] — `serve --daemon`: start detached, answer once listening;
+//! - [`shell_state`] — a finished command's shell state put into place, merged with what
+//!   overlapping commands of the session saved meanwhile (also the engine's, for local runs);
+//! - [`terminal`] — `terminal -- PROGRAM...`: one program on a terminal allocated here (for
+//!   clients whose own terminal has no name inside the environment: Apptainer instances).
 //!
 //! What a command sees (the session's cwd, exports, functions, aliases) is kept by the same
 //! bash wrapper as before the agent: the engine sends the wrapper's argv, the agent runs it.
@@ -18,7 +22,9 @@ pub mod daemon;
 pub mod protocol;
 pub mod run;
 pub mod server;
+pub mod shell_state;
 pub mod spare;
+pub mod terminal;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -48,13 +54,22 @@ pub enum AgentError {
     Usage(String),
 }
 
-const USAGE: &str =
-    "paddock-agent serve --socket PATH [--daemon] [--idle-exit SECONDS] | paddock-agent version";
+const USAGE: &str = "paddock-agent serve --socket PATH [--daemon] [--idle-exit SECONDS] | \
+                     paddock-agent terminal -- PROGRAM [ARGS...] | \
+                     paddock-agent commit-state STATE_DIR TAG | paddock-agent version";
 
-/// The program: `serve` or `version`. Returns the exit status.
+/// The program: `serve`, `terminal`, `commit-state` or `version`. Returns the exit status (for `terminal`, the
+/// program's).
 pub fn run_main(args: Vec<String>) -> i32 {
-    match dispatch(&args) {
-        Ok(()) => 0,
+    let outcome = match args.split_first() {
+        Some((first, rest)) if first == "terminal" => match rest.split_first() {
+            Some((dashes, argv)) if dashes == "--" => terminal::run_on_terminal(argv),
+            _ => Err(AgentError::Usage(USAGE.into())),
+        },
+        _ => dispatch(&args).map(|()| 0),
+    };
+    match outcome {
+        Ok(code) => code,
         Err(AgentError::AlreadyRunning) => {
             eprintln!("paddock-agent: another agent already serves this socket");
             EXIT_ALREADY_RUNNING
@@ -77,6 +92,15 @@ pub fn run_main(args: Vec<String>) -> i32 {
 
 fn dispatch(args: &[String]) -> Result<(), AgentError> {
     match args.first().map(String::as_str) {
+        // A wrapper run outside a served connection (a background command) commits its
+        // session state the way the agent commits a served run's.
+        Some("commit-state") => match &args[1..] {
+            [dir, tag] => {
+                shell_state::commit_state(std::path::Path::new(dir), tag);
+                Ok(())
+            }
+            _ => Err(AgentError::Usage(USAGE.into())),
+        },
         Some("version") => {
             // stdout is not a protocol channel for this subcommand.
             #[expect(clippy::print_stdout, reason = "the answer of `version`")]

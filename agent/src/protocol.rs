@@ -18,7 +18,7 @@ use std::io::{Read, Write};
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever a message changes shape. The engine replaces an agent that answers another.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Frames larger than this are refused (a corrupt or hostile peer cannot make us allocate more).
 pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
@@ -91,9 +91,11 @@ pub struct RunRequest {
     /// The agent ends the run's tree after this long and answers `timed_out`.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
-    /// Files renamed (`from`, `to`) once the run's tree is gone, before `Exit` is answered:
-    /// the session state a wrapper wrote under a run-tagged name is committed without two
-    /// `mv` processes per command. A missing `from` is skipped.
+    /// Files committed (`from`, `to`) once the run's tree is gone, before `Exit` is answered:
+    /// the session state a wrapper wrote under a run-tagged name (`TO.TAG`) is put into place
+    /// without two `mv` processes per command, merged with what overlapping runs saved
+    /// meanwhile when the wrapper also wrote the state it started from (`TO.start.TAG`;
+    /// [`crate::shell_state::commit_file`], since protocol 3). A missing `from` is skipped.
     #[serde(default)]
     pub renames: Vec<(String, String)>,
     /// A terminal (40 rows, 120 columns) instead of pipes.

@@ -17,12 +17,12 @@ use crate::spare::SparePool;
 
 /// After the program exits, how long its output may take to drain (a grandchild that kept the
 /// pipe open is not waited for longer).
-const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(1000);
+pub(crate) const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(1000);
 /// Between TERM and KILL when a run is ended early.
 const KILL_GRACE: Duration = Duration::from_millis(500);
 /// The terminal size every PTY run starts with (the local backend's).
-const PTY_ROWS: u16 = 40;
-const PTY_COLS: u16 = 120;
+pub(crate) const PTY_ROWS: u16 = 40;
+pub(crate) const PTY_COLS: u16 = 120;
 
 /// The writing half of a connection, shared by the output pump and the final reply.
 type SharedWriter = Arc<Mutex<UnixStream>>;
@@ -57,6 +57,27 @@ pub fn serve_run(
         return Ok(());
     };
     let writer: SharedWriter = Arc::new(Mutex::new(stream.try_clone()?));
+    let finished = Arc::new(AtomicBool::new(false));
+    let timed_out = Arc::new(AtomicBool::new(false));
+    // The run's threads start before its program does: a program that fills its session's
+    // process ceiling at once (a fork bomb; pids counts threads) would otherwise leave the run
+    // without its output pump, its input or its deadline, and the engine waiting forever.
+    let helpers = match start_helpers(&stream, &writer, &request, &finished, &timed_out) {
+        Ok(helpers) => helpers,
+        Err(err) => {
+            let mut stream = stream;
+            write_message(
+                &mut stream,
+                &Reply::Error {
+                    message: format!(
+                        "cannot start a thread for the run ({err}): the session is at its \
+                         process ceiling or the machine at its limit"
+                    ),
+                },
+            )?;
+            return Ok(());
+        }
+    };
     // A spare shell when one waits (its boot file goes when `_boot` does, after the run).
     let mut _boot = None;
     let spawned = if let Some((spare, boot)) = spares.take(&request) {
@@ -74,6 +95,8 @@ pub fn serve_run(
     let (mut child, output, input) = match spawned {
         Ok(parts) => parts,
         Err(err) => {
+            // Dropping the helpers' channels ends their threads.
+            drop(helpers);
             let mut stream = stream;
             write_message(
                 &mut stream,
@@ -85,98 +108,21 @@ pub fn serve_run(
         }
     };
     let pgid = child.id();
-    let finished = Arc::new(AtomicBool::new(false));
-
-    // Output: frames until the program and everything holding its output are gone.
-    let (drained_tx, drained_rx) = mpsc::channel::<()>();
-    let pump_writer = writer.clone();
-    std::thread::spawn(move || {
-        let mut output = output;
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match output.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    if send(&pump_writer, FrameKind::Output, &buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                // A terminal answers EIO once its last writer is gone.
-                Err(_) => break,
-            }
-        }
-        let _ = drained_tx.send(());
-    });
-
-    // Input and the connection's end: stdin frames first, then any end of the connection
-    // before the run finished means the caller gave up: end the run's tree.
-    let mut reader = stream.try_clone()?;
-    let watch_finished = finished.clone();
-    let run_id = request.run_id.clone();
-    let stdin_follows = request.stdin;
-    std::thread::spawn(move || {
-        let mut input = Some(input);
-        if stdin_follows {
-            loop {
-                match read_frame(&mut reader) {
-                    Ok(Some((FrameKind::Stdin, data))) if data.is_empty() => break,
-                    Ok(Some((FrameKind::Stdin, data))) => {
-                        if let Some(target) = input.as_mut() {
-                            let written = match target {
-                                Input::Pipe(pipe) => pipe.write_all(&data),
-                                Input::Terminal(pty) => (&**pty).write_all(&data),
-                            };
-                            if written.is_err() {
-                                // The program stopped reading; keep draining frames.
-                                input = None;
-                            }
-                        }
-                    }
-                    Ok(Some(_)) => break,
-                    Ok(None) | Err(_) => {
-                        if !watch_finished.load(Ordering::SeqCst) {
-                            end_run(pgid, run_id.as_deref());
-                        }
-                        return;
-                    }
-                }
-            }
-        }
-        // Pipes: end of input. A terminal stays open (it is also the output).
-        if let Some(Input::Pipe(pipe)) = input.take() {
-            drop(pipe);
-        }
-        let mut byte = [0u8; 1];
-        // Nothing more is expected from the engine: a read returns only when it hangs up.
-        let _ = reader.read(&mut byte);
-        if !watch_finished.load(Ordering::SeqCst) {
-            end_run(pgid, run_id.as_deref());
-        }
-    });
-
-    // The deadline: a timer thread ends the tree; the wait below then returns.
-    let timed_out = Arc::new(AtomicBool::new(false));
-    if let Some(ms) = request.timeout_ms {
-        let finished = finished.clone();
-        let timed_out = timed_out.clone();
-        let run_id = request.run_id.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(ms));
-            if !finished.load(Ordering::SeqCst) {
-                timed_out.store(true, Ordering::SeqCst);
-                end_run(pgid, run_id.as_deref());
-            }
-        });
-    }
+    let drained_rx = helpers.go(pgid, output, input);
     let status = child.wait()?;
     // What the program left behind goes with it: its group, and daemons that left the group
     // but carry the run id.
     kill_leftovers(pgid, request.run_id.as_deref());
+    // The session's state: merged with what overlapping runs saved meanwhile.
+    let _lock = request
+        .renames
+        .first()
+        .and_then(|(_, to)| std::path::Path::new(to).parent())
+        .and_then(crate::shell_state::lock_dir);
     for (from, to) in &request.renames {
-        match std::fs::rename(from, to) {
+        match crate::shell_state::commit_file(std::path::Path::new(from), std::path::Path::new(to))
+        {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
                 let _ = send(
                     &writer,
@@ -201,6 +147,147 @@ pub fn serve_run(
     )?;
     let _ = stream.shutdown(std::net::Shutdown::Both);
     Ok(())
+}
+
+/// The threads of one run, waiting for its program: the output pump, the input (stdin frames
+/// and the engine's hang-up) and the deadline.
+struct Helpers {
+    output: mpsc::Sender<Box<dyn Read + Send>>,
+    input: mpsc::Sender<(Input, u32)>,
+    deadline: Option<mpsc::Sender<u32>>,
+    drained: mpsc::Receiver<()>,
+}
+
+impl Helpers {
+    /// Hands the started program's parts to the threads; answers the channel that says when
+    /// its output is drained.
+    fn go(self, pgid: u32, output: Box<dyn Read + Send>, input: Input) -> mpsc::Receiver<()> {
+        let _ = self.output.send(output);
+        let _ = self.input.send((input, pgid));
+        if let Some(deadline) = self.deadline {
+            let _ = deadline.send(pgid);
+        }
+        self.drained
+    }
+}
+
+/// Starts the run's threads; each waits for the program's parts and ends quietly when they
+/// never come.
+fn start_helpers(
+    stream: &UnixStream,
+    writer: &SharedWriter,
+    request: &RunRequest,
+    finished: &Arc<AtomicBool>,
+    timed_out: &Arc<AtomicBool>,
+) -> std::io::Result<Helpers> {
+    // Output: frames until the program and everything holding its output are gone.
+    let (output_tx, output_rx) = mpsc::channel::<Box<dyn Read + Send>>();
+    let (drained_tx, drained_rx) = mpsc::channel::<()>();
+    let pump_writer = writer.clone();
+    std::thread::Builder::new()
+        .name("run-output".into())
+        .spawn(move || {
+            let Ok(mut output) = output_rx.recv() else {
+                return;
+            };
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match output.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if send(&pump_writer, FrameKind::Output, &buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    // A terminal answers EIO once its last writer is gone.
+                    Err(_) => break,
+                }
+            }
+            let _ = drained_tx.send(());
+        })?;
+
+    // Input and the connection's end: stdin frames first, then any end of the connection
+    // before the run finished means the caller gave up: end the run's tree.
+    let (input_tx, input_rx) = mpsc::channel::<(Input, u32)>();
+    let mut reader = stream.try_clone()?;
+    let watch_finished = finished.clone();
+    let run_id = request.run_id.clone();
+    let stdin_follows = request.stdin;
+    std::thread::Builder::new()
+        .name("run-input".into())
+        .spawn(move || {
+            let Ok((input, pgid)) = input_rx.recv() else {
+                return;
+            };
+            let mut input = Some(input);
+            if stdin_follows {
+                loop {
+                    match read_frame(&mut reader) {
+                        Ok(Some((FrameKind::Stdin, data))) if data.is_empty() => break,
+                        Ok(Some((FrameKind::Stdin, data))) => {
+                            if let Some(target) = input.as_mut() {
+                                let written = match target {
+                                    Input::Pipe(pipe) => pipe.write_all(&data),
+                                    Input::Terminal(pty) => (&**pty).write_all(&data),
+                                };
+                                if written.is_err() {
+                                    // The program stopped reading; keep draining frames.
+                                    input = None;
+                                }
+                            }
+                        }
+                        Ok(Some(_)) => break,
+                        Ok(None) | Err(_) => {
+                            if !watch_finished.load(Ordering::SeqCst) {
+                                end_run(pgid, run_id.as_deref());
+                            }
+                            return;
+                        }
+                    }
+                }
+            }
+            // Pipes: end of input. A terminal stays open (it is also the output).
+            if let Some(Input::Pipe(pipe)) = input.take() {
+                drop(pipe);
+            }
+            let mut byte = [0u8; 1];
+            // Nothing more is expected from the engine: a read returns only when it hangs up.
+            let _ = reader.read(&mut byte);
+            if !watch_finished.load(Ordering::SeqCst) {
+                end_run(pgid, run_id.as_deref());
+            }
+        })?;
+
+    // The deadline: a timer thread ends the tree; the program's wait then returns.
+    let deadline = match request.timeout_ms {
+        Some(ms) => {
+            let (deadline_tx, deadline_rx) = mpsc::channel::<u32>();
+            let finished = finished.clone();
+            let timed_out = timed_out.clone();
+            let run_id = request.run_id.clone();
+            std::thread::Builder::new()
+                .name("run-deadline".into())
+                .spawn(move || {
+                    let Ok(pgid) = deadline_rx.recv() else {
+                        return;
+                    };
+                    std::thread::sleep(Duration::from_millis(ms));
+                    if !finished.load(Ordering::SeqCst) {
+                        timed_out.store(true, Ordering::SeqCst);
+                        end_run(pgid, run_id.as_deref());
+                    }
+                })?;
+            Some(deadline_tx)
+        }
+        None => None,
+    };
+    Ok(Helpers {
+        output: output_tx,
+        input: input_tx,
+        deadline,
+        drained: drained_rx,
+    })
 }
 
 type Spawned = (Child, Box<dyn Read + Send>, Input);
@@ -273,6 +360,14 @@ pub fn end_run(pgid: u32, run_id: Option<&str>) {
     signal_run(pgid, run_id, rustix::process::Signal::TERM);
     std::thread::sleep(KILL_GRACE);
     signal_run(pgid, run_id, rustix::process::Signal::KILL);
+}
+
+/// Ends every process that carries `run_id`, for a caller outside the agent (the engine, when
+/// the agent itself did not answer): TERM, then KILL until none is left (bounded).
+pub fn end_tagged(run_id: &str) {
+    signal_run(0, Some(run_id), rustix::process::Signal::TERM);
+    std::thread::sleep(KILL_GRACE);
+    kill_leftovers(0, Some(run_id));
 }
 
 /// KILLs a finished run's leftovers until none is left: a process caught between two forks

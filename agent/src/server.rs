@@ -91,7 +91,7 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
         let activity = activity.clone();
         let socket = options.socket.clone();
         let idle_exit = options.idle_exit;
-        std::thread::spawn(move || {
+        std::thread::Builder::new().spawn(move || {
             loop {
                 std::thread::sleep(Duration::from_secs(1));
                 if std::fs::symlink_metadata(&socket).is_err() {
@@ -106,7 +106,7 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
                     std::process::exit(0);
                 }
             }
-        });
+        })?;
     }
     for stream in listener.incoming() {
         let stream = match stream {
@@ -115,10 +115,11 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
             Err(e) => return Err(AgentError::Io(e)),
         };
         activity.open.fetch_add(1, Ordering::SeqCst);
+        let counted = activity.clone();
         let activity = activity.clone();
         let spares = spares.clone();
         let socket = options.socket.clone();
-        std::thread::spawn(move || {
+        let conversation_thread = std::thread::Builder::new().spawn(move || {
             let outcome = conversation(stream, &spares);
             activity.last.store(now_secs(), Ordering::SeqCst);
             activity.open.fetch_sub(1, Ordering::SeqCst);
@@ -133,6 +134,11 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
                 Err(_) => {}
             }
         });
+        // No thread (the session at its process ceiling, which counts threads): the connection
+        // closes unanswered, which the engine reports; the agent goes on serving.
+        if conversation_thread.is_err() {
+            counted.open.fetch_sub(1, Ordering::SeqCst);
+        }
     }
     Ok(())
 }

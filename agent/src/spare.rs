@@ -81,7 +81,9 @@ impl SparePool {
     pub fn refill(self: &Arc<Self>, program: &str) {
         let pool = self.clone();
         let program = program.to_owned();
-        std::thread::spawn(move || {
+        // No thread to spare (the session at its process ceiling): the next run starts its
+        // shell itself.
+        let _ = std::thread::Builder::new().spawn(move || {
             if pool.spares.lock().is_ok_and(|s| s.contains_key(&program)) {
                 return;
             }

@@ -9,7 +9,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::agent::{AgentHost, AgentPlacement, agent_dir, prepare_agent_dir};
+use crate::agent::{AGENT_PATH_INSIDE, AgentHost, AgentPlacement, agent_dir, prepare_agent_dir};
+use crate::naming;
 use crate::remote::client::run_client;
 use crate::remote::{OutputSink, TargetRun, Transport};
 use crate::{BackendError, BackendFuture, Result};
@@ -31,10 +32,14 @@ pub struct ApptainerConfig {
     pub overlay: Option<String>,
     pub memory_mb: Option<u64>,
     pub cpus: Option<f64>,
+    /// `--pids-limit`: processes of the instance (`max_processes`).
+    pub max_processes: Option<u64>,
     pub workdir: Option<String>,
     pub env: BTreeMap<String, String>,
     /// Commands go through the in-environment agent placed so (`agent = true`, the default).
     pub agent: Option<AgentPlacement>,
+    /// The state directory's part of instance names ([`crate::naming::owner_of`]).
+    pub owner: String,
 }
 
 /// Commands in Apptainer instances.
@@ -82,9 +87,10 @@ impl ApptainerTransport {
         }
     }
 
-    /// The instance of `session` (apptainer's names allow the session id's characters).
+    /// The instance of `session`, `paddock-<backend>-<owner>-<session>` (apptainer's names
+    /// allow the session id's characters).
     pub fn instance_name(&self, session: &str) -> String {
-        format!("paddock-{}-{}", self.config.name, base_session(session))
+        naming::environment_name(&self.config.name, &self.config.owner, session)
     }
 
     pub(crate) fn start_args(&self, session: &str) -> Vec<String> {
@@ -117,6 +123,9 @@ impl ApptainerTransport {
         }
         if let Some(cpus) = c.cpus {
             args.extend(["--cpus".into(), cpus.to_string()]);
+        }
+        if let Some(max) = c.max_processes {
+            args.extend(["--pids-limit".into(), max.to_string()]);
         }
         args.push(c.image.clone());
         args.push(self.instance_name(session));
@@ -152,6 +161,27 @@ impl ApptainerTransport {
             exit.stderr.trim(),
             stdout.trim()
         )))
+    }
+
+    /// `argv` run on a terminal that the instance allocates itself, when `pty` asks for one
+    /// and the agent is bound in (`None` otherwise: the client's terminal is used).
+    ///
+    /// A terminal allocated outside (the supervisor's PTY around `apptainer exec`, `srun
+    /// --pty`) belongs to the host's devpts; `--containall` gives the instance a devpts of its
+    /// own at `/dev/pts` (apptainer.conf `mount devpts = yes`), where that terminal has no
+    /// node, so `tty` answers "not a tty". The agent's `terminal` opens the instance's own
+    /// `/dev/ptmx` instead; no host device enters the instance.
+    pub(crate) fn terminal_argv(&self, argv: &[String], pty: bool) -> Option<Vec<String>> {
+        if !pty || self.config.agent.is_none() {
+            return None;
+        }
+        let mut inside = vec![
+            AGENT_PATH_INSIDE.to_owned(),
+            "terminal".to_owned(),
+            "--".to_owned(),
+        ];
+        inside.extend(argv.iter().cloned());
+        Some(inside)
     }
 
     pub(crate) fn exec_args(&self, session: &str, argv: &[String]) -> Vec<String> {
@@ -191,25 +221,32 @@ impl ApptainerTransport {
         }
         let listed: serde_json::Value = serde_json::from_slice(&out.stdout)
             .map_err(|e| self.unavailable(format!("instance list --json: {e}")))?;
-        let prefix = format!("paddock-{}-", self.config.name);
+        let backend_prefix = format!("paddock-{}-", self.config.name);
+        let own_prefix = naming::name_prefix(&self.config.name, &self.config.owner);
+        let owner_part = format!("-{}-", self.config.owner);
         let orphans: Vec<String> = listed["instances"]
             .as_array()
             .into_iter()
             .flatten()
             .filter_map(|i| i["instance"].as_str())
-            .filter_map(|name| name.strip_prefix(&prefix))
-            .filter(|session| !live.iter().any(|s| s == session))
-            .map(str::to_owned)
-            .filter(|session| {
-                let dir = agent_dir(&agent.runtime_dir, &self.instance_name(session));
+            // This state directory's instances whose session is not live, and this backend's
+            // named the way older versions did (without the owner; one with it is another
+            // backend's whose name starts like this one's): the agent directory below decides
+            // which of those this state directory made.
+            .filter(|name| match name.strip_prefix(&own_prefix) {
+                Some(session) => !live.iter().any(|s| s == session),
+                None => name.starts_with(&backend_prefix) && !name.contains(&owner_part),
+            })
+            .filter(|name| {
+                let dir = agent_dir(&agent.runtime_dir, name);
                 std::fs::metadata(dir)
                     .and_then(|m| m.modified())
                     .is_ok_and(|made| made.elapsed().is_ok_and(|age| age.as_secs() >= 60))
             })
+            .map(str::to_owned)
             .collect();
         let mut removed = 0;
-        for session in orphans {
-            let name = self.instance_name(&session);
+        for name in orphans {
             tracing::info!(backend = %self.config.name, instance = %name, "stopping an instance no session owns");
             let stopped = tokio::process::Command::new(binary)
                 .args(["instance", "stop", &name])
@@ -236,11 +273,6 @@ impl AgentHost for ApptainerTransport {
             &self.config.name,
         )
     }
-}
-
-/// python_execute's shell state lives in `SESSION.python`; it shares the session's instance.
-fn base_session(session: &str) -> &str {
-    session.strip_suffix(".python").unwrap_or(session)
 }
 
 fn find_on_path(names: &[&str]) -> Option<PathBuf> {
@@ -327,8 +359,17 @@ impl Transport for ApptainerTransport {
     ) -> Result<(Vec<String>, bool)> {
         let binary = self.binary()?;
         let mut full = vec![binary.display().to_string()];
-        full.extend(self.exec_args(session, argv));
-        Ok((full, pty))
+        match self.terminal_argv(argv, pty) {
+            // The terminal is made inside: the client runs on pipes.
+            Some(inside) => {
+                full.extend(self.exec_args(session, &inside));
+                Ok((full, false))
+            }
+            None => {
+                full.extend(self.exec_args(session, argv));
+                Ok((full, pty))
+            }
+        }
     }
 
     fn health(&self) -> BackendFuture<'_, ()> {

@@ -21,6 +21,7 @@
 //! - [`redact`] — secrets out of receipts;
 //! - [`kill`] — ending a timed-out command's process group, and the exit code it answers;
 //! - [`ids`] — random ids for runs and background processes;
+//! - [`naming`] — names of containers, instances and jobs (`paddock-<backend>-<owner>-<session>`);
 //! - [`launch`] — how a background command's supervisor is started, locally or on a target.
 
 #![forbid(unsafe_code)]
@@ -28,11 +29,13 @@
 
 pub mod agent;
 pub mod apptainer;
+pub mod cgroup;
 pub mod docker;
 pub mod ids;
 pub mod kill;
 pub mod launch;
 pub mod local;
+pub mod naming;
 pub mod output;
 pub mod processes;
 pub mod procfs;
@@ -202,4 +205,18 @@ pub trait Environment: Send + Sync {
     /// Starts filling this backend's warm pool, if it has one (a long-lived engine does so
     /// when it starts, so that its first sessions find environments ready).
     fn prewarm(&self) {}
+
+    /// The workspace a client named for `session` (an MCP client's first root, a directory on
+    /// this machine): the session's commands start there and a workspace-write sandbox lets
+    /// them write there. Answers whether this backend took it: a backend whose files are not
+    /// this machine's (a container, a remote host) or whose policy names its own `workspace`
+    /// keeps its own.
+    fn set_session_workspace<'a>(
+        &'a self,
+        session: &'a str,
+        workspace: &'a std::path::Path,
+    ) -> BackendFuture<'a, bool> {
+        let _ = (session, workspace);
+        Box::pin(async { Ok(false) })
+    }
 }

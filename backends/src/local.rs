@@ -30,6 +30,10 @@ use paddock_agent::spare::SparePool;
 /// the pipe open; it is killed right after).
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(150);
 
+/// The exit code of a command ended for adding more than `workspace_write_mb` to the
+/// workspace.
+pub const WORKSPACE_LIMIT_EXIT_CODE: i32 = 1;
+
 /// Commands on this machine.
 pub struct LocalEnvironment {
     name: String,
@@ -42,6 +46,208 @@ pub struct LocalEnvironment {
     agent: bool,
     /// Spare shells for unconfined commands (started ahead of need, off the critical path).
     spares: Option<Arc<SparePool>>,
+    /// Per-session ceilings (`max_processes`, `cpus`, `tmp_size_mb`, `workspace_write_mb`).
+    ceilings: LocalCeilings,
+    /// Whether a client may name a session's workspace (an MCP client's roots): not when the
+    /// policy names one, which wins.
+    client_workspaces: bool,
+    /// The workspace a client named, per session.
+    session_workspaces: std::sync::Mutex<BTreeMap<String, PathBuf>>,
+}
+
+/// A local backend's per-session ceilings; `None` is no ceiling.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LocalCeilings {
+    /// Processes and threads of the whole session: a pids cgroup (binds root too), else
+    /// RLIMIT_NPROC with a warning.
+    pub max_processes: Option<u64>,
+    /// A CPU quota for the whole session (a cpu cgroup; refused where none can be made).
+    pub cpus: Option<f64>,
+    /// Memory of the whole session, swap included (a memory cgroup; refused where none can
+    /// be made): past it the kernel kills the session's largest process.
+    pub memory_mb: Option<u64>,
+    /// The session's private /tmp as a tmpfs of this size.
+    pub tmp_size_mb: Option<u64>,
+    /// What one workspace-write command may add to the workspace: RLIMIT_FSIZE at this size,
+    /// and a watcher that ends the command when the workspace grew by more.
+    pub workspace_write_mb: Option<u64>,
+}
+
+impl LocalCeilings {
+    fn any_process_ceiling(&self) -> bool {
+        self.max_processes.is_some() || self.cpus.is_some() || self.memory_mb.is_some()
+    }
+
+    fn cgroup_limits(&self) -> crate::cgroup::Limits {
+        crate::cgroup::Limits {
+            max_processes: self.max_processes,
+            cpus: self.cpus,
+            memory_mb: self.memory_mb,
+        }
+    }
+}
+
+/// Where one session's ceilings go on this machine (no side effects to compute).
+#[derive(Debug, Default)]
+struct CeilingPlan {
+    /// The session's cgroup directories.
+    cgroups: Vec<PathBuf>,
+    /// RLIMIT_NPROC, where no pids cgroup can be made.
+    nproc: Option<u64>,
+    /// The sandbox's /tmp is its own tmpfs of this size (an engine that is not root cannot
+    /// mount one over the session's directory): it lasts as long as that sandbox.
+    tmp_in_sandbox_mb: Option<u64>,
+    /// Why the session's commands cannot run under their ceilings (`cpus` without a cgroup).
+    refused: Option<String>,
+}
+
+/// The ceilings made real for one command.
+#[derive(Debug, Default)]
+struct AppliedCeilings {
+    groups: crate::cgroup::SessionGroups,
+    /// `pids.events`' `max` count before the command.
+    hits_before: Option<u64>,
+    /// The memory group's `oom_kill` count before the command.
+    kills_before: Option<u64>,
+    /// The session's /tmp is a tmpfs mounted by this engine.
+    tmp_mounted: bool,
+}
+
+/// Where each cgroup controller is, read once.
+fn cgroup_layout() -> &'static crate::cgroup::Layout {
+    static LAYOUT: std::sync::OnceLock<crate::cgroup::Layout> = std::sync::OnceLock::new();
+    LAYOUT.get_or_init(crate::cgroup::Layout::detect)
+}
+
+/// Logs a fallback once per engine process (not once per command).
+fn warn_once(flag: &'static std::sync::atomic::AtomicBool, message: &str) {
+    if !flag.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!("{message}");
+    }
+}
+
+/// The mount points under `dir` (in this process's mount namespace), `dir` included.
+fn mount_points_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    info.lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|field| PathBuf::from(field.replace("\\040", " ")))
+        .filter(|point| point.starts_with(dir))
+        .collect()
+}
+
+fn is_mount_point(path: &Path) -> bool {
+    mount_points_under(path).iter().any(|p| p == path)
+}
+
+/// Unmounts the session's /tmp tmpfs, if one is mounted there.
+fn unmount_tmp(path: &Path) {
+    if is_mount_point(path)
+        && let Err(err) = nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH)
+    {
+        tracing::warn!(path = %path.display(), %err, "cannot unmount a session's /tmp");
+    }
+}
+
+/// The unconfined command's prefix that puts it under the session's ceilings without
+/// `unsafe`: `sh` joins each cgroup (`0` into `cgroup.procs` moves `sh` itself, so all it
+/// execs and forks is inside), sets the RLIMIT_NPROC fallback, and execs the command.
+const JOIN_CEILINGS: &str = r#"n=$1; shift
+if [ "$n" != - ]; then ulimit -u "$n" || exit 125; fi
+while [ "$1" != -- ]; do
+  echo 0 > "$1/cgroup.procs" || { echo "paddock: cannot join the session's cgroup $1" >&2; exit 125; }
+  shift
+done
+shift
+exec "$@""#;
+
+/// Measures how much a command added to the workspace (allocated bytes of every file, walked
+/// without following links), for `workspace_write_mb`.
+struct WorkspaceWatch {
+    root: PathBuf,
+    baseline: u64,
+    limit_bytes: u64,
+}
+
+/// The allocated bytes of everything under `root` (not following links, not crossing into
+/// other filesystems).
+fn allocated_bytes(root: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(top) = std::fs::symlink_metadata(root) else {
+        return 0;
+    };
+    let device = top.dev();
+    let mut total = top.blocks() * 512;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.dev() != device {
+                continue;
+            }
+            total += meta.blocks() * 512;
+            if meta.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    total
+}
+
+impl WorkspaceWatch {
+    async fn start(root: PathBuf, limit_mb: u64) -> Self {
+        let walked = root.clone();
+        let baseline = tokio::task::spawn_blocking(move || allocated_bytes(&walked))
+            .await
+            .unwrap_or(0);
+        Self {
+            root,
+            baseline,
+            limit_bytes: limit_mb.saturating_mul(1 << 20),
+        }
+    }
+
+    /// Resolves once the workspace grew past the limit (with the growth in bytes). It walks
+    /// every 250 ms, or every 4 walks' time when a walk takes longer (a large workspace), so
+    /// that the walks take at most a fifth of one core.
+    async fn exceeded(&self) -> u64 {
+        let mut interval = Duration::from_millis(250);
+        loop {
+            tokio::time::sleep(interval).await;
+            let root = self.root.clone();
+            let started = Instant::now();
+            let now = tokio::task::spawn_blocking(move || allocated_bytes(&root))
+                .await
+                .unwrap_or(0);
+            interval = Duration::from_millis(250).max(started.elapsed() * 4);
+            let grown = now.saturating_sub(self.baseline);
+            if grown > self.limit_bytes {
+                return grown;
+            }
+        }
+    }
+
+    fn message(&self, grown: u64, backend: &str) -> String {
+        format!(
+            "\n[paddock: the command added {} MB to the workspace, over its limit of {} MB \
+             (workspace_write_mb in [backends.{backend}]), and was ended]",
+            grown >> 20,
+            self.limit_bytes >> 20
+        )
+    }
+}
+
+/// Waits on a watch, or forever without one.
+async fn watch_exceeded(watch: Option<&WorkspaceWatch>) -> u64 {
+    match watch {
+        Some(watch) => watch.exceeded().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// How much a sandboxed local command may write (`sandbox = "none"` is no sandbox at all).
@@ -85,6 +291,9 @@ pub const AGENT_SUBCOMMAND: &str = "__agent";
 /// A session's sandboxed agent ends after this long without a command (the session's sandbox
 /// with it); the next command starts a new one, the shell state being kept on disk.
 const LOCAL_AGENT_IDLE_EXIT: Duration = Duration::from_secs(1800);
+/// How long past a command's timeout the engine waits for the agent's answer before it gives up
+/// on the agent (which ends the command at the timeout itself, within a second).
+const AGENT_ANSWER_GRACE: Duration = Duration::from_secs(10);
 
 /// The name of the sandbox subcommand of the `paddock` binary.
 pub const SANDBOX_SUBCOMMAND: &str = "__sandbox-exec";
@@ -139,6 +348,9 @@ impl LocalEnvironment {
             sandbox: None,
             agent: false,
             spares: None,
+            ceilings: LocalCeilings::default(),
+            client_workspaces: false,
+            session_workspaces: std::sync::Mutex::default(),
         }
     }
 
@@ -173,6 +385,250 @@ impl LocalEnvironment {
         env
     }
 
+    /// Lets a client name each session's workspace ([`Environment::set_session_workspace`]);
+    /// the engine allows it when the policy names no `workspace`.
+    pub fn with_client_workspaces(mut self, on: bool) -> Self {
+        self.client_workspaces = on;
+        self
+    }
+
+    /// The workspace a client named for `session`, if any.
+    fn client_workspace(&self, session: &str) -> Option<PathBuf> {
+        self.session_workspaces
+            .lock()
+            .ok()
+            .and_then(|map| map.get(session).cloned())
+    }
+
+    /// The sandbox of `session`'s commands: the backend's, over the workspace its client named.
+    fn sandbox_of(&self, session: &str) -> Option<LocalSandbox> {
+        let mut sandbox = self.sandbox.clone()?;
+        if let Some(workspace) = self.client_workspace(session) {
+            sandbox.workspace = workspace;
+        }
+        Some(sandbox)
+    }
+
+    /// Puts every session of this backend under `ceilings`.
+    pub fn with_ceilings(mut self, ceilings: LocalCeilings) -> Self {
+        self.ceilings = ceilings;
+        self
+    }
+
+    /// The session's private /tmp on the host (bound over /tmp in its sandbox).
+    fn session_tmp(&self, session: &str) -> PathBuf {
+        self.state_root.join("sandbox-tmp").join(session)
+    }
+
+    /// The directory under `<mount>/paddock` that holds this backend's session groups: its name
+    /// and a digest of the state directory, since session ids (`default`) repeat across
+    /// engines with different `PADDOCK_HOME`s, and one engine's orphan sweep must never touch
+    /// another's sessions.
+    fn cgroup_owner(&self) -> String {
+        use sha2::Digest;
+        let home =
+            std::fs::canonicalize(&self.state_root).unwrap_or_else(|_| self.state_root.clone());
+        let digest = sha2::Sha256::digest(home.as_os_str().as_encoded_bytes());
+        format!("{}.{}", self.name, hex::encode(&digest[..6]))
+    }
+
+    /// Where the session's ceilings will be, computed without side effects (the sandbox's
+    /// profile, and so its agent's key, come from it): its cgroup directories, else the
+    /// RLIMIT_NPROC fallback, and whether the sandbox makes its own /tmp tmpfs.
+    fn ceiling_plan(&self, session: &str) -> CeilingPlan {
+        let c = self.ceilings;
+        let root = nix::unistd::geteuid().is_root();
+        let mut plan = CeilingPlan::default();
+        if c.any_process_ceiling() {
+            match crate::cgroup::plan(
+                cgroup_layout(),
+                &self.cgroup_owner(),
+                session,
+                c.cgroup_limits(),
+                root,
+            ) {
+                Ok(paths) => plan.cgroups = paths,
+                Err(err) if c.cpus.is_none() && c.memory_mb.is_none() => {
+                    static NPROC_FALLBACK: std::sync::atomic::AtomicBool =
+                        std::sync::atomic::AtomicBool::new(false);
+                    warn_once(
+                        &NPROC_FALLBACK,
+                        &format!(
+                            "[backends.{}] max_processes: no pids cgroup ({err}); falling back \
+                             to RLIMIT_NPROC = {}, which counts all processes of this user and \
+                             does not bind root",
+                            self.name,
+                            c.max_processes.unwrap_or_default()
+                        ),
+                    );
+                    plan.nproc = c.max_processes;
+                }
+                Err(err) => {
+                    let keys = match (c.cpus.is_some(), c.memory_mb.is_some()) {
+                        (true, true) => "cpus and memory_mb need cpu and memory cgroups",
+                        (true, false) => "cpus needs a cpu cgroup",
+                        _ => "memory_mb needs a memory cgroup",
+                    };
+                    plan.refused = Some(format!(
+                        "[backends.{}] {keys}, which cannot be made here: {err}",
+                        self.name
+                    ));
+                }
+            }
+        }
+        if let (Some(mb), Some(_), false) = (c.tmp_size_mb, &self.sandbox, root) {
+            static TMP_FALLBACK: std::sync::atomic::AtomicBool =
+                std::sync::atomic::AtomicBool::new(false);
+            warn_once(
+                &TMP_FALLBACK,
+                &format!(
+                    "[backends.{}] tmp_size_mb: the engine is not root and cannot mount the \
+                     session's /tmp; each sandbox gets its own {mb} MB tmpfs instead, which lasts \
+                     as long as the session's agent (one command with agent = false)",
+                    self.name
+                ),
+            );
+            plan.tmp_in_sandbox_mb = Some(mb);
+        }
+        plan
+    }
+
+    /// Makes the session's ceilings real before a command: its cgroups (created, limits
+    /// written), its /tmp tmpfs (mounted once, by a root engine).
+    fn apply_ceilings(&self, session: &str) -> Result<AppliedCeilings> {
+        let c = self.ceilings;
+        let plan = self.ceiling_plan(session);
+        let unavailable = |reason: String| BackendError::Unavailable {
+            kind: "local".into(),
+            name: self.name.clone(),
+            reason,
+        };
+        if let Some(reason) = plan.refused {
+            return Err(unavailable(reason));
+        }
+        let mut applied = AppliedCeilings::default();
+        if !plan.cgroups.is_empty() {
+            applied.groups = crate::cgroup::SessionGroups::create(
+                cgroup_layout(),
+                &self.cgroup_owner(),
+                session,
+                c.cgroup_limits(),
+            )
+            .map_err(|err| unavailable(format!("[backends.{}] {err}", self.name)))?;
+            applied.hits_before = applied.groups.process_ceiling_hits();
+            applied.kills_before = applied.groups.memory_ceiling_kills();
+        }
+        if let (Some(mb), Some(_), None) = (c.tmp_size_mb, &self.sandbox, plan.tmp_in_sandbox_mb) {
+            let tmp = self.session_tmp(session);
+            std::fs::create_dir_all(&tmp).map_err(|e| BackendError::State {
+                path: tmp.display().to_string(),
+                reason: e.to_string(),
+            })?;
+            if !is_mount_point(&tmp) {
+                nix::mount::mount(
+                    Some("paddock-tmp"),
+                    &tmp,
+                    Some("tmpfs"),
+                    nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+                    Some(format!("size={mb}m,mode=1777").as_str()),
+                )
+                .map_err(|e| {
+                    unavailable(format!(
+                        "[backends.{}] tmp_size_mb: cannot mount a {mb} MB tmpfs on {}: {e}",
+                        self.name,
+                        tmp.display()
+                    ))
+                })?;
+            }
+            applied.tmp_mounted = true;
+        }
+        Ok(applied)
+    }
+
+    /// What a command's output gets when it met a ceiling: the ceiling and its key.
+    fn ceiling_notes(&self, session: &str, applied: &AppliedCeilings) -> String {
+        let mut notes = String::new();
+        if let (Some(before), Some(after)) =
+            (applied.hits_before, applied.groups.process_ceiling_hits())
+            && after > before
+        {
+            notes.push_str(&format!(
+                "\n[paddock: the session reached its process ceiling: {} forks failed \
+                 (max_processes = {} in [backends.{}])]",
+                after - before,
+                self.ceilings.max_processes.unwrap_or_default(),
+                self.name
+            ));
+        }
+        if let (Some(before), Some(after)) =
+            (applied.kills_before, applied.groups.memory_ceiling_kills())
+            && after > before
+        {
+            notes.push_str(&format!(
+                "\n[paddock: the session reached its memory ceiling: the kernel killed {} \
+                 process(es) (memory_mb = {} in [backends.{}])]",
+                after - before,
+                self.ceilings.memory_mb.unwrap_or_default(),
+                self.name
+            ));
+        }
+        if applied.tmp_mounted
+            && let Ok(stat) = nix::sys::statvfs::statvfs(&self.session_tmp(session))
+            && stat.blocks_available() == 0
+        {
+            notes.push_str(&format!(
+                "\n[paddock: the session's /tmp is full (tmp_size_mb = {} in [backends.{}])]",
+                self.ceilings.tmp_size_mb.unwrap_or_default(),
+                self.name
+            ));
+        }
+        notes
+    }
+
+    /// The watch of a workspace-write command's additions, when `workspace_write_mb` is set.
+    async fn workspace_watch(&self, session: &str) -> Option<WorkspaceWatch> {
+        let limit = self.ceilings.workspace_write_mb?;
+        let sandbox = self
+            .sandbox_of(session)
+            .filter(|s| s.mode == SandboxMode::WorkspaceWrite)?;
+        Some(WorkspaceWatch::start(sandbox.workspace, limit).await)
+    }
+
+    /// An unconfined command's argv under the session's ceilings (see [`JOIN_CEILINGS`]), or
+    /// the argv itself when there are none.
+    fn unconfined_argv(
+        &self,
+        session: &str,
+        program: PathBuf,
+        args: Vec<String>,
+    ) -> (PathBuf, Vec<String>) {
+        let plan = self.ceiling_plan(session);
+        if plan.cgroups.is_empty() && plan.nproc.is_none() {
+            return (program, args);
+        }
+        let mut argv = vec![
+            "-c".to_owned(),
+            JOIN_CEILINGS.to_owned(),
+            "paddock-ceilings".to_owned(),
+            plan.nproc.map_or_else(|| "-".to_owned(), |n| n.to_string()),
+        ];
+        argv.extend(plan.cgroups.iter().map(|p| p.display().to_string()));
+        argv.push("--".to_owned());
+        argv.push(program.display().to_string());
+        argv.extend(args);
+        (PathBuf::from("/bin/sh"), argv)
+    }
+
+    /// Removes the session's cgroups (killing what is left in them) and unmounts its /tmp.
+    fn release_ceilings(&self, session: &str) {
+        for path in self.ceiling_plan(session).cgroups {
+            if let Err(err) = crate::cgroup::remove_group(&path) {
+                tracing::warn!(backend = %self.name, %err, "a session's cgroup was not removed");
+            }
+        }
+        unmount_tmp(&self.session_tmp(session));
+    }
+
     /// Runs every command of this backend in the given sandbox.
     pub fn with_sandbox(mut self, sandbox: LocalSandbox) -> Self {
         self.sandbox = Some(sandbox);
@@ -199,10 +655,10 @@ impl LocalEnvironment {
             workdir.to_owned(),
             tag.to_owned(),
         ];
-        let Some(sandbox) = &self.sandbox else {
-            return Ok((bash, shell_args));
+        let Some(sandbox) = self.sandbox_of(session) else {
+            return Ok(self.unconfined_argv(session, bash, shell_args));
         };
-        let (program, mut args) = self.sandbox_launch(sandbox, state, session, None)?;
+        let (program, mut args) = self.sandbox_launch(&sandbox, state, session, None)?;
         args.push(bash.display().to_string());
         args.extend(shell_args);
         Ok((program, args))
@@ -238,7 +694,8 @@ impl LocalEnvironment {
             writable.push(agent_dir.to_path_buf());
             readable.push(program_dir.to_path_buf());
         }
-        let profile = serde_json::json!({
+        let plan = self.ceiling_plan(session);
+        let mut profile = serde_json::json!({
             "mode": sandbox.mode,
             "workspace": sandbox.workspace,
             "writable": writable,
@@ -248,7 +705,14 @@ impl LocalEnvironment {
             "masked": masked,
             "network": sandbox.network,
             "backend": self.name,
+            "cgroups": plan.cgroups,
+            "nproc": plan.nproc,
+            "fsize_mb": self.ceilings.workspace_write_mb,
         });
+        if let Some(mb) = plan.tmp_in_sandbox_mb {
+            profile["tmp_dir"] = serde_json::Value::Null;
+            profile["tmp_mb"] = mb.into();
+        }
         // The small `paddock-sandbox-exec` next to the binary starts faster than the engine's
         // own `__sandbox-exec` (same code, no interpreter linked in); either one confines.
         let small = self.supervisor_exe.with_file_name(SANDBOX_PROGRAM);
@@ -319,9 +783,12 @@ impl LocalEnvironment {
     }
 
     /// One sandboxed command through the session's agent.
-    /// Where a new session's commands start: the workspace of a sandboxed backend (the only
-    /// place they may write), else the home directory.
-    fn start_dir(&self) -> PathBuf {
+    /// Where a new session's commands start: the workspace its client named, else that of a
+    /// sandboxed backend (the only place they may write), else the home directory.
+    fn start_dir(&self, session: &str) -> PathBuf {
+        if let Some(workspace) = self.client_workspace(session) {
+            return workspace;
+        }
         match &self.sandbox {
             Some(sandbox) => sandbox.workspace.clone(),
             None => home_dir(),
@@ -355,7 +822,7 @@ impl LocalEnvironment {
             ],
             env,
             clear_env: true,
-            cwd: Some(self.start_dir().display().to_string()),
+            cwd: Some(self.start_dir(&request.session).display().to_string()),
             timeout_ms: Some(u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX)),
             renames: Vec::new(),
             run_id: Some(tag.clone()),
@@ -363,20 +830,41 @@ impl LocalEnvironment {
             stdin: false,
         };
         let sink: OutputSink = Arc::new(Mutex::new(Utf8Capped::new(request.max_output_chars)));
-        let end = link
-            .run(run, request.stdin.clone(), &sink)
-            .await
-            .map_err(|err| match err {
-                LinkError::Refused(message) => BackendError::Spawn(std::io::Error::other(message)),
-                other => BackendError::Unavailable {
-                    kind: "local".into(),
-                    name: self.name.clone(),
-                    reason: format!(
-                        "the session's sandboxed agent failed during the command ({other}); the \
+        // The agent ends the command at its timeout; the engine bounds its own wait as well, so
+        // that an agent that cannot act (a stopped or starved agent) never holds the caller.
+        let bound = request.timeout.saturating_add(AGENT_ANSWER_GRACE);
+        let answered =
+            tokio::time::timeout(bound, link.run(run, request.stdin.clone(), &sink)).await;
+        let Ok(answered) = answered else {
+            // The link is dropped (a live agent ends the run when the engine hangs up); what
+            // the command started goes too, found by its tag.
+            let run_tag = tag.clone();
+            let _ =
+                tokio::task::spawn_blocking(move || paddock_agent::run::end_tagged(&run_tag)).await;
+            return Err(BackendError::Unavailable {
+                kind: "local".into(),
+                name: self.name.clone(),
+                reason: format!(
+                    "the session's sandboxed agent did not answer within the command's timeout \
+                     ({} s) and {} s more; the command's processes were killed (see {} for \
+                     the agent's log)",
+                    request.timeout.as_secs(),
+                    AGENT_ANSWER_GRACE.as_secs(),
+                    agent.log.display()
+                ),
+            });
+        };
+        let end = answered.map_err(|err| match err {
+            LinkError::Refused(message) => BackendError::Spawn(std::io::Error::other(message)),
+            other => BackendError::Unavailable {
+                kind: "local".into(),
+                name: self.name.clone(),
+                reason: format!(
+                    "the session's sandboxed agent failed during the command ({other}); the \
                          next command starts a new one"
-                    ),
-                },
-            })?;
+                ),
+            },
+        })?;
         let (text, chars) = {
             let mut out = sink
                 .lock()
@@ -412,7 +900,7 @@ impl LocalEnvironment {
             .args(&args)
             .env_clear()
             .envs(env)
-            .current_dir(self.start_dir())
+            .current_dir(self.start_dir(&request.session))
             .stdin(if request.stdin.is_some() {
                 Stdio::piped()
             } else {
@@ -447,6 +935,10 @@ impl LocalEnvironment {
         env: &BTreeMap<String, String>,
     ) -> Option<StartedShell> {
         let spares = self.spares.as_ref()?;
+        // A spare started before its session was known: outside the session's cgroups.
+        if self.ceilings.any_process_ceiling() {
+            return None;
+        }
         let run = RunRequest {
             argv: vec![
                 crate::shell::bash_path().display().to_string(),
@@ -460,7 +952,7 @@ impl LocalEnvironment {
             ],
             env: env.clone(),
             clear_env: true,
-            cwd: Some(home_dir().display().to_string()),
+            cwd: Some(self.start_dir(&request.session).display().to_string()),
             timeout_ms: None,
             renames: Vec::new(),
             run_id: None,
@@ -493,8 +985,8 @@ impl LocalEnvironment {
 
     /// A workspace-write sandbox whose workspace is `/` confines nothing: refused, saying how
     /// to choose one (Paddock started in `/`, as some MCP clients start servers).
-    fn check_workspace(&self) -> Result<()> {
-        match &self.sandbox {
+    fn check_workspace(&self, session: &str) -> Result<()> {
+        match &self.sandbox_of(session) {
             Some(s)
                 if s.mode == SandboxMode::WorkspaceWrite
                     && s.workspace == std::path::Path::new("/") =>
@@ -517,7 +1009,7 @@ impl LocalEnvironment {
 
     async fn run(&self, request: ExecRequest) -> Result<ExecOutput> {
         check_command(&request.command)?;
-        self.check_workspace()?;
+        self.check_workspace(&request.session)?;
         let state = session_dir(&self.state_root, &request.session)?;
         let workdir = match &request.workdir {
             Some(dir) => {
@@ -532,16 +1024,68 @@ impl LocalEnvironment {
             None => String::new(),
         };
         let env = self.sandbox_env(command_env(&request.env, &request.session));
-        if let Some(sandbox) = self.sandbox.as_ref().filter(|_| self.agent && !request.pty) {
+        let applied = self.apply_ceilings(&request.session)?;
+        let watch = self.workspace_watch(&request.session).await;
+        let started = Instant::now();
+        // A command over the workspace limit is ended by dropping its future: the agent ends
+        // the run's tree when its connection closes, a direct shell's group is killed.
+        let mut output = tokio::select! {
+            output = self.run_command(&request, &state, workdir, env) => output?,
+            grown = watch_exceeded(watch.as_ref()) => {
+                let message = watch
+                    .as_ref()
+                    .map(|w| w.message(grown, &self.name))
+                    .unwrap_or_default();
+                ExecOutput {
+                    output_chars: message.chars().count(),
+                    output: message.trim_start().to_owned(),
+                    exit_code: WORKSPACE_LIMIT_EXIT_CODE,
+                    timed_out: false,
+                    duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+                }
+            }
+        };
+        output
+            .output
+            .push_str(&self.ceiling_notes(&request.session, &applied));
+        // bash's words for SIGXFSZ: the file-size rlimit that `workspace_write_mb` sets.
+        if let Some(mb) = self.ceilings.workspace_write_mb
+            && output.output.contains("File size limit exceeded")
+        {
+            output.output.push_str(&format!(
+                "\n[paddock: a file reached the size limit of {mb} MB (workspace_write_mb in \
+                 [backends.{}] caps every file a command writes, in /tmp too)]",
+                self.name
+            ));
+        }
+        Ok(output)
+    }
+
+    /// One foreground command, through the session's agent, on a terminal, or in a shell of
+    /// its own.
+    async fn run_command(
+        &self,
+        request: &ExecRequest,
+        state: &Path,
+        workdir: String,
+        env: BTreeMap<String, String>,
+    ) -> Result<ExecOutput> {
+        let request = request.clone();
+        let state = state.to_path_buf();
+        if let Some(sandbox) = self
+            .sandbox_of(&request.session)
+            .filter(|_| self.agent && !request.pty)
+        {
             return self
-                .run_through_agent(sandbox, &request, &state, workdir, env)
+                .run_through_agent(&sandbox, &request, &state, workdir, env)
                 .await;
         }
         if request.pty {
             let tag = crate::ids::new_run_id("t");
             let argv =
                 self.shell_argv(&state, &request.session, &request.command, &workdir, &tag)?;
-            return run_pty(&request, &state, argv, &tag, &env, &self.start_dir()).await;
+            let start = self.start_dir(&request.session);
+            return run_pty(&request, &state, argv, &tag, &env, &start).await;
         }
         let started = Instant::now();
         let tag = crate::ids::new_run_id("t");
@@ -672,6 +1216,50 @@ fn exit_code_of(status: std::process::ExitStatus) -> i32 {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
+/// A client's workspace becomes writable in a workspace-write sandbox: never the whole
+/// filesystem, a system directory or a place inside Paddock's own state (a state directory
+/// inside the workspace stays masked by the sandbox).
+fn refuse_system_workspace(workspace: &Path, state_root: &Path) -> Result<()> {
+    // Trees no project lives in; /var itself holds projects (/var/www, /var/tmp) beside
+    // system state.
+    const SYSTEM: &[&str] = &[
+        "/bin",
+        "/boot",
+        "/dev",
+        "/etc",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/proc",
+        "/run",
+        "/sbin",
+        "/sys",
+        "/usr",
+        "/var/lib",
+        "/var/log",
+        "/var/run",
+        "/var/spool",
+        "/var/cache",
+        "/var/mail",
+        "/var/backups",
+    ];
+    let state_root = std::fs::canonicalize(state_root).unwrap_or_else(|_| state_root.to_owned());
+    let refused = workspace == Path::new("/")
+        || workspace == Path::new("/var")
+        || SYSTEM.iter().any(|dir| workspace.starts_with(dir))
+        || workspace.starts_with(&state_root);
+    if refused {
+        return Err(BackendError::Workdir {
+            path: workspace.display().to_string(),
+            reason: "a client's workspace may not be /, a system directory or hold Paddock's \
+                     state; open the project directory in the client, or set [backends.NAME] \
+                     workspace in a policy"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
 fn home_dir() -> PathBuf {
     std::env::var_os("HOME").map_or_else(|| PathBuf::from("/"), PathBuf::from)
 }
@@ -778,7 +1366,7 @@ impl Environment for LocalEnvironment {
     fn spawn_background(&self, request: BackgroundRequest) -> BackendFuture<'_, ProcessRecord> {
         Box::pin(async move {
             check_command(&request.command)?;
-            self.check_workspace()?;
+            self.check_workspace(&request.session)?;
             let state = session_dir(&self.state_root, &request.session)?;
             if let Some(dir) = &request.workdir
                 && !dir.is_dir()
@@ -789,8 +1377,10 @@ impl Environment for LocalEnvironment {
                 });
             }
             let env = self.sandbox_env(command_env(&request.env, &request.session));
+            self.apply_ceilings(&request.session)?;
             let id = ProcessRegistry::new_id();
-            let local_argv = if self.sandbox.is_some() {
+            // Sandboxed, or under the session's ceilings: the supervisor runs this argv.
+            let local_argv = if self.sandbox.is_some() || self.ceilings.any_process_ceiling() {
                 let workdir = request
                     .workdir
                     .as_ref()
@@ -871,22 +1461,75 @@ impl Environment for LocalEnvironment {
         Box::pin(async move { Ok(Self::collect_local_files(dir, max_files, inline_bytes)) })
     }
 
-    fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+    fn set_session_workspace<'a>(
+        &'a self,
+        session: &'a str,
+        workspace: &'a Path,
+    ) -> BackendFuture<'a, bool> {
         Box::pin(async move {
             crate::shell::check_session(session)?;
-            let dir = self.state_root.join("sessions").join(session);
-            // The session's sandboxed agent ends (and with it everything left in its sandbox),
-            // then its socket directory and private /tmp go.
-            if let Some(sandbox) = self.sandbox.as_ref().filter(|_| self.agent)
-                && dir.is_dir()
-                && let Ok(agent) = self.sandboxed_agent(sandbox, &dir, session)
+            if !self.client_workspaces {
+                return Ok(false);
+            }
+            let workspace = std::fs::canonicalize(workspace)
+                .ok()
+                .filter(|dir| dir.is_dir())
+                .ok_or_else(|| BackendError::Workdir {
+                    path: workspace.display().to_string(),
+                    reason: "the client's workspace does not exist or is not a directory".into(),
+                })?;
+            refuse_system_workspace(&workspace, &self.state_root)?;
+            if self.client_workspace(session).as_ref() == Some(&workspace) {
+                return Ok(true);
+            }
+            let state = session_dir(&self.state_root, session)?;
+            // The session's sandboxed agent was confined to the old workspace: it ends, and the
+            // next command starts one confined to the new one.
+            if let Some(sandbox) = self.sandbox_of(session).filter(|_| self.agent)
+                && let Ok(agent) = self.sandboxed_agent(&sandbox, &state, session)
             {
                 crate::agent::shutdown_agent(&agent.socket).await;
                 if let Some(agent_dir) = agent.socket.parent() {
                     let _ = std::fs::remove_dir_all(agent_dir);
                 }
             }
-            let _ = std::fs::remove_dir_all(self.state_root.join("sandbox-tmp").join(session));
+            if let Ok(mut map) = self.session_workspaces.lock() {
+                map.insert(session.to_owned(), workspace.clone());
+            }
+            // The session's next command starts in its new workspace.
+            let cwd = state.join("cwd");
+            std::fs::write(&cwd, format!("{}\n", workspace.display())).map_err(|e| {
+                BackendError::State {
+                    path: cwd.display().to_string(),
+                    reason: e.to_string(),
+                }
+            })?;
+            Ok(true)
+        })
+    }
+
+    fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        Box::pin(async move {
+            crate::shell::check_session(session)?;
+            if let Ok(mut map) = self.session_workspaces.lock() {
+                map.remove(session);
+            }
+            let dir = self.state_root.join("sessions").join(session);
+            // The session's sandboxed agent ends (and with it everything left in its sandbox),
+            // then its socket directory and private /tmp go.
+            if let Some(sandbox) = self.sandbox_of(session).filter(|_| self.agent)
+                && dir.is_dir()
+                && let Ok(agent) = self.sandboxed_agent(&sandbox, &dir, session)
+            {
+                crate::agent::shutdown_agent(&agent.socket).await;
+                if let Some(agent_dir) = agent.socket.parent() {
+                    let _ = std::fs::remove_dir_all(agent_dir);
+                }
+            }
+            // What is left in the session's cgroups (background processes, escapees) is
+            // killed and the groups removed; its /tmp tmpfs is unmounted before it is removed.
+            self.release_ceilings(session);
+            let _ = std::fs::remove_dir_all(self.session_tmp(session));
             match std::fs::remove_dir_all(&dir) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -895,6 +1538,29 @@ impl Environment for LocalEnvironment {
                     reason: e.to_string(),
                 }),
             }
+        })
+    }
+
+    /// The cgroups and /tmp mounts of sessions that are gone (an engine killed before it
+    /// closed them).
+    fn sweep_orphans<'a>(&'a self, live_sessions: &'a [String]) -> BackendFuture<'a, usize> {
+        Box::pin(async move {
+            let mut removed =
+                crate::cgroup::sweep(cgroup_layout(), &self.cgroup_owner(), live_sessions);
+            let tmp_root = self.state_root.join("sandbox-tmp");
+            for mount in mount_points_under(&tmp_root) {
+                let orphaned = mount.parent() == Some(tmp_root.as_path())
+                    && mount
+                        .file_name()
+                        .is_some_and(|name| !live_sessions.iter().any(|s| name == s.as_str()))
+                    && !crate::cgroup::younger(&mount, crate::cgroup::YOUNG);
+                if orphaned {
+                    unmount_tmp(&mount);
+                    let _ = std::fs::remove_dir_all(&mount);
+                    removed += 1;
+                }
+            }
+            Ok(removed)
         })
     }
 }

@@ -2,9 +2,9 @@
 //! variables, functions and aliases. Every command is a fresh `bash -c` (nothing to corrupt,
 //! nothing to hang); the wrapper below restores the session's state first and saves it on exit,
 //! even when the command calls `exit`. The wrapper writes the new state next to the old one
-//! (`env.sh.PID`, `cwd.PID`) with builtins only; the caller renames them into place once the
-//! shell has exited ([`commit_state`]): atomic for concurrent readers, and no `mv` process per
-//! command (that alone cost 5 ms).
+//! (`env.sh.PID`, `cwd.PID`) with builtins only; the caller puts them into place once the shell
+//! has exited ([`commit_state`], merged with what overlapping commands saved meanwhile): atomic
+//! for concurrent readers, and no `mv` process per command (that alone cost 5 ms).
 
 use std::path::{Path, PathBuf};
 
@@ -12,7 +12,8 @@ use crate::{BackendError, Result};
 
 /// `bash -c WRAPPER paddock STATE_DIR COMMAND WORKDIR TAG`: the new state is written as
 /// `env.sh.TAG` and `cwd.TAG` (a tag rather than `$$`: inside the sandbox's PID namespace every
-/// shell is PID 2).
+/// shell is PID 2), the state the command started from as `env.sh.start.TAG` and
+/// `cwd.start.TAG` (builtins only, after the restore: what [`commit_state`] merges against).
 pub const WRAPPER: &str = r#"__paddock_state=$1; __paddock_cmd=$2; __paddock_workdir=$3; __paddock_tag=${4:-$$}
 if [ -f "$__paddock_state/env.sh" ]; then . "$__paddock_state/env.sh" >/dev/null 2>&1; fi
 if [ -n "$__paddock_workdir" ]; then
@@ -33,6 +34,10 @@ __paddock_save() {
 trap __paddock_save EXIT
 shopt -s expand_aliases
 unset __paddock_cwd
+{ export -p; declare -f; alias -p; } > "$__paddock_state/env.sh.start.$__paddock_tag" 2>/dev/null
+if [ -z "$__paddock_workdir" ]; then
+    pwd -P > "$__paddock_state/cwd.start.$__paddock_tag" 2>/dev/null
+fi
 eval "$__paddock_cmd""#;
 
 /// Where one session's shell state lives.
@@ -75,14 +80,10 @@ pub fn check_command(command: &str) -> Result<()> {
     Ok(())
 }
 
-/// Moves the state a finished shell (run with `tag`) wrote into place.
+/// Puts the state a finished shell (run with `tag`) wrote into place, merged with what
+/// overlapping commands of the session saved meanwhile ([`paddock_agent::shell_state`]).
 pub fn commit_state(state_dir: &Path, tag: &str) {
-    for name in ["env.sh", "cwd"] {
-        let written = state_dir.join(format!("{name}.{tag}"));
-        if written.exists() {
-            let _ = std::fs::rename(&written, state_dir.join(name));
-        }
-    }
+    paddock_agent::shell_state::commit_state(state_dir, tag);
 }
 
 /// The absolute path of bash, found once. An absolute program lets the standard library spawn

@@ -306,6 +306,11 @@ echo "{AGENT_SOCKET}$s/agent.sock""#
 }
 
 impl AgentHost for SshTransport {
+    fn agent_program(&self) -> Option<String> {
+        let binary = std::fs::read(&self.agent().ok()?.binary).ok()?;
+        Some(Self::remote_agent_path(&binary))
+    }
+
     fn agent_socket(&self, session: &str) -> Result<PathBuf> {
         let agent = self.agent()?;
         prepare_agent_dir(

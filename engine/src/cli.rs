@@ -91,6 +91,9 @@ enum Command {
         #[arg(long, value_name = "HOST")]
         allow_host: Vec<String>,
     },
+    /// The engine for an embedding program (the Python package): JSON lines on stdin/stdout,
+    /// see docs/embedding-protocol.md.
+    Embed,
     /// Paddock sessions: list them, or close one now.
     Sessions {
         #[command(subcommand)]
@@ -360,6 +363,10 @@ async fn dispatch(command: Command, bench: BenchRunner) -> ExitCode {
             allow_origin,
             allow_host,
         } => serve(common, http, allow_origin, allow_host).await,
+        Command::Embed => match crate::embed::serve_stdio().await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => usage_error(&err.to_string()),
+        },
         Command::Sessions {
             command: SessionsCommand::List { policy },
         } => sessions_list(policy.as_deref()),

@@ -12,6 +12,7 @@ use crate::events::{EventSink, Phase};
 use crate::policy::{Policy, PolicyError};
 use crate::registry::{CallContext, Registry, ToolError, ToolSpec, definitions, new_call_id};
 use crate::sessions::{CloseReport, SessionSummary, Sessions, SweepReport};
+use crate::tools::spill::{READ_OUTPUT, Spiller};
 
 /// Errors building or running the engine.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +62,8 @@ pub struct Engine {
     sessions: Option<Arc<Sessions>>,
     /// The sweep of idle sessions started with the engine, when there was anything to sweep.
     sweep: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Writes direct results longer than `[tools] max_result_chars` to the session's files.
+    spiller: Spiller,
 }
 
 impl Engine {
@@ -133,7 +136,15 @@ impl Engine {
     }
 
     /// As [`Engine::new`] with an explicit pool configuration (e.g. another binary as zygote).
-    pub fn with_pool(policy: Policy, registry: Registry, pool: PoolConfig) -> Self {
+    /// Registers `read_output`, the reader of spilled results.
+    pub fn with_pool(policy: Policy, mut registry: Registry, pool: PoolConfig) -> Self {
+        let state_root = crate::tools::environment::state_root();
+        let max_result_chars = *policy.tools.max_result_chars.get_ref();
+        // A library user's own tool of the same name wins.
+        let _ = registry.register(Arc::new(crate::tools::read_output::ReadOutput::new(
+            state_root.clone(),
+            max_result_chars,
+        )));
         let codemode = CodeMode::new(
             SandboxPool::new(pool),
             Arc::new(registry),
@@ -145,6 +156,7 @@ impl Engine {
             session: "default".into(),
             sessions: None,
             sweep: std::sync::Mutex::default(),
+            spiller: Spiller::new(state_root, max_result_chars),
         }
     }
 
@@ -222,6 +234,18 @@ impl Engine {
         Ok(self.sessions()?.close(id).await?)
     }
 
+    /// Makes `workspace` the workspace of `session` (default: this engine's): where its
+    /// commands start and, in a workspace-write sandbox, where they may write. A backend whose
+    /// policy names a `workspace` keeps it. Answers the backends that took it.
+    pub async fn set_session_workspace(
+        &self,
+        session: Option<&str>,
+        workspace: &std::path::Path,
+    ) -> Result<Vec<String>, EngineError> {
+        let session = session.unwrap_or(&self.session);
+        Ok(self.sessions()?.set_workspace(session, workspace).await?)
+    }
+
     /// Ends the notebook state of sessions idle longer than `[sessions] idle_timeout_seconds`
     /// (`paddock serve` does this every minute).
     pub fn close_idle_notebooks(&self) -> Vec<String> {
@@ -270,9 +294,6 @@ impl Engine {
         parent: Option<String>,
         extras: CallExtras,
     ) -> Result<Value, EngineError> {
-        if !self.policy.codemode.enabled {
-            return Err(EngineError::CodemodeDisabled);
-        }
         let ctx = CallContext {
             call_id: new_call_id(),
             session: extras.session.unwrap_or_else(|| self.session.clone()),
@@ -281,6 +302,20 @@ impl Engine {
             approver: extras.approver,
             progress: extras.progress,
         };
+        self.run_script_as(code, limits, ctx).await
+    }
+
+    /// Runs one script as the call `ctx` (its call id is the nested calls' `parent_call_id`,
+    /// its approver theirs): the embedding protocol names the script's calls this way.
+    pub async fn run_script_as(
+        &self,
+        code: &str,
+        limits: &Limits,
+        ctx: CallContext,
+    ) -> Result<Value, EngineError> {
+        if !self.policy.codemode.enabled {
+            return Err(EngineError::CodemodeDisabled);
+        }
         let started = Instant::now();
         let events = self.registry().events().clone();
         events.emit(&script_event(&ctx, Phase::Started, started, None));
@@ -303,7 +338,29 @@ impl Engine {
     }
 
     /// As [`Engine::call_tool`], with who approves and where progress goes for this call.
+    ///
+    /// This is the direct call of every caller (CLI, MCP, Rust API): a result longer than
+    /// `[tools] max_result_chars` is spilled here (`tools::spill`), `run_tools_script`'s too,
+    /// and only here; a script's nested calls go through the registry and get whole values.
     pub async fn call_tool_with(
+        &self,
+        name: &str,
+        args: Value,
+        extras: CallExtras,
+    ) -> Result<Value, ToolError> {
+        let session = extras
+            .session
+            .clone()
+            .unwrap_or_else(|| self.session.clone());
+        let result = self.call_direct(name, args, extras).await;
+        if name == READ_OUTPUT {
+            // Its pages are bounded below the limit already; spilling one would only loop.
+            return result;
+        }
+        result.map(|value| self.spiller.spill(&session, name, value))
+    }
+
+    async fn call_direct(
         &self,
         name: &str,
         args: Value,

@@ -32,10 +32,14 @@ pub struct ToolCallEvent {
     pub timestamp_ms: u128,
 }
 
+/// Receives one event as it is emitted (the embedding protocol forwards them to its client).
+pub type EventListener = std::sync::Arc<dyn Fn(&ToolCallEvent) + Send + Sync>;
+
 /// Receives events. Writing is best-effort: a full disk must not fail a tool call.
 #[derive(Default)]
 pub struct EventSink {
     file: Option<Mutex<LineWriter<File>>>,
+    listener: Option<EventListener>,
 }
 
 impl EventSink {
@@ -47,11 +51,23 @@ impl EventSink {
             .open(path)?;
         Ok(Self {
             file: Some(Mutex::new(LineWriter::new(file))),
+            listener: None,
         })
+    }
+
+    /// Hands every event to `listener` (called on the emitting task: it must not block).
+    pub fn with_listener(listener: EventListener) -> Self {
+        Self {
+            file: None,
+            listener: Some(listener),
+        }
     }
 
     pub fn emit(&self, event: &ToolCallEvent) {
         tracing::debug!(call_id = %event.call_id, tool = %event.tool, phase = ?event.phase, "tool call event");
+        if let Some(listener) = &self.listener {
+            listener(event);
+        }
         let Some(file) = &self.file else { return };
         let Ok(mut line) = serde_json::to_vec(event) else {
             return;

@@ -18,6 +18,8 @@
 //! - [`engine`] — the facade a library user or the CLI holds;
 //! - [`mcp`] — `paddock serve` (MCP server, approvals by elicitation) and the bridge to other
 //!   MCP servers;
+//! - [`embed`] — `paddock embed`: the engine for an embedding program (the Python package)
+//!   over JSON lines on stdio, with the program's own tools as host tools;
 //! - [`cli`] — the command line ([`cli::run_main`]; `paddock bench` is parsed here and run by
 //!   the [`cli::BenchRunner`] the binary passes in).
 
@@ -27,6 +29,7 @@
 pub mod approval;
 pub mod cli;
 pub mod codemode;
+pub mod embed;
 pub mod engine;
 pub mod events;
 pub mod mcp;

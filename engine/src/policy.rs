@@ -75,7 +75,18 @@ pub struct ToolsConfig {
     pub allow: Vec<Spanned<String>>,
     pub deny: Vec<Spanned<String>>,
     pub require_approval: Vec<Spanned<String>>,
+    /// A direct call's result longer than this (characters of its JSON) is spilled: the big
+    /// fields go to a file in the session's state and the caller gets a preview and the path.
+    pub max_result_chars: Spanned<usize>,
 }
+
+/// `[tools] max_result_chars` when the policy does not say: the size of the terminal's old
+/// output cap, so that every result the model used to see whole it still sees whole.
+pub const DEFAULT_MAX_RESULT_CHARS: usize = 50_000;
+
+/// The bounds of `[tools] max_result_chars`: the preview (a fifth of it) stays readable, and a
+/// result is never allowed past what the environment tools capture at most.
+pub const MAX_RESULT_CHARS_RANGE: std::ops::RangeInclusive<usize> = 5_000..=1_000_000;
 
 impl Default for ToolsConfig {
     fn default() -> Self {
@@ -83,6 +94,7 @@ impl Default for ToolsConfig {
             allow: vec![Spanned::new(0..0, "*".into())],
             deny: Vec::new(),
             require_approval: Vec::new(),
+            max_result_chars: Spanned::new(0..0, DEFAULT_MAX_RESULT_CHARS),
         }
     }
 }
@@ -184,11 +196,19 @@ pub struct BackendConfig {
     pub known_hosts_file: Option<Spanned<String>>,
     pub host_key_checking: Option<Spanned<String>>,
     pub connect_timeout_seconds: Option<Spanned<u64>>,
-    /// docker: processes allowed in the container (default 512).
+    /// docker: processes allowed in the container (default 512); the older name of
+    /// `max_processes`.
     pub pids_limit: Option<Spanned<u64>>,
+    /// local, docker, apptainer: processes and threads of a whole session (local: a pids
+    /// cgroup; docker: `--pids-limit`; apptainer: `--pids-limit`).
+    pub max_processes: Option<Spanned<u64>>,
+    /// local: what one workspace-write command may add to the workspace (RLIMIT_FSIZE, and a
+    /// watcher that ends the command past it).
+    pub workspace_write_mb: Option<Spanned<u64>>,
     /// docker: a read-only root filesystem (/tmp stays writable).
     pub read_only: Option<Spanned<bool>>,
-    /// docker: size of the /tmp tmpfs (default 512).
+    /// docker: size of the /tmp tmpfs (default 512); local: the session's private /tmp as a
+    /// tmpfs of this size.
     pub tmp_size_mb: Option<Spanned<u64>>,
     /// docker: the daemon socket (default: `DOCKER_HOST` or /var/run/docker.sock).
     pub socket: Option<Spanned<String>>,
@@ -409,6 +429,18 @@ impl Policy {
                 "must be at least 1".into(),
             ));
         }
+        let max_result = *self.tools.max_result_chars.get_ref();
+        if !MAX_RESULT_CHARS_RANGE.contains(&max_result) {
+            return Err(invalid(
+                self.tools.max_result_chars.span(),
+                "tools.max_result_chars",
+                format!(
+                    "must be between {} and {} characters, got {max_result}",
+                    MAX_RESULT_CHARS_RANGE.start(),
+                    MAX_RESULT_CHARS_RANGE.end()
+                ),
+            ));
+        }
         self.validate_sections(text, name)?;
         let allows_nothing =
             self.tools.allow.is_empty() || self.tools.deny.iter().any(|d| d.get_ref() == "*");
@@ -544,7 +576,7 @@ impl Policy {
                 other => other,
             };
             // Keys that do not apply to this kind of backend are mistakes, not no-ops.
-            let present: [(&str, Option<std::ops::Range<usize>>); 32] = [
+            let present: [(&str, Option<std::ops::Range<usize>>); 34] = [
                 ("sandbox", config.sandbox.as_ref().map(Spanned::span)),
                 ("workspace", config.workspace.as_ref().map(Spanned::span)),
                 ("image", config.image.as_ref().map(Spanned::span)),
@@ -573,6 +605,14 @@ impl Policy {
                     config.connect_timeout_seconds.as_ref().map(Spanned::span),
                 ),
                 ("pids_limit", config.pids_limit.as_ref().map(Spanned::span)),
+                (
+                    "max_processes",
+                    config.max_processes.as_ref().map(Spanned::span),
+                ),
+                (
+                    "workspace_write_mb",
+                    config.workspace_write_mb.as_ref().map(Spanned::span),
+                ),
                 ("read_only", config.read_only.as_ref().map(Spanned::span)),
                 (
                     "tmp_size_mb",
@@ -603,7 +643,18 @@ impl Policy {
                 ("env", None),
             ];
             let applies: &[&str] = match kind {
-                "local" => &["sandbox", "workspace", "workdir", "network", "agent"],
+                "local" => &[
+                    "sandbox",
+                    "workspace",
+                    "workdir",
+                    "network",
+                    "agent",
+                    "max_processes",
+                    "cpus",
+                    "memory_mb",
+                    "tmp_size_mb",
+                    "workspace_write_mb",
+                ],
                 "docker" => &[
                     "image",
                     "network",
@@ -612,6 +663,7 @@ impl Policy {
                     "workspace",
                     "workdir",
                     "pids_limit",
+                    "max_processes",
                     "read_only",
                     "tmp_size_mb",
                     "socket",
@@ -656,12 +708,27 @@ impl Policy {
                     "workdir",
                     "memory_mb",
                     "cpus",
+                    "max_processes",
                     "binary",
                     "writable_tmpfs",
                     "overlay",
                     "agent",
                 ],
             };
+            // Said why, before the generic "does not apply".
+            if kind == "apptainer"
+                && let Some(tmp) = &config.tmp_size_mb
+            {
+                return Err(invalid(
+                    tmp.span(),
+                    &key("tmp_size_mb"),
+                    "Apptainer has no flag for it: an instance's /tmp is a tmpfs without a \
+                     size, bounded only by the instance's memory (`memory_mb`, whose limit \
+                     OOM-kills inside the instance when /tmp fills it); remove it, and set \
+                     `memory_mb`"
+                        .to_owned(),
+                ));
+            }
             for (k, span) in &present {
                 if let Some(span) = span
                     && !applies.contains(k)
@@ -673,6 +740,66 @@ impl Policy {
                             "does not apply to a {kind} backend (its keys: {})",
                             applies.join(", ")
                         ),
+                    ));
+                }
+            }
+            // Per-session ceilings: a zero would stop every command, a key a backend cannot
+            // honour is refused saying why, and `pids_limit` is `max_processes`' older name.
+            for (k, value) in [
+                ("max_processes", &config.max_processes),
+                ("memory_mb", &config.memory_mb),
+                ("pids_limit", &config.pids_limit),
+                ("tmp_size_mb", &config.tmp_size_mb),
+                ("workspace_write_mb", &config.workspace_write_mb),
+            ] {
+                if let Some(value) = value
+                    && *value.get_ref() == 0
+                {
+                    return Err(invalid(
+                        value.span(),
+                        &key(k),
+                        "must be at least 1".to_owned(),
+                    ));
+                }
+            }
+            if let Some(cpus) = &config.cpus
+                && !(*cpus.get_ref() > 0.0 && cpus.get_ref().is_finite())
+            {
+                return Err(invalid(
+                    cpus.span(),
+                    &key("cpus"),
+                    format!("must be a positive number of CPUs, got {}", cpus.get_ref()),
+                ));
+            }
+            if let (Some(_), Some(max)) = (&config.pids_limit, &config.max_processes) {
+                return Err(invalid(
+                    max.span(),
+                    &key("max_processes"),
+                    "`pids_limit` is the older name of `max_processes`: keep one of them"
+                        .to_owned(),
+                ));
+            }
+            if kind == "local" {
+                let sandbox = config.sandbox.as_ref().map(|m| m.get_ref().as_str());
+                if let (Some(tmp), Some("none")) = (&config.tmp_size_mb, sandbox) {
+                    return Err(invalid(
+                        tmp.span(),
+                        &key("tmp_size_mb"),
+                        "sizes the session's private /tmp, which only a sandboxed backend has                          (with `sandbox = \"none\"` commands use the host's /tmp): remove it, \
+                         or choose a sandbox"
+                            .to_owned(),
+                    ));
+                }
+                if let Some(limit) = &config.workspace_write_mb
+                    && matches!(sandbox, Some("none" | "read-only"))
+                {
+                    return Err(invalid(
+                        limit.span(),
+                        &key("workspace_write_mb"),
+                        "bounds what a workspace-write command adds to the workspace; this \
+                         backend's commands do not write a workspace it could measure \
+                         (`sandbox` is not workspace-write): remove it"
+                            .to_owned(),
                     ));
                 }
             }
@@ -1141,6 +1268,24 @@ mod tests {
         assert!(
             e.starts_with("p.toml:2: codemode.timeout_seconds: must be"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn max_result_chars_is_bounded_and_named_with_its_line() {
+        let e = err("[tools]\nallow = [\"*\"]\nmax_result_chars = 10\n");
+        assert!(
+            e.starts_with("p.toml:3: tools.max_result_chars: must be between 5000 and 1000000"),
+            "{e}"
+        );
+        let e = err("[tools]\nmax_result_chars = \"big\"\n");
+        assert!(e.starts_with("p.toml:2: tools.max_result_chars:"), "{e}");
+        let p = Policy::parse("[tools]\nmax_result_chars = 8000\n", "p.toml").unwrap();
+        assert_eq!(*p.tools.max_result_chars.get_ref(), 8000);
+        let p = Policy::parse("", "p.toml").unwrap();
+        assert_eq!(
+            *p.tools.max_result_chars.get_ref(),
+            DEFAULT_MAX_RESULT_CHARS
         );
     }
 

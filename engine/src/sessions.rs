@@ -23,6 +23,12 @@ use serde::{Deserialize, Serialize};
 /// Directory of the records, under the state root.
 pub const RECORDS_DIR: &str = "session-records";
 
+/// Directory of the big direct results spilled to files (`tools::spill`), one directory per
+/// session under it; closing the session removes its directory.
+pub const SPILL_DIR: &str = "spill";
+
+pub use paddock_backends::naming::python_session;
+
 /// A touch this soon after the last one is not written again: the record is on every
 /// command's path, and idle timeouts are minutes, not milliseconds.
 const TOUCH_INTERVAL: Duration = Duration::from_secs(1);
@@ -38,6 +44,12 @@ pub enum SessionError {
     Record {
         path: String,
         source: std::io::Error,
+    },
+    #[error("the workspace {path} was not taken by backend '{backend}': {reason}")]
+    Workspace {
+        path: String,
+        backend: String,
+        reason: String,
     },
 }
 
@@ -324,6 +336,32 @@ impl Sessions {
         }
     }
 
+    /// Makes `workspace` (a directory a client named) the workspace of `session` on every
+    /// backend that takes one (the local backend without a `workspace` of its own). Answers
+    /// the backends that took it.
+    pub async fn set_workspace(
+        &self,
+        session: &str,
+        workspace: &Path,
+    ) -> Result<Vec<String>, SessionError> {
+        check_id(session)?;
+        let mut took = Vec::new();
+        for (name, env) in &self.backends {
+            match env.set_session_workspace(session, workspace).await {
+                Ok(true) => took.push(name.clone()),
+                Ok(false) => {}
+                Err(err) => {
+                    return Err(SessionError::Workspace {
+                        path: workspace.display().to_string(),
+                        backend: name.clone(),
+                        reason: err.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(took)
+    }
+
     /// Every session, as `paddock sessions list` shows it.
     pub fn list(&self) -> Vec<SessionSummary> {
         let now = now_secs();
@@ -378,7 +416,7 @@ impl Sessions {
                 }
             }
         }
-        let python = format!("{id}.python");
+        let python = python_session(id);
         let mut backends = Vec::new();
         for name in &record.backends {
             let Some(env) = self.backends.get(name) else {
@@ -433,11 +471,12 @@ impl Sessions {
         })
     }
 
-    /// The local backend's per-session directories (shell state and the sandbox's /tmp), also
-    /// when the session used only remote backends or the local backend was left out.
+    /// The per-session directories (shell state, the sandbox's /tmp, spilled results,
+    /// python_execute's runs), also when the session used only remote backends or the local
+    /// backend was left out.
     fn remove_local_state(&self, id: &str, python: &str) -> Vec<String> {
         let mut removed = Vec::new();
-        for kind in ["sessions", "sandbox-tmp"] {
+        for kind in ["sessions", "sandbox-tmp", SPILL_DIR] {
             for session in [id, python] {
                 let dir = self.state_root.join(kind).join(session);
                 match std::fs::remove_dir_all(&dir) {
@@ -445,6 +484,20 @@ impl Sessions {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                     Err(err) => {
                         tracing::warn!(dir = %dir.display(), %err, "session state not removed");
+                    }
+                }
+            }
+        }
+        // python_execute's runs (script and artifacts): `python/<session>@<call id>`.
+        let runs = self.state_root.join("python");
+        let prefix = format!("{id}@");
+        for entry in std::fs::read_dir(&runs).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                let dir = entry.path();
+                match std::fs::remove_dir_all(&dir) {
+                    Ok(()) => removed.push(dir.display().to_string()),
+                    Err(err) => {
+                        tracing::warn!(dir = %dir.display(), %err, "python run not removed");
                     }
                 }
             }
@@ -489,7 +542,16 @@ impl Sessions {
         }
         // Listed as late as possible: a session that started meanwhile has its record written
         // before its first environment is made.
-        let live: Vec<String> = self.store.list().into_iter().map(|r| r.id).collect();
+        // A session's python_execute environment lives as long as the session.
+        let live: Vec<String> = self
+            .store
+            .list()
+            .into_iter()
+            .flat_map(|r| {
+                let python = python_session(&r.id);
+                [r.id, python]
+            })
+            .collect();
         for (name, env) in &self.backends {
             match env.sweep_orphans(&live).await {
                 Ok(0) => {}

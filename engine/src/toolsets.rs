@@ -48,7 +48,7 @@ impl Default for Toolsets {
         };
         add(
             "builtin",
-            "Small utilities: wait, current_datetime",
+            "Small utilities: wait, current_datetime, read_output",
             &[],
             &[],
         );

@@ -424,7 +424,18 @@ fn glob() -> BoxedStrategy<Value> {
 const KINDS: &[(&str, &[&str])] = &[
     (
         "local",
-        &["sandbox", "workspace", "workdir", "network", "agent"],
+        &[
+            "sandbox",
+            "workspace",
+            "workdir",
+            "network",
+            "agent",
+            "max_processes",
+            "cpus",
+            "memory_mb",
+            "tmp_size_mb",
+            "workspace_write_mb",
+        ],
     ),
     (
         "docker",
@@ -436,6 +447,7 @@ const KINDS: &[(&str, &[&str])] = &[
             "workspace",
             "workdir",
             "pids_limit",
+            "max_processes",
             "read_only",
             "tmp_size_mb",
             "socket",
@@ -466,6 +478,7 @@ const KINDS: &[(&str, &[&str])] = &[
             "workdir",
             "memory_mb",
             "cpus",
+            "max_processes",
             "binary",
             "writable_tmpfs",
             "overlay",
@@ -501,6 +514,8 @@ fn backend_key_value(key: &str) -> Value {
     match key {
         "memory_mb"
         | "pids_limit"
+        | "max_processes"
+        | "workspace_write_mb"
         | "tmp_size_mb"
         | "warm"
         | "connect_timeout_seconds"
@@ -531,6 +546,8 @@ const ALL_BACKEND_KEYS: &[&str] = &[
     "host_key_checking",
     "connect_timeout_seconds",
     "pids_limit",
+    "max_processes",
+    "workspace_write_mb",
     "read_only",
     "tmp_size_mb",
     "socket",

@@ -56,7 +56,9 @@ def _toml_str(s: str | os.PathLike[str]) -> str:
     return json.dumps(str(s))  # a JSON string is a valid TOML basic string for paths and such
 
 
-def policy_text(*, codemode_timeout: float | None = None, extra: str = "", terminal: str = "local") -> str:
+def policy_text(
+    *, codemode_timeout: float | None = None, extra: str = "", terminal: str = "local", sandbox: str = "none"
+) -> str:
     codemode = f"[codemode]\ntimeout_seconds = {codemode_timeout}\n\n" if codemode_timeout else ""
     return f"""# written by tests/mcp/conftest.py
 {codemode}[approval]
@@ -64,7 +66,7 @@ mode = "ask"
 {VICTIM_RULE}
 [backends.local]
 kind = "local"
-sandbox = "none"
+sandbox = "{sandbox}"
 
 [routes]
 terminal = "{terminal}"
@@ -115,6 +117,7 @@ class Paddock:
         codemode_timeout: float | None = None,
         policy_extra: str = "",
         terminal_backend: str = "local",
+        sandbox: str = "none",  # the local backend's: none | workspace-write | read-only
         home: Path | None = None,
         token: str | None = None,
         allow_origins: tuple[str, ...] = (),
@@ -129,7 +132,9 @@ class Paddock:
         self.home.mkdir(parents=True, exist_ok=True)
         self.policy = workdir / "policy.toml"
         self.policy.write_text(
-            policy_text(codemode_timeout=codemode_timeout, extra=policy_extra, terminal=terminal_backend)
+            policy_text(
+                codemode_timeout=codemode_timeout, extra=policy_extra, terminal=terminal_backend, sandbox=sandbox
+            )
         )
         self.token = token
         self.allow_origins = allow_origins
@@ -240,6 +245,7 @@ class Paddock:
         elicitation_callback: Any = None,
         logging_callback: Any = None,
         message_handler: Any = None,
+        list_roots_callback: Any = None,
         headers: dict[str, str] | None = None,
         read_timeout_seconds: float = 90.0,
     ) -> Any:
@@ -257,6 +263,8 @@ class Paddock:
             kwargs["logging_callback"] = logging_callback
         if message_handler is not None:
             kwargs["message_handler"] = message_handler
+        if list_roots_callback is not None:
+            kwargs["list_roots_callback"] = list_roots_callback
         return Client(self.transport_cm(headers), **kwargs)
 
     def transport_cm(self, headers: dict[str, str] | None = None) -> Any:

@@ -32,7 +32,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from conftest import COMBOS, NOTES_SERVER, PYTHON, WEATHER_SERVER, Paddock
+from conftest import COMBOS, NOTES_SERVER, PYTHON, TRANSPORTS, WEATHER_SERVER, Paddock
 
 pytestmark = pytest.mark.anyio
 
@@ -572,6 +572,46 @@ async def test_notify_on_complete(paddock_factory, transport: str, mode: str) ->
         with anyio.move_on_after(10):
             await arrived.wait()
     assert arrived.is_set(), f"no notification named {session_id['id']} within 10 s; got {notifications}"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_notify_on_complete_reaches_a_2026_client_through_a_resource_subscription(
+    paddock_factory, transport: str
+) -> None:
+    """2026-07-28 has no channel outside a request but `subscriptions/listen`: the process is a
+    resource (`resource_uri` in the terminal result), the client listens to it, hears
+    `notifications/resources/updated` when it ends, and reads its state."""
+    from mcp.shared.subscriptions import ResourceUpdated
+
+    p = paddock_factory(transport, "2026-07-28")
+    async with p.client() as c:
+        r = await c.call_tool(
+            "terminal", {"command": "sleep 2; echo done; exit 3", "background": True, "notify_on_complete": True}
+        )
+        body = payload(r)
+        assert not r.is_error and isinstance(body, dict), r
+        uri = body.get("resource_uri")
+        assert isinstance(uri, str) and uri.startswith("paddock://process/"), body
+        assert uri.endswith("/" + str(body["session_id"])), body
+        started = time.monotonic()
+        events: list[Any] = []
+        with anyio.fail_after(20):
+            async with c.listen(resource_subscriptions=[uri]) as sub:
+                assert list(sub.honored.resource_subscriptions or []) == [uri], sub.honored
+                async for event in sub:
+                    events.append(event)
+                    break
+        assert events == [ResourceUpdated(uri=uri)], events
+        # It ended on its own after ~2 s: the notice was pushed, not found by polling at the end.
+        assert 1.0 < time.monotonic() - started < 15, time.monotonic() - started
+        read = await c.read_resource(uri)
+        state = json.loads(read.contents[0].text)
+        assert state.get("state") == "exited" and state.get("exit_code") == 3, state
+        assert "done" in json.dumps(state), state
+        # A URI that is not one of Paddock's is refused, not silently watched.
+        with anyio.fail_after(10):
+            async with c.listen(resource_subscriptions=["file:///etc/passwd"]) as sub:
+                assert not (sub.honored.resource_subscriptions or []), sub.honored
 
 
 # --- 9. bridged tools obey the policy like any other tool ---------------------------------------

@@ -11,6 +11,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// The docker container, Apptainer instance or Slurm job of `session` on `backend` for an engine
+/// whose `PADDOCK_HOME` is `home`, as operators see it (`docker ps`, `apptainer instance list`,
+/// `squeue`): `paddock-<backend>-<owner>-<session>`, the owner being the first 8 hex digits of
+/// the SHA-256 of the state directory's path.
+pub fn environment_name(backend: &str, home: &Path, session: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(home.as_os_str().as_encoded_bytes());
+    let owner = hex::encode(&digest[..4]);
+    let session = session.strip_suffix(".python").unwrap_or(session);
+    format!("paddock-{backend}-{owner}-{session}")
+}
+
 /// The `paddock` binary built in the same target directory as this test executable.
 pub fn paddock_bin() -> PathBuf {
     if let Some(path) = std::env::var_os("PADDOCK_BIN") {

@@ -131,6 +131,13 @@ pub trait AgentHost: Transport {
         Box::pin(async { None })
     }
 
+    /// Where the agent binary lies as the target sees it, for runs outside a served connection
+    /// (background commands) to commit their session state with `paddock-agent commit-state`
+    /// (`$HOME/...` is expanded on the target); `None`: they keep the plain commit.
+    fn agent_program(&self) -> Option<String> {
+        Some(AGENT_PATH_INSIDE.to_owned())
+    }
+
     /// The program, run through this transport's own client, that starts the agent detached.
     fn agent_start_argv(&self, session: &str) -> Vec<String> {
         let _ = session;
@@ -240,11 +247,19 @@ fn agent_request(argv: Vec<String>, pty: bool) -> RunRequest {
 pub struct AgentTransport<T: AgentHost> {
     inner: T,
     binary: std::result::Result<AgentBinary, NotFound>,
+    /// The inner transport's environment, and where the agent lies on the target
+    /// (`PADDOCK_STATE_COMMIT`, read by the wrapper of runs outside a connection); made on
+    /// first use (finding the path may read the binary).
+    env: std::sync::OnceLock<BTreeMap<String, String>>,
 }
 
 impl<T: AgentHost> AgentTransport<T> {
     pub fn new(inner: T, binary: std::result::Result<AgentBinary, NotFound>) -> Self {
-        Self { inner, binary }
+        Self {
+            inner,
+            binary,
+            env: std::sync::OnceLock::new(),
+        }
     }
 
     pub fn inner(&self) -> &T {
@@ -454,7 +469,15 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
     }
 
     fn env(&self) -> &BTreeMap<String, String> {
-        self.inner.env()
+        self.env.get_or_init(|| {
+            let mut env = self.inner.env().clone();
+            if self.binary.is_ok()
+                && let Some(program) = self.inner.agent_program()
+            {
+                env.insert("PADDOCK_STATE_COMMIT".into(), program);
+            }
+            env
+        })
     }
 
     fn ensure<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {

@@ -3,8 +3,9 @@
 //! one on Debian 12 speaks 1.41 only).
 //!
 //! Containers are labelled (`paddock.managed`, `paddock.backend`, `paddock.session` and a hash
-//! of the settings they were made with), named `paddock-<backend>-<session>`, and found again by
-//! name after an engine restart. One that vanished or stopped is recreated or restarted; one
+//! of the settings they were made with), named `paddock-<backend>-<owner>-<session>` (the owner:
+//! 8 hex digits of the state directory's digest), and found again by name after an engine
+//! restart. One that vanished or stopped is recreated or restarted; one
 //! made with other settings is replaced; stopped ones of the backend are removed on first use.
 //!
 //! Secure defaults: every capability dropped but the few a shell needs, no-new-privileges, a
@@ -35,6 +36,7 @@ use tokio::io::AsyncWriteExt;
 mod warm;
 
 use crate::agent::{AgentHost, AgentPlacement, agent_dir, prepare_agent_dir};
+use crate::naming::{self, OWNER_CHARS, base_session};
 use crate::remote::{OutputSink, TargetRun, Transport};
 use crate::{BackendError, BackendFuture, Result};
 
@@ -134,11 +136,6 @@ struct AttachSpec {
     tty: bool,
 }
 
-/// python_execute's shell state lives in `SESSION.python`; it shares the session's container.
-fn base_session(session: &str) -> &str {
-    session.strip_suffix(".python").unwrap_or(session)
-}
-
 fn status_of(err: &DockerError) -> Option<u16> {
     match err {
         DockerError::DockerResponseServerError { status_code, .. } => Some(*status_code),
@@ -193,9 +190,19 @@ impl DockerTransport {
             .await
     }
 
-    /// The container of `session`.
+    /// The container of `session`: `paddock-<backend>-<owner>-<session>`, where the owner is
+    /// the start of the state directory's digest, so engines with different `PADDOCK_HOME`s
+    /// (two users of one dockerd, say) using the same backend and session names never find,
+    /// replace or sweep each other's containers.
     pub fn container_name(&self, session: &str) -> String {
-        format!("paddock-{}-{}", self.config.name, base_session(session))
+        format!("{}{}", self.name_prefix(), base_session(session))
+    }
+
+    /// What every container name of this backend and state directory starts with (the owner
+    /// is the start of `home`, the same digest of the state directory).
+    fn name_prefix(&self) -> String {
+        let home = &self.config.home;
+        naming::name_prefix(&self.config.name, home.get(..OWNER_CHARS).unwrap_or(home))
     }
 
     fn labels(&self, session: &str) -> HashMap<String, String> {
@@ -377,8 +384,9 @@ impl DockerTransport {
             .await
         {
             Ok(_) => {}
-            // Another engine created it a moment ago.
-            Err(e) if status_of(&e) == Some(409) => {}
+            // Another engine, or another call of this one, is creating it: docker reserves the
+            // name before the container exists, and until it does a start by name is a 404.
+            Err(e) if status_of(&e) == Some(409) => self.wait_until_created(docker, name).await?,
             Err(e) if status_of(&e) == Some(404) => {
                 return Err(self.unavailable(format!(
                     "the image {} is not on this docker host (no registry is pulled from: load or \
@@ -389,6 +397,25 @@ impl DockerTransport {
             Err(e) => return Err(self.lost(e)),
         }
         self.start(docker, name).await
+    }
+
+    /// Waits (up to 5 s) for a container whose name another create reserved to exist.
+    async fn wait_until_created(&self, docker: &Docker, name: &str) -> Result<()> {
+        for _ in 0..50 {
+            match docker
+                .inspect_container(name, None::<InspectContainerOptions>)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if status_of(&e) == Some(404) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(self.lost(e)),
+            }
+        }
+        Err(self.unavailable(format!(
+            "container {name} was being created by another call and did not appear within 5 s"
+        )))
     }
 
     async fn start(&self, docker: &Docker, name: &str) -> Result<()> {
@@ -490,25 +517,34 @@ impl DockerTransport {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
         let mut removed = 0;
-        let prefix = format!("/paddock-{}-", self.config.name);
+        let prefix = self.name_prefix();
         for container in list {
-            // The name tells the session (a claimed warm container keeps its first labels).
-            let Some(session) = container
+            let young = container.created.is_some_and(|c| now - c < 60);
+            let Some(name) = container
                 .names
                 .as_ref()
-                .and_then(|n| n.iter().find_map(|n| n.strip_prefix(&prefix)))
-                .map(str::to_owned)
+                .and_then(|n| n.first())
+                .map(|n| n.trim_start_matches('/').to_owned())
             else {
                 continue;
             };
-            let young = container.created.is_some_and(|c| now - c < 60);
-            // Warm containers belong to the pool while it is wanted (its filler trims it).
-            let pooled = session.starts_with(warm::WARM_MARK) && self.config.warm > 0;
-            if young || pooled || live.contains(&session) {
-                continue;
+            // The name tells the session (a claimed warm container keeps its first labels).
+            match name.strip_prefix(&prefix) {
+                Some(session) => {
+                    // Warm containers belong to the pool while it is wanted (its filler trims
+                    // it).
+                    let pooled = session.starts_with(warm::WARM_MARK) && self.config.warm > 0;
+                    if young || pooled || live.iter().any(|s| s == session) {
+                        continue;
+                    }
+                }
+                // Labelled as this state directory's but named without its owner: made by a
+                // Paddock before names carried one, and nothing looks it up by that name now.
+                None if young => continue,
+                None => {}
             }
             let Some(id) = container.id else { continue };
-            tracing::info!(backend = %self.config.name, container = %id, %session, "removing a container no session owns");
+            tracing::info!(backend = %self.config.name, container = %id, %name, "removing a container no session owns");
             if docker
                 .remove_container(
                     &id,
@@ -522,10 +558,9 @@ impl DockerTransport {
             {
                 removed += 1;
                 if let Some(agent) = &self.config.agent {
-                    let name = self.container_name(&session);
                     let _ = std::fs::remove_dir_all(agent_dir(&agent.runtime_dir, &name));
                 }
-                self.forget(&self.container_name(&session));
+                self.forget(&name);
             }
         }
         Ok(removed)

@@ -60,7 +60,7 @@ impl DockerTransport {
             }))
             .await
             .map_err(|e| self.lost(e))?;
-        let prefix = format!("/paddock-{}-{WARM_MARK}", self.config.name);
+        let prefix = format!("/{}{WARM_MARK}", self.name_prefix());
         Ok(list
             .into_iter()
             .filter_map(|c| {

@@ -43,6 +43,11 @@ case $__p_root in /*) ;; *) __p_root=$__p_start/$__p_root ;; esac
 [ -n "$__p_home" ] || __p_home=$__p_start
 for __p_kv in "$@"; do export "$__p_kv"; done
 unset __p_kv
+# Where the environment holds the agent, a run outside it (a background command) commits its
+# state with `paddock-agent commit-state` (a merge, as the agent commits its own runs).
+__p_commit=${{PADDOCK_STATE_COMMIT:-}}; unset PADDOCK_STATE_COMMIT
+case $__p_commit in '$HOME/'*) __p_commit=$HOME/${{__p_commit#'$HOME/'}} ;; esac
+[ -n "$__p_commit" ] && [ -x "$__p_commit" ] || __p_commit=
 __p_state=$__p_root/sessions/$__p_session
 [ -d "$__p_state" ] || mkdir -p "$__p_state" || {{ echo "paddock: cannot create the session state directory $__p_state"; exit 125; }}
 if [ -f "$__p_state/env.sh" ]; then . "$__p_state/env.sh" >/dev/null 2>&1; fi
@@ -58,14 +63,24 @@ fi
 {REAP_FUNCTION}__paddock_save() {{
     __p_status=$?
     export -n PADDOCK_RUN
-    if [ -n "$__p_agent" ]; then
+    if [ -n "$__p_agent" ] || [ -n "$__p_commit" ]; then
         {{ export -p; declare -f; alias -p; }} > "$__p_state/env.sh.$__p_run" 2>/dev/null
         if [ -z "$__p_workdir" ]; then pwd -P > "$__p_state/cwd.$__p_run" 2>/dev/null; fi
+    fi
+    if [ -n "$__p_agent" ]; then
         return $__p_status
     fi
-    {{ export -p; declare -f; alias -p; }} > "$__p_state/env.sh.$$" 2>/dev/null && mv -f "$__p_state/env.sh.$$" "$__p_state/env.sh"
-    if [ -z "$__p_workdir" ]; then
-        pwd -P > "$__p_state/cwd.$$" 2>/dev/null && mv -f "$__p_state/cwd.$$" "$__p_state/cwd"
+    if [ -n "$__p_commit" ]; then
+        "$__p_commit" commit-state "$__p_state" "$__p_run" >/dev/null 2>&1 || {{
+            mv -f "$__p_state/env.sh.$__p_run" "$__p_state/env.sh" 2>/dev/null
+            mv -f "$__p_state/cwd.$__p_run" "$__p_state/cwd" 2>/dev/null
+            rm -f "$__p_state/env.sh.start.$__p_run" "$__p_state/cwd.start.$__p_run"
+        }}
+    else
+        {{ export -p; declare -f; alias -p; }} > "$__p_state/env.sh.$$" 2>/dev/null && mv -f "$__p_state/env.sh.$$" "$__p_state/env.sh"
+        if [ -z "$__p_workdir" ]; then
+            pwd -P > "$__p_state/cwd.$$" 2>/dev/null && mv -f "$__p_state/cwd.$$" "$__p_state/cwd"
+        fi
     fi
     __paddock_reap KILL
     return $__p_status
@@ -73,6 +88,13 @@ fi
 trap __paddock_save EXIT
 shopt -s expand_aliases
 unset __p_cwd
+# Under the agent (or with its commit-state), the state this command starts from too: only
+# what the command changed is applied to the session's state (overlapping commands keep each
+# other's changes).
+if [ -n "$__p_agent" ] || [ -n "$__p_commit" ]; then
+    {{ export -p; declare -f; alias -p; }} > "$__p_state/env.sh.start.$__p_run" 2>/dev/null
+    if [ -z "$__p_workdir" ]; then pwd -P > "$__p_state/cwd.start.$__p_run" 2>/dev/null; fi
+fi
 eval "$__p_cmd""#
     )
 }

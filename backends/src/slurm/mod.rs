@@ -36,6 +36,7 @@ use crate::agent::{
     prepare_agent_dir,
 };
 use crate::apptainer::ApptainerTransport;
+use crate::naming::{self, base_session};
 use crate::remote::client::run_client;
 use crate::remote::{OutputSink, TargetRun, Transport};
 use crate::{BackendError, BackendFuture, Result};
@@ -71,6 +72,8 @@ pub struct SlurmConfig {
     pub agent: Option<AgentPlacement>,
     /// This user's home, for the state directory of bare sessions.
     pub home: String,
+    /// The state directory's part of job names ([`crate::naming::owner_of`]).
+    pub owner: String,
 }
 
 /// Slurm jobs as a transport.
@@ -84,11 +87,6 @@ pub struct SlurmTransport {
     jobs: Mutex<HashMap<String, String>>,
     /// One allocation or agent start at a time per session.
     starting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-/// python_execute's shell state lives in `SESSION.python`; it shares the session's job.
-fn base_session(session: &str) -> &str {
-    session.strip_suffix(".python").unwrap_or(session)
 }
 
 impl SlurmTransport {
@@ -124,9 +122,10 @@ impl SlurmTransport {
         }
     }
 
-    /// The job (and apptainer instance) name of `session`.
+    /// The job (and apptainer instance) name of `session`,
+    /// `paddock-<backend>-<owner>-<session>`.
     pub fn job_name(&self, session: &str) -> String {
-        format!("paddock-{}-{}", self.config.name, base_session(session))
+        naming::environment_name(&self.config.name, &self.config.owner, session)
     }
 
     fn agent(&self) -> Result<&AgentPlacement> {
@@ -481,7 +480,9 @@ exec "$a" exec --cleanenv --pwd / "instance://$n" {AGENT_PATH_INSIDE} serve --so
         let Some(agent) = &self.config.agent else {
             return Ok(0);
         };
-        let prefix = format!("paddock-{}-", self.config.name);
+        let prefix = naming::name_prefix(&self.config.name, &self.config.owner);
+        let backend_prefix = format!("paddock-{}-", self.config.name);
+        let owner_part = format!("-{}-", self.config.owner);
         let jobs = self
             .client
             .own_jobs()
@@ -489,11 +490,14 @@ exec "$a" exec --cleanenv --pwd / "instance://$n" {AGENT_PATH_INSIDE} serve --so
             .map_err(|e| self.unavailable(e))?;
         let mut cancelled = 0;
         for (id, name) in jobs {
-            let Some(session) = name.strip_prefix(&prefix) else {
-                continue;
-            };
-            if live.iter().any(|s| base_session(s) == session) {
-                continue;
+            match name.strip_prefix(&prefix) {
+                Some(session) if live.iter().any(|s| base_session(s) == session) => continue,
+                Some(_) => {}
+                // Named the way older versions did, without the owner (one with it is another
+                // backend's whose name starts like this one's): the agent directory below
+                // decides whether this state directory made it.
+                None if name.starts_with(&backend_prefix) && !name.contains(&owner_part) => {}
+                None => continue,
             }
             let dir = agent_dir(&agent.runtime_dir, &name);
             let old = std::fs::metadata(&dir)
@@ -529,6 +533,19 @@ fn ended_reason(session: &str, job: &str, state: Option<&JobState>) -> String {
 impl AgentHost for SlurmTransport {
     fn agent_socket(&self, session: &str) -> Result<PathBuf> {
         prepare_agent_dir(&self.session_dir(session)?, "slurm", &self.config.name)
+    }
+
+    fn agent_program(&self) -> Option<String> {
+        // In the image's instance, the bound binary; on the node, the binary itself (the
+        // holder step runs it from the shared file system).
+        match &self.apptainer {
+            Some(_) => Some(AGENT_PATH_INSIDE.to_owned()),
+            None => self
+                .config
+                .agent
+                .as_ref()
+                .map(|agent| agent.binary.display().to_string()),
+        }
     }
 
     fn start_agent<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
@@ -640,7 +657,12 @@ impl Transport for SlurmTransport {
         if pty {
             full.push("--pty".into());
         }
-        full.extend(self.inside(session, argv)?);
+        // srun's terminal is the node's; in an instance the command gets one of its own.
+        let on_terminal = self
+            .apptainer
+            .as_ref()
+            .and_then(|apptainer| apptainer.terminal_argv(argv, pty));
+        full.extend(self.inside(session, on_terminal.as_deref().unwrap_or(argv))?);
         Ok((full, pty))
     }
 
@@ -723,6 +745,7 @@ mod tests {
                 runtime_dir: PathBuf::from("/state/agents"),
             }),
             home: "/home/u".into(),
+            owner: "0123abcd".into(),
         };
         extra(&mut config);
         SlurmTransport::new(config)
@@ -735,7 +758,7 @@ mod tests {
             t.salloc_args("s1.python"),
             [
                 "--no-shell",
-                "--job-name=paddock-hpc-s1",
+                "--job-name=paddock-hpc-0123abcd-s1",
                 "--nodes=1",
                 "--ntasks=1",
                 "--cpus-per-task=4",

@@ -22,6 +22,14 @@ use crate::report::{Better, Outcome, Role, ScenarioReport};
 /// The session every backend scenario runs in; closed at the end.
 const SESSION: &str = "bench-backends";
 
+/// The container or instance the engine makes for [`SESSION`] on backend `name` (named after
+/// this process's state directory, as the engine names it).
+fn environment(name: &str) -> String {
+    let owner =
+        paddock_backends::naming::owner_of(&paddock_engine::tools::environment::state_root());
+    paddock_backends::naming::environment_name(name, &owner, SESSION)
+}
+
 /// The bare tool's argv for backend `name`, or `None` for a kind without one (local).
 fn bare_argv(name: &str, config: &BackendConfig) -> Option<Vec<String>> {
     let kind = config.kind.get_ref().as_str();
@@ -29,7 +37,7 @@ fn bare_argv(name: &str, config: &BackendConfig) -> Option<Vec<String>> {
         "docker" => Some(vec![
             "docker".into(),
             "exec".into(),
-            format!("paddock-{name}-{SESSION}"),
+            environment(name),
             "true".into(),
         ]),
         "ssh" => {
@@ -75,7 +83,7 @@ fn bare_argv(name: &str, config: &BackendConfig) -> Option<Vec<String>> {
                 .as_ref()
                 .map_or_else(|| "apptainer".to_owned(), |b| b.get_ref().clone()),
             "exec".into(),
-            format!("instance://paddock-{name}-{SESSION}"),
+            format!("instance://{}", environment(name)),
             "true".into(),
         ]),
         _ => None,
@@ -256,12 +264,13 @@ async fn one_backend(
         ),
     };
     let label = bare_label(&kind);
+    let environment = environment(name);
     let interleaving = format!(
         "The bare tool, Paddock with the agent and Paddock with agent = false (each from one \
          script, then one call) alternate sample by sample; `backend_{name}` and \
          `backend_{name}_no_agent` come from this one loop and share the bare tool's samples. \
-         The bare tool runs in the agent's environment (container `paddock-{name}-{SESSION}`, \
-         instance, or the host)."
+         The bare tool runs in the agent's environment (container or instance `{environment}`, \
+         or the host)."
     );
 
     let mut r = ScenarioReport::new(

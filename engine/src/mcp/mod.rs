@@ -5,13 +5,17 @@
 //! - [`server`] — the handler: tools/list, tools/call, progress, cancellation;
 //! - [`approvals`] — approvals through the client (elicitation, input-required results);
 //! - [`progress`] — nested calls of a script as progress notifications;
+//! - [`roots`] — the client's roots as its session's workspace;
+//! - [`completions`] — `notify_on_complete` for 2026-07-28 clients, as resource updates;
 //! - [`http`] — the Streamable HTTP endpoint: loopback, Origin/Host checks, bearer token;
 //! - [`bridge`] — `[mcp.servers.NAME]` as registry tools.
 
 pub mod approvals;
 pub mod bridge;
+pub mod completions;
 pub mod http;
 pub mod progress;
+pub mod roots;
 pub mod server;
 
 use std::sync::Arc;
@@ -58,6 +62,7 @@ pub async fn build(
         parked: Arc::default(),
         approval_ttl,
         quiet: Default::default(),
+        roots: Default::default(),
     });
     Ok((shared, bridge))
 }

@@ -1,6 +1,7 @@
 //! The MCP face of one engine: `tools/list` from the registry, `tools/call` through the engine
-//! with the client as approver, progress for scripts' nested calls, cancellation, and
-//! `notify_on_complete` as a log notification.
+//! with the client as approver, progress for scripts' nested calls, cancellation, the client's
+//! roots as its session's workspace, and `notify_on_complete` (a log notification in legacy
+//! sessions, a resource subscription for 2026-07-28 clients).
 
 // Logging notifications are deprecated by 2026-07-28 (SEP-2577) but are the one way a legacy
 // session can hear of a background process finishing.
@@ -53,6 +54,8 @@ pub struct Shared {
     pub approval_ttl: Duration,
     /// `logging/setLevel` above notice: completion notices are not sent.
     pub quiet: std::sync::atomic::AtomicBool,
+    /// Which sessions' roots (their workspace) are known.
+    pub roots: super::roots::SessionRoots,
 }
 
 /// The rmcp handler; cheap to clone (Streamable HTTP makes one per request).
@@ -93,6 +96,7 @@ impl OwnSession {
 impl Drop for OwnSession {
     fn drop(&mut self) {
         let Some(id) = self.id.take() else { return };
+        self.shared.roots.forget(&id);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -130,6 +134,82 @@ impl PaddockServer {
     /// The Paddock session a call of this request runs in (`None`: the engine's).
     fn session_of(&self, context: &RequestContext<RoleServer>) -> Option<String> {
         self.own.as_ref().and_then(|own| own.id_for(context))
+    }
+
+    /// The session a call of this request runs in, named.
+    fn session_name(&self, context: &RequestContext<RoleServer>) -> String {
+        self.session_of(context)
+            .unwrap_or_else(|| self.engine().session().to_owned())
+    }
+
+    /// Before a session's first call (and after its client said its roots changed): learn the
+    /// client's roots and make the first local one the session's workspace. A legacy client
+    /// is asked with `roots/list` now; a 2026-07-28 one gets `input_required` (returned here),
+    /// and its retry brings the roots to [`Self::apply_roots`].
+    async fn learn_roots(&self, context: &RequestContext<RoleServer>) -> Option<CallToolResponse> {
+        // rmcp hands each incoming message to a task of its own, in the order they arrived; a
+        // `roots/list_changed` just before this call is a task spawned before this one, which
+        // tokio's LIFO slot would otherwise run after it. Yielding once lets it run first, so
+        // the call sees the change its client announced before making it.
+        tokio::task::yield_now().await;
+        let declared = context
+            .client_capabilities()
+            .is_some_and(|c| c.roots.is_some());
+        let session = self.session_name(context);
+        if !declared || !self.shared.roots.needed(&session) {
+            return None;
+        }
+        if is_modern(context) {
+            let (requests, state) = super::roots::ask();
+            return Some(CallToolResponse::InputRequired(InputRequiredResult::new(
+                Some(requests),
+                Some(state),
+            )));
+        }
+        let listed = tokio::time::timeout(super::roots::LIST_TIMEOUT, context.peer.list_roots());
+        match listed.await {
+            Ok(Ok(roots)) => self.apply_roots(context, Some(roots)).await,
+            Ok(Err(err)) => {
+                tracing::warn!(%err, "the client's roots/list failed; its workspace stays the default");
+                self.shared.roots.learnt(&session);
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "the client did not answer roots/list in time; its workspace stays the default"
+                );
+                self.shared.roots.learnt(&session);
+            }
+        }
+        None
+    }
+
+    /// Makes the first local root of `roots` the workspace of this request's session. A root
+    /// the backends refuse (`/`, a system directory) leaves the workspace as it was and is
+    /// logged; the call itself goes on.
+    async fn apply_roots(
+        &self,
+        context: &RequestContext<RoleServer>,
+        roots: Option<rmcp::model::ListRootsResult>,
+    ) {
+        let session = self.session_name(context);
+        self.shared.roots.learnt(&session);
+        let Some(workspace) = roots.as_ref().and_then(super::roots::workspace_of) else {
+            tracing::info!(session = %session, "the client named no local root; the workspace stays the default");
+            return;
+        };
+        match self
+            .engine()
+            .set_session_workspace(Some(&session), &workspace)
+            .await
+        {
+            Ok(backends) => tracing::info!(
+                session = %session,
+                workspace = %workspace.display(),
+                backends = ?backends,
+                "the client's root is the session's workspace"
+            ),
+            Err(err) => tracing::warn!(session = %session, %err, "the client's root was not taken"),
+        }
     }
 
     fn engine(&self) -> &Engine {
@@ -214,7 +294,10 @@ impl PaddockServer {
                 drop(call);
                 Err(ErrorData::internal_error("the call was cancelled", None))
             }
-            Step::Done(Ok(result)) => {
+            Step::Done(Ok(mut result)) => {
+                if let Ok(value) = &mut result {
+                    self.name_completion_resource(name, args, value, context);
+                }
                 self.after_call(name, args, &result, context);
                 Ok(CallToolResponse::Complete(tool_result(name, result)))
             }
@@ -286,6 +369,31 @@ impl PaddockServer {
         let Parked { call, question, .. } = parked;
         let _ = question.reply.send(answer);
         self.drive(call, name, args, context).await
+    }
+
+    /// A background `terminal` call with `notify_on_complete` names the resource a 2026-07-28
+    /// client subscribes to for the process's end (`completions`).
+    fn name_completion_resource(
+        &self,
+        name: &str,
+        args: &Value,
+        value: &mut Value,
+        context: &RequestContext<RoleServer>,
+    ) {
+        let wants = name == "terminal"
+            && args.get("background").and_then(Value::as_bool) == Some(true)
+            && args.get("notify_on_complete").and_then(Value::as_bool) == Some(true);
+        let id = value
+            .get("session_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if let (true, Some(id), Some(map)) = (wants, id, value.as_object_mut()) {
+            let session = self.session_name(context);
+            map.insert(
+                "resource_uri".into(),
+                Value::String(super::completions::uri_of(&session, &id)),
+            );
+        }
     }
 
     /// After a background `terminal` call with `notify_on_complete` in a legacy session: tell
@@ -360,9 +468,13 @@ fn is_modern(context: &RequestContext<RoleServer>) -> bool {
 
 impl ServerHandler for PaddockServer {
     fn get_info(&self) -> ServerConfig {
+        // Resources: background processes with notify_on_complete, so that a 2026-07-28 client
+        // can subscribe to their end (see `completions`).
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
             .enable_logging()
+            .enable_resources()
+            .enable_resources_subscribe()
             .build();
         let mut info = ServerConfig::new(capabilities).with_instructions(
             "Paddock: sandboxed code execution. Prefer run_tools_script to chain several tool \
@@ -409,7 +521,14 @@ impl ServerHandler for PaddockServer {
             ));
         }
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
-        if let Some(handle) = request.request_state.as_deref() {
+        let mut request_state = request.request_state.as_deref();
+        if request_state.is_some_and(super::roots::is_answer) {
+            // The retry that brings a 2026-07-28 client's roots: apply them, then run the call.
+            let roots = super::roots::answer_in(request.input_responses.as_ref());
+            self.apply_roots(&context, roots).await;
+            request_state = None;
+        }
+        if let Some(handle) = request_state {
             return self
                 .resume(
                     handle,
@@ -420,8 +539,123 @@ impl ServerHandler for PaddockServer {
                 )
                 .await;
         }
+        if let Some(ask) = self.learn_roots(&context).await {
+            return Ok(ask);
+        }
         let call = self.start_call(&name, args.clone(), &context, is_modern(&context));
         self.drive(call, &name, &args, &context).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, ErrorData> {
+        let template =
+            rmcp::model::ResourceTemplate::new(super::completions::TEMPLATE, "background process")
+                .with_description(
+                    "A background process started with notify_on_complete: subscribe to hear \
+                     when it ends; read it for its state, exit code and output tail.",
+                )
+                .with_mime_type("application/json");
+        Ok(
+            rmcp::model::ListResourceTemplatesResult::with_all_items(vec![template])
+                .with_ttl_ms(TOOLS_TTL_MS),
+        )
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
+        // Processes come and go: they are reached through the template, not listed.
+        Ok(rmcp::model::ListResourcesResult::with_all_items(Vec::new()).with_ttl_ms(TOOLS_TTL_MS))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        let Some((session, id)) = super::completions::parse(&request.uri) else {
+            return Err(ErrorData::resource_not_found(
+                format!(
+                    "no resource {}: Paddock's resources are {}",
+                    request.uri,
+                    super::completions::TEMPLATE
+                ),
+                None,
+            ));
+        };
+        let state = super::completions::status(self.engine(), &session, &id)
+            .await
+            .map_err(|why| ErrorData::resource_not_found(why, None))?;
+        let contents = rmcp::model::ResourceContents::text(state.to_string(), request.uri.clone());
+        Ok(rmcp::model::ReadResourceResult::new(vec![contents]).into())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        let ours: Vec<String> = requested
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter(|uri| super::completions::parse(uri).is_some())
+            .cloned()
+            .collect();
+        let mut accepted = rmcp::model::SubscriptionFilter::new();
+        accepted.resource_subscriptions = (!ours.is_empty()).then_some(ours);
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), ErrorData> {
+        let uris = context
+            .accepted()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default();
+        let mut watchers = tokio::task::JoinSet::new();
+        for uri in uris {
+            let Some((session, id)) = super::completions::parse(&uri) else {
+                continue;
+            };
+            let shared = self.shared.clone();
+            let sink = context.sink().clone();
+            watchers.spawn(async move {
+                super::completions::finished(&shared.engine, &session, &id).await;
+                let note = rmcp::model::ResourceUpdatedNotification::new(
+                    rmcp::model::ResourceUpdatedNotificationParam::new(uri),
+                );
+                if let Err(err) = sink
+                    .send(rmcp::model::ServerNotification::ResourceUpdatedNotification(note))
+                    .await
+                {
+                    tracing::debug!(%err, "completion not delivered: the subscription ended");
+                }
+            });
+        }
+        // The stream stays open until the client ends it; the watchers end with it.
+        context.cancelled().await;
+        watchers.abort_all();
+        Ok(())
+    }
+
+    async fn on_roots_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleServer>,
+    ) {
+        // Over HTTP, a session that has not made its first call yet learns its roots then.
+        let session = match &self.own {
+            Some(own) => own.id.get().cloned(),
+            None => Some(self.engine().session().to_owned()),
+        };
+        if let Some(session) = session {
+            tracing::info!(session = %session, "the client's roots changed; asking again on its next call");
+            self.shared.roots.changed(&session);
+        }
     }
 }
 

@@ -9,7 +9,9 @@ use paddock_backends::agent::binary as agent_binary;
 use paddock_backends::agent::{AgentPlacement, AgentTransport};
 use paddock_backends::apptainer::{ApptainerConfig, ApptainerTransport};
 use paddock_backends::docker::{DockerConfig, DockerTransport};
-use paddock_backends::local::{LocalEnvironment, LocalSandbox, PROTECTED_PATHS, SandboxMode};
+use paddock_backends::local::{
+    LocalCeilings, LocalEnvironment, LocalSandbox, PROTECTED_PATHS, SandboxMode,
+};
 use paddock_backends::remote::RemoteEnvironment;
 use paddock_backends::slurm::{DEFAULT_QUEUE_TIMEOUT, SlurmConfig, SlurmTransport};
 use paddock_backends::ssh::{SshConfig, SshTransport};
@@ -63,6 +65,9 @@ fn remote<T: paddock_backends::agent::AgentHost>(
 /// The name of the backend every policy has: declared, or else [`implicit_local`].
 pub const LOCAL: &str = "local";
 
+/// `max_processes` of the built-in local backend (and of `policies/default.toml`).
+pub const DEFAULT_LOCAL_MAX_PROCESSES: u64 = 1024;
+
 /// The `local` backend of a policy that declares none (the built-in policy among them):
 /// `policies/default.toml`'s, the workspace-write sandbox over the directory Paddock runs in,
 /// with no network. It is built like a declared one; a kernel that cannot give the sandbox
@@ -85,6 +90,10 @@ pub fn implicit_local() -> BackendConfig {
         host_key_checking: None,
         connect_timeout_seconds: None,
         pids_limit: None,
+        // A newcomer's fork bomb is bounded too: 1024 processes and threads per session is far
+        // above what builds and test runners use here, far below what hurts the machine.
+        max_processes: Some(Spanned::new(0..0, DEFAULT_LOCAL_MAX_PROCESSES)),
+        workspace_write_mb: None,
         read_only: None,
         tmp_size_mb: None,
         socket: None,
@@ -132,6 +141,7 @@ fn apptainer_config(
     image: &str,
     env: std::collections::BTreeMap<String, String>,
     agent: Option<AgentPlacement>,
+    state_root: &Path,
 ) -> ApptainerConfig {
     ApptainerConfig {
         name: name.to_owned(),
@@ -149,9 +159,11 @@ fn apptainer_config(
             .map(|v| host_path(policy, v.get_ref()).display().to_string()),
         memory_mb: config.memory_mb.as_ref().map(|v| *v.get_ref()),
         cpus: config.cpus.as_ref().map(|v| *v.get_ref()),
+        max_processes: config.max_processes.as_ref().map(|v| *v.get_ref()),
         workdir: string(&config.workdir),
         env,
         agent,
+        owner: paddock_backends::naming::owner_of(state_root),
     }
 }
 
@@ -182,9 +194,11 @@ pub fn build(
                     network: string(&config.network).unwrap_or_else(|| "none".into()),
                     memory_mb: config.memory_mb.as_ref().map(|v| *v.get_ref()),
                     cpus: config.cpus.as_ref().map(|v| *v.get_ref()),
+                    // `max_processes`, or its older name.
                     pids_limit: config
-                        .pids_limit
+                        .max_processes
                         .as_ref()
+                        .or(config.pids_limit.as_ref())
                         .map_or(512, |v| i64::try_from(*v.get_ref()).unwrap_or(i64::MAX)),
                     read_only: config.read_only.as_ref().is_some_and(|v| *v.get_ref()),
                     tmp_size_mb: config.tmp_size_mb.as_ref().map_or(512, |v| *v.get_ref()),
@@ -252,7 +266,16 @@ pub fn build(
             let apptainer = string(&config.image).map(|image| ApptainerConfig {
                 memory_mb: None,
                 cpus: None,
-                ..apptainer_config(policy, name, config, &image, env.clone(), placement.clone())
+                max_processes: None,
+                ..apptainer_config(
+                    policy,
+                    name,
+                    config,
+                    &image,
+                    env.clone(),
+                    placement.clone(),
+                    state_root,
+                )
             });
             let transport = SlurmTransport::new(SlurmConfig {
                 name: name.to_owned(),
@@ -283,6 +306,7 @@ pub fn build(
                 apptainer,
                 agent: placement,
                 home: std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()),
+                owner: paddock_backends::naming::owner_of(state_root),
             });
             remote(transport, agent, state_root, exe)
         }
@@ -293,12 +317,21 @@ pub fn build(
                 .and_then(|found| found.as_ref().ok())
                 .map(|binary| AgentPlacement::new(binary, state_root.join("agents")));
             let transport = ApptainerTransport::new(apptainer_config(
-                policy, name, config, &image, env, placement,
+                policy, name, config, &image, env, placement, state_root,
             ));
             remote(transport, agent, state_root, exe)
         }
         _ => {
-            let local = LocalEnvironment::new(name, state_root.to_path_buf(), exe.to_path_buf());
+            // An MCP client's roots name each session's workspace unless the policy names one.
+            let local = LocalEnvironment::new(name, state_root.to_path_buf(), exe.to_path_buf())
+                .with_client_workspaces(config.workspace.is_none())
+                .with_ceilings(LocalCeilings {
+                    max_processes: config.max_processes.as_ref().map(|v| *v.get_ref()),
+                    cpus: config.cpus.as_ref().map(|v| *v.get_ref()),
+                    memory_mb: config.memory_mb.as_ref().map(|v| *v.get_ref()),
+                    tmp_size_mb: config.tmp_size_mb.as_ref().map(|v| *v.get_ref()),
+                    workspace_write_mb: config.workspace_write_mb.as_ref().map(|v| *v.get_ref()),
+                });
             let mode = string(&config.sandbox).unwrap_or_else(|| "workspace-write".into());
             if mode == "none" {
                 return Arc::new(local.with_spare_shells());
@@ -350,6 +383,28 @@ mod tests {
                 "agent",
                 config.agent.as_ref().map(|v| v.get_ref().to_string()),
             ),
+            (
+                "max_processes",
+                config
+                    .max_processes
+                    .as_ref()
+                    .map(|v| v.get_ref().to_string()),
+            ),
+            (
+                "cpus",
+                config.cpus.as_ref().map(|v| v.get_ref().to_string()),
+            ),
+            (
+                "tmp_size_mb",
+                config.tmp_size_mb.as_ref().map(|v| v.get_ref().to_string()),
+            ),
+            (
+                "workspace_write_mb",
+                config
+                    .workspace_write_mb
+                    .as_ref()
+                    .map(|v| v.get_ref().to_string()),
+            ),
         ]
         .into_iter()
         .filter_map(|(k, v)| v.map(|v| (k, v)))
@@ -370,6 +425,7 @@ mod tests {
                 ("sandbox", "workspace-write".to_owned()),
                 ("workspace", ".".to_owned()),
                 ("network", "none".to_owned()),
+                ("max_processes", "1024".to_owned()),
             ]
         );
     }
@@ -409,5 +465,60 @@ mod tests {
                 vec![("kind", "local".to_owned()), ("sandbox", "none".to_owned())]
             )]
         );
+    }
+
+    /// The ceilings' keys: where they apply, zero and nonsense refused, the reasons named.
+    #[test]
+    fn ceiling_keys_are_checked_with_their_line() {
+        let err = |text: &str| Policy::parse(text, "p.toml").unwrap_err().to_string();
+        let local = "[backends.local]\nkind = \"local\"\n";
+        let p = Policy::parse(
+            &format!(
+                "{local}max_processes = 64\ncpus = 0.5\ntmp_size_mb = 16\nworkspace_write_mb = 8\n"
+            ),
+            "p.toml",
+        )
+        .unwrap();
+        let c = &p.backends["local"];
+        assert_eq!(c.max_processes.as_ref().map(|v| *v.get_ref()), Some(64));
+        assert_eq!(c.workspace_write_mb.as_ref().map(|v| *v.get_ref()), Some(8));
+        let e = err(&format!("{local}max_processes = 0\n"));
+        assert!(
+            e.starts_with("p.toml:3: backends.local.max_processes: must be at least 1"),
+            "{e}"
+        );
+        let e = err(&format!("{local}cpus = -1.0\n"));
+        assert!(
+            e.starts_with("p.toml:3: backends.local.cpus: must be a positive"),
+            "{e}"
+        );
+        let e = err(&format!("{local}sandbox = \"none\"\ntmp_size_mb = 16\n"));
+        assert!(
+            e.starts_with("p.toml:4: backends.local.tmp_size_mb: sizes the session's private /tmp"),
+            "{e}"
+        );
+        let e = err(&format!(
+            "{local}sandbox = \"read-only\"\nworkspace_write_mb = 8\n"
+        ));
+        assert!(
+            e.starts_with("p.toml:4: backends.local.workspace_write_mb:"),
+            "{e}"
+        );
+        let docker = "[backends.d]\nkind = \"docker\"\nimage = \"x\"\n";
+        let e = err(&format!("{docker}pids_limit = 10\nmax_processes = 20\n"));
+        assert!(
+            e.starts_with("p.toml:5: backends.d.max_processes: `pids_limit` is the older name"),
+            "{e}"
+        );
+        let apptainer = "[backends.a]\nkind = \"apptainer\"\nimage = \"x.sif\"\n";
+        let e = err(&format!("{apptainer}tmp_size_mb = 16\n"));
+        assert!(
+            e.starts_with("p.toml:4: backends.a.tmp_size_mb: Apptainer has no flag for it"),
+            "{e}"
+        );
+        Policy::parse(&format!("{apptainer}max_processes = 64\n"), "p.toml").unwrap();
+        let ssh = "[backends.s]\nkind = \"ssh\"\nhost = \"h\"\n";
+        let e = err(&format!("{ssh}max_processes = 64\n"));
+        assert!(e.contains("does not apply to a ssh backend"), "{e}");
     }
 }

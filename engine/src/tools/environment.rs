@@ -18,8 +18,21 @@ use crate::sessions::{ActivityGuard, Sessions};
 /// Default and largest foreground timeout, seconds.
 const DEFAULT_TIMEOUT_S: f64 = 180.0;
 const MAX_TIMEOUT_S: f64 = 3600.0;
-/// Output cap of a foreground command, characters.
-const MAX_OUTPUT_CHARS: usize = 50_000;
+/// Output captured of a foreground command, characters: the spill ceiling. A direct call's
+/// output longer than `[tools] max_result_chars` is spilled whole up to it (the engine does
+/// that, `tools::spill`); a script's nested call gets all of it. Beyond it the capture keeps
+/// the first and last half and the result says so (`output_cut`).
+const MAX_OUTPUT_CHARS: usize = super::spill::CAPTURE_CEILING_CHARS;
+
+/// `output_cut` for a command that printed more than the capture ceiling, else nothing.
+fn output_cut(printed_chars: usize) -> Option<String> {
+    (printed_chars > MAX_OUTPUT_CHARS).then(|| {
+        format!(
+            "the command printed {printed_chars} characters, more than the {MAX_OUTPUT_CHARS}              Paddock captures: `output` keeps the first and last {} and the middle is lost;              redirect the output to a file and read that in parts",
+            MAX_OUTPUT_CHARS / 2
+        )
+    })
+}
 
 /// The configured backends and which tool runs where.
 pub struct Environments {
@@ -183,9 +196,10 @@ impl Tool for Terminal {
     fn spec(&self) -> ToolSpec {
         ToolSpec::new("terminal", "environment",
             "Run a shell command (bash). cwd, exported variables, functions and aliases persist \
-             between commands of a session. stdout and stderr are merged; long output keeps its \
-             start and end. `background: true` starts it detached and returns a session_id for \
-             the `process` tool; `pty: true` gives it a terminal.",
+             between commands of a session. stdout and stderr are merged; output too long to \
+             show is spilled to a file (read it with read_output). `background: true` starts \
+             it detached and returns a session_id for the `process` tool; `pty: true` gives it \
+             a terminal.",
             json!({
                 "type": "object",
                 "properties": {
@@ -257,9 +271,11 @@ impl Tool for Terminal {
                     timeout_of(args.timeout).as_secs_f64()
                 )
             });
-            Ok(
-                json!({"output": out.output, "exit_code": out.exit_code, "error": error, "duration_ms": out.duration_ms}),
-            )
+            let mut answer = json!({"output": out.output, "exit_code": out.exit_code, "error": error, "duration_ms": out.duration_ms});
+            if let Some(cut) = output_cut(out.output_chars) {
+                answer["output_cut"] = json!(cut);
+            }
+            Ok(answer)
         }))
     }
 }
@@ -447,7 +463,9 @@ impl Tool for PythonExecute {
             let args: PythonArgs = super::parse_args("python_execute", args)?;
             let env = envs.backend_for("python_execute")?;
             let _active = envs.activity(&ctx.session, Some(env));
-            let run_id = crate::registry::new_call_id();
+            // Named by its session (`@` is never in a session id): closing the session removes
+            // the run's directory, artifacts included.
+            let run_id = format!("{}@{}", ctx.session, crate::registry::new_call_id());
             python_on_backend(&envs, env.as_ref(), &args, &ctx, &run_id).await
         }))
     }
@@ -468,7 +486,7 @@ async fn python_on_backend(
     run_id: &str,
 ) -> Result<Value, ToolError> {
     use base64::Engine as _;
-    let session = format!("{}.python", ctx.session);
+    let session = crate::sessions::python_session(&ctx.session);
     let remote_dir = format!("{}/{run_id}", env.scratch_dir());
     env.write_file(
         &session,
@@ -565,7 +583,7 @@ async fn python_on_backend(
             timeout_of(args.timeout).as_secs_f64()
         )
     });
-    Ok(json!({
+    let mut answer = json!({
         "output": out.output,
         "exit_code": out.exit_code,
         "error": error,
@@ -573,7 +591,11 @@ async fn python_on_backend(
         "workdir": remote_dir,
         "backend": env.name(),
         "duration_ms": out.duration_ms,
-    }))
+    });
+    if let Some(cut) = output_cut(out.output_chars) {
+        answer["output_cut"] = json!(cut);
+    }
+    Ok(answer)
 }
 
 struct PythonEnvironmentInfo(Arc<Environments>);
@@ -607,7 +629,7 @@ impl Tool for PythonEnvironmentInfo {
             let out = env
                 .exec(ExecRequest {
                     command: format!("python3 -c '{quoted}'"),
-                    session: format!("{}.python", ctx.session),
+                    session: crate::sessions::python_session(&ctx.session),
                     workdir: None,
                     env: BTreeMap::new(),
                     stdin: None,

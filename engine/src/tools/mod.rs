@@ -3,6 +3,8 @@
 mod backend_config;
 mod datetime;
 pub mod environment;
+pub mod read_output;
+pub mod spill;
 mod wait;
 
 use std::sync::Arc;

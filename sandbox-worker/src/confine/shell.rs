@@ -12,6 +12,7 @@
 //! When the command ends, init exits and the kernel kills everything left in the namespace:
 //! daemons that called `setsid` die with the command. Layers, in order:
 //!
+//! 0. the session's cgroups (process ceiling, CPU quota), joined before anything else;
 //! 1. namespaces: user (when not root), mount, PID, IPC, UTS, and network unless allowed;
 //! 2. the file-system view: a private /tmp, tmpfs over /run and /var/run (sockets), /dev/null
 //!    over secrets (`~/.ssh`, cloud credentials, /etc/shadow), the workspace and the writable
@@ -83,6 +84,17 @@ pub struct ShellProfile {
     /// sandbox: it names the key that turns the sandbox off).
     #[serde(default)]
     pub backend: Option<String>,
+    /// The session's cgroup directories (its process ceiling, its CPU quota), joined first:
+    /// `0` written to each `cgroup.procs`, so everything the sandbox starts is born inside.
+    #[serde(default)]
+    pub cgroups: Vec<PathBuf>,
+    /// RLIMIT_NPROC for the command (default 4096); the fallback for `max_processes` where no
+    /// pids cgroup could be made (it binds the user's processes, not root's).
+    #[serde(default)]
+    pub nproc: Option<u64>,
+    /// RLIMIT_FSIZE in MiB (default 4096): `workspace_write_mb` makes no single file larger.
+    #[serde(default)]
+    pub fsize_mb: Option<u64>,
 }
 
 fn default_tmp_mb() -> u64 {
@@ -159,6 +171,9 @@ pub fn main(args: &[String]) -> i32 {
     if argv.is_empty() {
         return fail(Some(&profile), "usage", "no program to run");
     }
+    if let Err((step, err)) = join_cgroups(&profile.cgroups) {
+        return fail(Some(&profile), step, err);
+    }
     match run(&profile, argv) {
         Ok(status) => status,
         Err((step, err)) => fail(Some(&profile), step, err),
@@ -166,6 +181,20 @@ pub fn main(args: &[String]) -> i32 {
 }
 
 type StepResult<T> = std::result::Result<T, (&'static str, String)>;
+
+/// Moves this process into each of the session's cgroups (before anything else: every
+/// process the sandbox starts then counts against the session's ceilings).
+fn join_cgroups(groups: &[PathBuf]) -> StepResult<()> {
+    for group in groups {
+        std::fs::write(group.join("cgroup.procs"), "0").map_err(|e| {
+            (
+                "join the session's cgroup",
+                format!("{}: {e}", group.display()),
+            )
+        })?;
+    }
+    Ok(())
+}
 
 fn at<E: std::fmt::Display>(step: &'static str) -> impl FnOnce(E) -> (&'static str, String) {
     move |e| (step, e.to_string())
@@ -464,8 +493,13 @@ fn confine_command(profile: &ShellProfile, workspace: &Path) -> StepResult<()> {
     for (resource, limit) in [
         (Resource::RLIMIT_CORE, 0),
         (Resource::RLIMIT_NOFILE, 4096),
-        (Resource::RLIMIT_FSIZE, 4 << 30),
-        (Resource::RLIMIT_NPROC, 4096),
+        (
+            Resource::RLIMIT_FSIZE,
+            profile
+                .fsize_mb
+                .map_or(4 << 30, |mb| mb.saturating_mul(1 << 20)),
+        ),
+        (Resource::RLIMIT_NPROC, profile.nproc.unwrap_or(4096)),
     ] {
         setrlimit(resource, limit, limit).map_err(at("rlimits"))?;
     }

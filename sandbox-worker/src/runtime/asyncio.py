@@ -9,7 +9,8 @@ script can observe them.
 
 import _host
 import heapq as _heapq
-from json import dumps as _dumps, loads as _loads
+from json import JSONDecoder as _JSONDecoder, dumps as _dumps, encoder as _json_encoder
+from json import loads as _loads
 from collections import deque as _deque
 
 __all__ = [
@@ -24,6 +25,48 @@ __all__ = [
 ]
 
 TimeoutError = TimeoutError  # noqa: the builtin, as in CPython 3.11+
+
+
+# Tool arguments and answers cross as JSON on every call. `json.dumps` and `json.loads` build
+# their encoder and check their input in interpreted code first (8 and 4 microseconds a call
+# here, against 1 for the native encoder and scanner called directly), so the runtime keeps one
+# of each, with json.dumps' defaults and messages.
+def _not_json(value):
+    raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
+
+
+def _make_args_encoder():
+    make = _json_encoder.c_make_encoder
+    if make is None:
+        return None
+    return make({}, _not_json, _json_encoder.encode_basestring_ascii, None, ": ", ", ",
+                False, False, True)
+
+
+_ARGS_ENCODER = _make_args_encoder()
+_SCAN_JSON = _JSONDecoder().scan_once
+
+
+def _encode_args(kwargs):
+    """``json.dumps(kwargs)``."""
+    global _ARGS_ENCODER
+    if _ARGS_ENCODER is None:
+        return _dumps(kwargs)
+    try:
+        return "".join(_ARGS_ENCODER(kwargs, 0))
+    except BaseException:
+        # Its circular-reference markers may still hold this call's containers.
+        _ARGS_ENCODER = _make_args_encoder()
+        raise
+
+
+def _decode_answer(text):
+    """``json.loads(text)`` for the engine's own JSON (one value, no surrounding space)."""
+    try:
+        value, end = _SCAN_JSON(text, 0)
+    except StopIteration:
+        return _loads(text)
+    return value if end == len(text) else _loads(text)
 
 
 class CancelledError(BaseException):
@@ -377,7 +420,7 @@ class _HostLoop(AbstractEventLoop):
     def _call_tool(self, tool, kwargs):
         future = Future(loop=self)
         try:
-            args_json = _dumps(kwargs) if kwargs else "{}"
+            args_json = _encode_args(kwargs) if kwargs else "{}"
         except (TypeError, ValueError) as err:
             raise TypeError(f"arguments of tool {tool!r} must be JSON values: {err}") from None
         call_id = _host.submit(tool, args_json)
@@ -390,7 +433,7 @@ class _HostLoop(AbstractEventLoop):
             if future is None or future.done():
                 continue
             if value_json is not None:
-                future.set_result(_loads(value_json))
+                future.set_result(_decode_answer(value_json))
             else:
                 future.set_exception(_tool_error(exception, message, error_code))
 

@@ -279,6 +279,8 @@ sys.__stderr__.name = "<stderr>"
 
 
 _TOOLS = {}
+# `tools.<name>` as made once per run: a loop of calls pays for the lookup once.
+_TOOL_CALLS = {}
 
 
 class _Tools:
@@ -287,6 +289,9 @@ class _Tools:
     __slots__ = ()
 
     def __getattr__(self, name):
+        made = _TOOL_CALLS.get(name)
+        if made is not None:
+            return made
         tool = _TOOLS.get(name)
         if tool is None:
             if name.startswith("__"):
@@ -303,6 +308,7 @@ class _Tools:
 
         call.__name__ = name
         call.__qualname__ = f"tools.{name}"
+        _TOOL_CALLS[name] = call
         return call
 
     def __dir__(self):
@@ -466,6 +472,7 @@ def _run(source, tools, original=None, keep_state=False):
 def _run_script(source, tools, original, keep_state):
     _TOOLS.clear()
     _TOOLS.update(tools)
+    _TOOL_CALLS.clear()
     if _NOTEBOOK_SCOPE is None:
         # Every child starts from the zygote's copy of `random`: reseed from the kernel (a
         # notebook once: later scripts continue its sequence).

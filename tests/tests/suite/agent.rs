@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use paddock_tests::{Run, paddock_env};
+use paddock_tests::{Run, environment_name, paddock_env};
 use serde_json::{Value, json};
 
 /// The policy written by scripts/test-services.sh.
@@ -189,7 +189,7 @@ impl Drop for Target {
         // removed by name.
         for (backend, session) in self.used.lock().unwrap().iter() {
             let _ = self.paddock(&["sessions", "close", session], Duration::from_secs(120));
-            let name = format!("paddock-{backend}-{session}");
+            let name = environment_name(backend, self.home.path(), session);
             let _ = match backend.as_str() {
                 "docker" => Command::new("docker").args(["rm", "-f", &name]).output(),
                 "apptainer" => Command::new(apptainer_binary())
@@ -656,8 +656,8 @@ fn sessions_close_removes_environments() {
         );
         assert_eq!(v["output"], json!(format!("on-{backend}\n")), "{v}");
     }
-    let container = format!("paddock-docker-{s}");
-    let instance = format!("paddock-apptainer-{s}");
+    let container = environment_name("docker", t.home.path(), &s);
+    let instance = environment_name("apptainer", t.home.path(), &s);
     let remote_state = home_of(&ssh_user()).join(format!(".cache/paddock/sessions/{s}"));
     assert_eq!(docker_containers(&container), container);
     assert!(apptainer_instances().contains(&instance));
@@ -719,6 +719,59 @@ fn sessions_close_removes_environments() {
     assert!(left.is_empty(), "{left:#?}");
 }
 
+/// Two engines with different state directories (two users of one dockerd, or one user's two
+/// projects) using the same backend and session names each keep an environment of their own:
+/// neither finds, replaces nor closes the other's.
+fn two_state_directories_never_share(backend: &str) {
+    let (Some(one), Some(two)) = (Target::new(&[backend], ""), Target::new(&[backend], "")) else {
+        return;
+    };
+    let session = one.session("shared");
+    let mark = |t: &Target, word: &str| {
+        let v = t.sh(
+            backend,
+            &session,
+            json!({"command": format!("echo {word} > /tmp/owner; cat /tmp/owner")}),
+        );
+        assert_eq!(v["output"], json!(format!("{word}\n")), "{v}");
+    };
+    let owner = |t: &Target| {
+        t.sh(backend, &session, json!({"command": "cat /tmp/owner"}))["output"].clone()
+    };
+    let exists = |name: &str| match backend {
+        "docker" => docker_containers(name) == name,
+        _ => apptainer_instances()
+            .split_whitespace()
+            .any(|word| word == name),
+    };
+    mark(&one, "one");
+    mark(&two, "two");
+    // The first engine's environment is still there, with its file: the second neither
+    // reused nor replaced it.
+    assert_eq!(owner(&one), json!("one\n"));
+    assert_eq!(owner(&two), json!("two\n"));
+    let first = environment_name(backend, one.home.path(), &session);
+    let second = environment_name(backend, two.home.path(), &session);
+    assert_ne!(first, second);
+    assert!(exists(&first) && exists(&second), "{first} {second}");
+    // Closing one engine's session removes its environment only.
+    assert_eq!(one.close(&session)["closed"], json!(true));
+    assert!(!exists(&first) && exists(&second), "{first} {second}");
+    assert_eq!(owner(&two), json!("two\n"));
+    assert_eq!(two.close(&session)["closed"], json!(true));
+    assert!(!exists(&second), "{second}");
+}
+
+#[test]
+fn engines_with_different_state_directories_never_share_a_container() {
+    two_state_directories_never_share("docker");
+}
+
+#[test]
+fn engines_with_different_state_directories_never_share_an_instance() {
+    two_state_directories_never_share("apptainer");
+}
+
 #[test]
 fn idle_sessions_lose_their_containers() {
     let Some(t) = Target::new(&["docker"], "[sessions]\nidle_timeout_seconds = 1\n") else {
@@ -727,7 +780,7 @@ fn idle_sessions_lose_their_containers() {
     let s = t.session("idle");
     let v = t.sh("docker", &s, json!({"command": "echo up"}));
     assert_eq!(v["output"], json!("up\n"), "{v}");
-    let container = format!("paddock-docker-{s}");
+    let container = environment_name("docker", t.home.path(), &s);
     assert_eq!(docker_containers(&container), container);
     let dir = t.agent_dirs().into_iter().next().unwrap();
     let agent = the_agent(&dir);
@@ -772,7 +825,7 @@ fn idle_sweep_leaves_other_state_directories_instances_alone() {
     let s = owner.session("mine");
     let v = owner.sh("apptainer", &s, json!({"command": "echo mine"}));
     assert_eq!(v["output"], json!("mine\n"), "{v}");
-    let instance = format!("paddock-apptainer-{s}");
+    let instance = environment_name("apptainer", owner.home.path(), &s);
     assert!(apptainer_instances().contains(&instance));
     sweeper.sh(
         "sandboxed",

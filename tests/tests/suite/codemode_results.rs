@@ -188,3 +188,56 @@ fn paddock_call_runs_a_tool_and_code_mode() {
     assert_eq!(run.code, 1);
     assert_eq!(run.json()["error_code"], json!("tool:invalid_arguments"));
 }
+
+/// Tool arguments leave the script as `json.dumps` would write them (the runtime calls the
+/// native encoder directly), answers come back as `json.loads` reads them, and a refused
+/// argument leaves nothing behind that refuses the next call.
+#[test]
+fn tool_arguments_and_answers_cross_as_json() {
+    let v = run_script(
+        r#"out = {}
+try:
+    await tools.wait(milliseconds=object())
+except TypeError as e:
+    out['not_json'] = str(e)
+box = []
+box.append(box)
+try:
+    await tools.wait(milliseconds=box)
+except TypeError as e:
+    out['circular'] = str(e)
+box.clear()
+try:
+    await tools.wait(milliseconds=box)
+except Exception as e:
+    out['after'] = (type(e).__name__, getattr(e, 'paddock_error_code', None))
+text = 'é ☃ 𝄞 "q" \\ tab\t'
+r = await tools.terminal(command="printf '%s' '" + text + "'")
+out['echo'] = r['output'] == text or r['output']
+out['waited'] = (await tools.wait(milliseconds=1))['waited_ms'] >= 1
+out"#,
+        &[],
+    )
+    .json();
+    assert_eq!(v["ok"], json!(true), "{v}");
+    let out = &v["result"];
+    assert_eq!(
+        out["not_json"],
+        json!(
+            "arguments of tool 'wait' must be JSON values: Object of type object is not JSON \
+             serializable"
+        )
+    );
+    assert_eq!(
+        out["circular"],
+        json!("arguments of tool 'wait' must be JSON values: Circular reference detected")
+    );
+    // The same list, no longer circular, reaches the engine, whose schema check refuses it.
+    assert_eq!(
+        out["after"],
+        json!(["ValueError", "tool:invalid_arguments"]),
+        "{out}"
+    );
+    assert_eq!(out["echo"], json!(true), "{v}");
+    assert_eq!(out["waited"], json!(true), "{out}");
+}

@@ -135,29 +135,44 @@ impl Target {
     }
 
     fn call_env(&self, session: &str, tool: &str, args: Value, env: &[(&str, &str)]) -> Run {
+        self.invocation(session, tool, args, env).run()
+    }
+
+    /// One `paddock call` of this target, to run later (on another thread too).
+    fn invocation(
+        &self,
+        session: &str,
+        tool: &str,
+        args: Value,
+        env: &[(&str, &str)],
+    ) -> Invocation {
         self.sessions.borrow_mut().insert(session.to_owned());
         if tool == "python_execute" || tool == "python_environment_info" {
             self.sessions
                 .borrow_mut()
                 .insert(format!("{session}.python"));
         }
-        let args = args.to_string();
-        let mut argv = vec![
+        let mut argv: Vec<String> = [
             "call",
             tool,
             "--args",
-            &args,
+            &args.to_string(),
             "--session",
             session,
             "--backend",
             self.backend,
-        ];
+        ]
+        .map(str::to_owned)
+        .to_vec();
         if let Some(policy) = &self.policy {
-            argv.extend(["--policy", policy]);
+            argv.extend(["--policy".to_owned(), policy.clone()]);
         }
-        let mut vars = vec![("PADDOCK_HOME", self.home.path().to_str().unwrap())];
-        vars.extend_from_slice(env);
-        paddock_env(&argv, &vars, None, Duration::from_secs(120))
+        let mut vars = vec![(
+            "PADDOCK_HOME".to_owned(),
+            self.home.path().display().to_string(),
+        )];
+        vars.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        Invocation { argv, vars }
     }
 
     fn sh(&self, session: &str, args: Value) -> Value {
@@ -208,13 +223,31 @@ impl Target {
     }
 }
 
+/// A `paddock call` built by [`Target::invocation`].
+struct Invocation {
+    argv: Vec<String>,
+    vars: Vec<(String, String)>,
+}
+
+impl Invocation {
+    fn run(&self) -> Run {
+        let argv: Vec<&str> = self.argv.iter().map(String::as_str).collect();
+        let vars: Vec<(&str, &str)> = self
+            .vars
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        paddock_env(&argv, &vars, None, Duration::from_secs(120))
+    }
+}
+
 impl Drop for Target {
     fn drop(&mut self) {
         // The containers and instances of this test's sessions are not left behind.
         let sessions = self.sessions.borrow();
         for session in sessions.iter() {
             let base = session.strip_suffix(".python").unwrap_or(session);
-            let name = format!("paddock-{}-{base}", self.backend);
+            let name = paddock_tests::environment_name(self.backend, self.home.path(), base);
             let _ = match self.backend {
                 "docker" | "docker_exec" => std::process::Command::new("docker")
                     .args(["rm", "-f", &name])
@@ -225,8 +258,37 @@ impl Drop for Target {
                 "slurm" | "slurm_apptainer" => std::process::Command::new("scancel")
                     .arg(format!("--name={name}"))
                     .output(),
+                // The session's agent on the ssh host, shut down through the forwarded socket.
+                "ssh" if session == base => {
+                    let mut argv = vec!["sessions", "close", base];
+                    if let Some(policy) = &self.policy {
+                        argv.extend(["--policy", policy]);
+                    }
+                    let home = self.home.path().to_string_lossy().into_owned();
+                    paddock_env(
+                        &argv,
+                        &[("PADDOCK_HOME", &home)],
+                        None,
+                        Duration::from_secs(30),
+                    );
+                    continue;
+                }
                 _ => continue,
             };
+        }
+        // The ssh backend's shared connection (ControlPersist) would outlive the state directory.
+        if self.backend == "ssh"
+            && let Ok(masters) = std::fs::read_dir(self.home.path().join("ssh"))
+        {
+            for master in masters.flatten() {
+                let _ = std::process::Command::new("ssh")
+                    .arg("-O")
+                    .arg("exit")
+                    .arg("-o")
+                    .arg(format!("ControlPath={}", master.path().display()))
+                    .arg("paddock-conformance")
+                    .output();
+            }
         }
     }
 }
@@ -333,6 +395,86 @@ fn cwd_exports_functions_and_aliases_persist_within_a_session_only(t: &Target) {
     assert_eq!(other["output"], json!("[]\nno-function\n"));
 }
 
+/// Commands of one session that overlap keep each other's changes: each applies to the
+/// session's state only what it changed, so a slow command that ends last does not write back
+/// the directory and exports it started with over those a quick one saved meanwhile. Without
+/// the agent (`docker_exec`) each command still saves its whole state: the last one wins.
+fn overlapping_commands_keep_each_others_changes(t: &Target) {
+    let s = t.session("overlap");
+    let d = t.scratch();
+    let v = t.sh(
+        &s,
+        json!({"command": format!("mkdir -p {d}/sub && cd {d} && export KEPT=0")}),
+    );
+    assert_eq!(v["exit_code"], 0, "{v}");
+    let slow = t.invocation(
+        &s,
+        "terminal",
+        json!({"command": "echo \"[$QUICK]\"; sleep 3; export SLOW=1"}),
+        &[],
+    );
+    let quick = t.invocation(
+        &s,
+        "terminal",
+        json!({"command": format!("cd {d}/sub && export QUICK=1 && alias qq='echo hi'")}),
+        &[],
+    );
+    let (slow, quick) = std::thread::scope(|scope| {
+        let slow = scope.spawn(|| slow.run());
+        std::thread::sleep(Duration::from_millis(1500));
+        let quick = quick.run();
+        (slow.join().unwrap().json(), quick.json())
+    });
+    assert_eq!(quick["exit_code"], 0, "{quick}");
+    assert_eq!(slow["exit_code"], 0, "{slow}");
+    // The slow command started before the quick one saved its state.
+    assert_eq!(slow["output"], json!("[]\n"), "no overlap: {slow}");
+    let after = t.sh(
+        &s,
+        json!({"command": "echo \"[$KEPT][$SLOW][$QUICK]\"; pwd; alias qq 2>&1"}),
+    );
+    let output = after["output"].as_str().unwrap();
+    if t.backend == "docker_exec" {
+        let lines: Vec<&str> = output.lines().take(2).collect();
+        assert_eq!(lines, vec!["[0][1][]", d.as_str()], "{after}");
+        return;
+    }
+    assert_eq!(
+        output,
+        format!("[0][1][1]\n{d}/sub\nalias qq='echo hi'\n"),
+        "{after}"
+    );
+}
+
+/// A background process that ends applies only its own changes to the session's shell state:
+/// it once wrote back the directory and exports it started with, undoing the commands run
+/// meanwhile. Without the agent (`docker_exec`) it still does.
+fn a_background_process_that_ends_keeps_the_sessions_later_changes(t: &Target) {
+    let s = t.session("bgend");
+    let d = t.scratch();
+    let v = t.sh(
+        &s,
+        json!({"command": format!("mkdir -p {d}/a {d}/b && cd {d}/a")}),
+    );
+    assert_eq!(v["exit_code"], 0, "{v}");
+    let started = t.sh(&s, json!({"command": "sleep 1", "background": true}));
+    let id = started["session_id"].as_str().unwrap().to_owned();
+    let v = t.sh(&s, json!({"command": format!("cd {d}/b && export X=1")}));
+    assert_eq!(v["exit_code"], 0, "{v}");
+    let waited = t.process(
+        &s,
+        json!({"action": "wait", "session_id": id, "timeout": 60}),
+    );
+    assert_eq!(waited["state"], json!("exited"), "{waited}");
+    let after = t.sh(&s, json!({"command": "pwd; echo X=$X"}));
+    let expected = if t.backend == "docker_exec" {
+        format!("{d}/a\nX=\n")
+    } else {
+        format!("{d}/b\nX=1\n")
+    };
+    assert_eq!(after["output"], json!(expected), "{after}");
+}
+
 fn workdir_applies_to_one_call_only(t: &Target) {
     t.sh(&t.session("a"), json!({"command": "cd /"}));
     let v = t.sh(
@@ -375,15 +517,52 @@ fn a_vanished_working_directory_is_reported_and_recovered_from(t: &Target) {
     );
 }
 
+/// A command that shows its terminal's name and whether that name leads to its stdin.
+const NAME_THE_TERMINAL: &str = "t=$(tty); echo \"name:$t\"; ls -l \"$t\" && \
+    [ /proc/self/fd/0 -ef \"$t\" ] && echo same-terminal; test -t 0 && test -t 1 && echo isatty";
+
+/// The lines [`NAME_THE_TERMINAL`] printed name a `/dev/pts/N` that exists where the command
+/// runs (a character device, listed by `ls -l`) and is the command's own terminal. Programs
+/// that look their terminal up (tty, ssh, gpg, sudo) need exactly that.
+fn assert_named_terminal(lines: &[&str]) {
+    let name = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("name:"))
+        .unwrap_or_else(|| panic!("no name: line in {lines:?}"));
+    let number = name
+        .strip_prefix("/dev/pts/")
+        .unwrap_or_else(|| panic!("tty answered {name:?}, not a /dev/pts/N: {lines:?}"));
+    assert!(
+        !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()),
+        "{name:?} is not a /dev/pts/N: {lines:?}"
+    );
+    let listed = lines
+        .iter()
+        .find(|l| l.ends_with(&format!(" {name}")))
+        .unwrap_or_else(|| panic!("ls -l {name} listed nothing: {lines:?}"));
+    assert!(
+        listed.starts_with('c'),
+        "{name} is not a character device: {listed:?}"
+    );
+    assert!(
+        lines.contains(&"same-terminal"),
+        "{name} is not the command's stdin: {lines:?}"
+    );
+    assert!(
+        lines.contains(&"isatty"),
+        "stdin or stdout is not a terminal: {lines:?}"
+    );
+}
+
 fn pty_mode_gives_a_terminal(t: &Target) {
     let v = t.sh(
         &t.session("s"),
-        // Not `tty`: apptainer's contained /dev has its own devpts, where the terminal has no
-        // name, though it is one.
-        json!({"command": "test -t 0 && test -t 1 && echo isatty; stty size", "pty": true}),
+        json!({"command": format!("{NAME_THE_TERMINAL}; stty size"), "pty": true}),
     );
     let out = v["output"].as_str().unwrap();
-    assert_eq!(out, "isatty\n40 120\n", "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_named_terminal(&lines);
+    assert_eq!(lines.last(), Some(&"40 120"), "{out}");
     let plain = t.sh(
         &t.session("s"),
         json!({"command": "test -t 1 && echo isatty || echo notty"}),
@@ -473,8 +652,14 @@ fn background_stdin_without_a_pty(t: &Target) {
 }
 
 fn background_stdin_with_a_pty_and_close(t: &Target) {
-    let id = start_background(t, &t.session("s"), "test -t 0 && echo tty-ok; cat", true);
-    wait_for_log(t, &t.session("s"), &id, "tty-ok");
+    let id = start_background(
+        t,
+        &t.session("s"),
+        &format!("{NAME_THE_TERMINAL}; echo tty-ok; cat"),
+        true,
+    );
+    let lines = wait_for_log(t, &t.session("s"), &id, "tty-ok");
+    assert_named_terminal(&lines.iter().map(String::as_str).collect::<Vec<_>>());
     t.process(
         &t.session("s"),
         json!({"action": "submit", "session_id": id, "data": "hello-pty"}),
@@ -693,6 +878,8 @@ conformance!([
     a_command_ignoring_sigterm_is_killed_after_the_grace,
     leftovers_of_a_finished_command_do_not_outlive_it,
     cwd_exports_functions_and_aliases_persist_within_a_session_only,
+    overlapping_commands_keep_each_others_changes,
+    a_background_process_that_ends_keeps_the_sessions_later_changes,
     workdir_applies_to_one_call_only,
     a_vanished_working_directory_is_reported_and_recovered_from,
     pty_mode_gives_a_terminal,

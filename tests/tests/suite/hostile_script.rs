@@ -312,21 +312,26 @@ impl Drop for Fixture {
 }
 
 /// Waits until `pid` runs `sleep` (not `setpriv` any more), then answers its stack's last page.
+///
+/// The kernel renames the process before it sets up the new stack (`begin_new_exec` comes before
+/// `setup_arg_pages`), so under load `comm` can say "sleep" while maps has no `[stack]` yet:
+/// both are waited for.
 fn wait_for_sleep(pid: u32) -> (u64, usize) {
     let started = Instant::now();
-    loop {
+    let line = loop {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         if comm.trim() == "sleep" {
-            break;
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+            if let Some(line) = maps.lines().find(|l| l.ends_with("[stack]")) {
+                break line.to_owned();
+            }
         }
         assert!(
             started.elapsed() < Duration::from_secs(5),
-            "sleeper {pid} never ran sleep"
+            "sleeper {pid} never ran sleep with its stack set up"
         );
         std::thread::sleep(Duration::from_millis(2));
-    }
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    let line = maps.lines().find(|l| l.ends_with("[stack]")).unwrap();
+    };
     let end = line.split(['-', ' ']).nth(1).unwrap();
     let end = u64::from_str_radix(end, 16).unwrap();
     (end - 4096, 4096)

@@ -4,26 +4,43 @@
 use std::path::Path;
 use std::time::Duration;
 
-use paddock_tests::{Run, paddock_env};
+use paddock_tests::{Run, paddock_at};
 use serde_json::{Value, json};
 
 /// `paddock ARGS` with its state in `home`.
 fn run(home: &Path, args: &[&str]) -> Run {
-    paddock_env(
+    run_in(None, home, args)
+}
+
+/// `paddock ARGS` with its state in `home`, started in `cwd` (the local sandbox's workspace).
+fn run_in(cwd: Option<&Path>, home: &Path, args: &[&str]) -> Run {
+    paddock_at(
+        cwd,
         args,
         &[("PADDOCK_HOME", home.to_str().unwrap())],
         None,
-        Duration::from_secs(60),
+        Duration::from_secs(90),
     )
 }
 
 fn call(home: &Path, session: &str, tool: &str, args: Value, policy: Option<&str>) -> Value {
+    call_in(None, home, session, tool, args, policy)
+}
+
+fn call_in(
+    cwd: Option<&Path>,
+    home: &Path,
+    session: &str,
+    tool: &str,
+    args: Value,
+    policy: Option<&str>,
+) -> Value {
     let args = args.to_string();
     let mut argv = vec!["call", tool, "--args", &args, "--session", session];
     if let Some(policy) = policy {
         argv.extend(["--policy", policy]);
     }
-    let out = run(home, &argv);
+    let out = run_in(cwd, home, &argv);
     assert_eq!(out.code, 0, "stdout={} stderr={}", out.stdout, out.stderr);
     out.json()
 }
@@ -96,6 +113,19 @@ fn close_ends_processes_keeps_receipts_and_removes_state() {
     let process = started["session_id"].as_str().unwrap().to_owned();
     let pid = started["pid"].as_i64().unwrap();
     assert!(alive(pid));
+    // python_execute's run (its script and artifacts) belongs to the session too.
+    let python = call(
+        home.path(),
+        "s1",
+        "python_execute",
+        json!({"code": "import os\nopen(os.environ['PADDOCK_ARTIFACTS'] + '/a.txt', 'w').write('x')"}),
+        None,
+    );
+    let artifact = python["artifacts"][0]["location"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(Path::new(&artifact).exists(), "{python}");
     assert_eq!(list(home.path(), None)[0]["background_processes"], 1);
     assert!(home.path().join("sessions/s1").exists());
 
@@ -112,6 +142,10 @@ fn close_ends_processes_keeps_receipts_and_removes_state() {
 
     wait_until("the background process ends", || !alive(pid));
     assert!(!home.path().join("sessions/s1").exists());
+    assert!(
+        !Path::new(&artifact).exists(),
+        "{artifact} outlived its session"
+    );
     assert!(list(home.path(), None).is_empty());
     let receipt: Value = serde_json::from_slice(
         &std::fs::read(
@@ -170,6 +204,65 @@ fn idle_sessions_are_closed_by_the_next_paddock() {
     assert_eq!(ids, vec![json!("new")]);
     assert!(!home.path().join("sessions/old").exists());
     wait_until("the idle session's process ends", || !alive(pid));
+}
+
+/// A sweep (of the next paddock that finds an idle session, or `paddock serve`'s every minute)
+/// leaves alone the environment a live session's python_execute runs in (`ID.python`): it
+/// once took it for an orphan and killed its sandboxed agent mid-run.
+#[test]
+fn a_sweep_spares_the_python_execute_of_a_live_session() {
+    let home = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let policy = home.path().join("policy.toml");
+    std::fs::write(&policy, "[sessions]\nidle_timeout_seconds = 2\n").unwrap();
+    let policy = policy.to_str().unwrap().to_owned();
+    let call_here = |session: &str, tool: &str, args: Value| {
+        call_in(
+            Some(workspace.path()),
+            home.path(),
+            session,
+            tool,
+            args,
+            Some(&policy),
+        )
+    };
+    // A session left to expire, so that a later paddock sweeps.
+    call_here("old", "terminal", json!({"command": "true"}));
+    let dir = workspace.path().display().to_string();
+    let code = format!(
+        "import pathlib, time\n\
+         ws = pathlib.Path({dir:?})\n\
+         (ws / 'started').write_text('yes')\n\
+         deadline = time.time() + 60\n\
+         while not (ws / 'swept').exists() and time.time() < deadline:\n    time.sleep(0.05)\n\
+         print('survived the sweep' if (ws / 'swept').exists() else 'never swept')\n"
+    );
+    let python = std::thread::scope(|scope| {
+        let running = scope.spawn(|| call_here("live", "python_execute", json!({"code": code})));
+        wait_until("python_execute runs", || {
+            workspace.path().join("started").exists() || running.is_finished()
+        });
+        std::thread::sleep(Duration::from_millis(3200));
+        // Closes `old`, then sweeps the environments no live session owns.
+        call_here("new", "terminal", json!({"command": "true"}));
+        std::fs::write(workspace.path().join("swept"), "yes").unwrap();
+        running.join().unwrap()
+    });
+    assert_eq!(python["exit_code"], 0, "{python}");
+    assert_eq!(
+        python["output"].as_str().unwrap().trim(),
+        "survived the sweep",
+        "{python}"
+    );
+    let ids: Vec<Value> = list(home.path(), Some(&policy))
+        .into_iter()
+        .map(|s| s["id"].clone())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![json!("live"), json!("new")],
+        "`old` was not swept"
+    );
 }
 
 #[test]

@@ -84,7 +84,7 @@ impl Cluster {
     }
 
     fn job_name(&self, session: &str) -> String {
-        format!("paddock-slurm-{session}")
+        paddock_tests::environment_name("slurm", self.home.path(), session)
     }
 
     fn paddock(&self, args: &[&str]) -> Run {

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use paddock_tests::{Run, paddock_env};
+use paddock_tests::{Run, environment_name, paddock_env};
 use serde_json::json;
 
 fn services_policy() -> String {
@@ -80,7 +80,7 @@ fn a_new_session_claims_a_warm_container_and_the_pool_is_refilled() {
     )
     .unwrap();
     let policy = policy.to_str().unwrap();
-    let warm_prefix = format!("paddock-{backend}-.warm-");
+    let warm_prefix = environment_name(&backend, home.path(), ".warm-");
     let terminal = |session: &str| {
         let args = json!({"command": "echo ready-$PADDOCK_SESSION"}).to_string();
         let out = run(
@@ -113,7 +113,7 @@ fn a_new_session_claims_a_warm_container_and_the_pool_is_refilled() {
 
     // The second claims one of them: its container is one that existed before it asked.
     terminal("second");
-    let mine = containers(&format!("paddock-{backend}-second"));
+    let mine = containers(&environment_name(&backend, home.path(), "second"));
     assert_eq!(mine.len(), 1, "{mine:?}");
     assert!(
         pool.iter().any(|(id, _)| *id == mine[0].0),
@@ -136,8 +136,8 @@ fn a_new_session_claims_a_warm_container_and_the_pool_is_refilled() {
         );
         assert_eq!(out.code, 0, "{} {}", out.stdout, out.stderr);
     }
-    assert!(containers(&format!("paddock-{backend}-first")).is_empty());
-    assert!(containers(&format!("paddock-{backend}-second")).is_empty());
+    assert!(containers(&environment_name(&backend, home.path(), "first")).is_empty());
+    assert!(containers(&environment_name(&backend, home.path(), "second")).is_empty());
     for (id, _) in containers(&warm_prefix) {
         let _ = std::process::Command::new("docker")
             .args(["rm", "-f", &id])
@@ -184,7 +184,7 @@ fn paddock_serve_fills_the_pool_when_it_starts() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let warm_prefix = format!("paddock-{backend}-.warm-");
+    let warm_prefix = environment_name(&backend, home.path(), ".warm-");
     let filled = Instant::now() + Duration::from_secs(90);
     let mut ready = false;
     while Instant::now() < filled {

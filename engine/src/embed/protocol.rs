@@ -1,0 +1,174 @@
+//! The embedding protocol's messages (docs/embedding-protocol.md): one JSON object per line on
+//! the `paddock embed` process's stdin (client to engine) and stdout (engine to client), each
+//! with a `type`. Requests carry the client's `id`; `host_call` and `approval_request` carry the
+//! engine's own, which the client's `host_result` and `approval_reply` answer.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::events::ToolCallEvent;
+use crate::vocabulary::approver::ApprovalRequest;
+
+/// The protocol's version: `hello` names the one the client speaks, `ready` the engine's.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest line either side may send, in bytes (a script is at most 1 MiB, a tool's arguments
+/// 4 MiB; results are capped by `max_output_chars`).
+pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// What the client sends.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ClientMessage {
+    /// First message, exactly once: the client's tools and how it wants the engine.
+    Hello(Hello),
+    /// Runs a script; answered by one `result` whose `value` is the script's result object.
+    RunToolsScript {
+        id: u64,
+        code: String,
+        #[serde(default)]
+        limits: LimitOverrides,
+    },
+    /// Calls any tool by name (`run_tools_script` included); answered by one `result`.
+    Call {
+        id: u64,
+        tool: String,
+        #[serde(default = "empty_object")]
+        args: Value,
+    },
+    /// The answer to `host_call` `id`: `ok` with `value`, or not with `error`.
+    HostResult {
+        id: u64,
+        ok: bool,
+        #[serde(default)]
+        value: Value,
+        #[serde(default)]
+        error: Option<HostError>,
+    },
+    /// The answer to `approval_request` `id`.
+    ApprovalReply {
+        id: u64,
+        approved: bool,
+        /// `once` (default), `session` or `always` when approved.
+        #[serde(default)]
+        scope: Option<String>,
+    },
+    /// Cancels request `id` (a running script's child is killed); its `result` is not sent.
+    Cancel { id: u64 },
+    /// Ends the engine: running requests are cancelled, the engine's session is closed.
+    Close,
+}
+
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+/// `hello`: everything the engine needs before it can answer anything.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hello {
+    pub protocol: u32,
+    /// A policy file; none: `$PADDOCK_POLICY`, else the built-in policy.
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// The session environment tools run in; none: a session of this engine's own, closed
+    /// when the engine ends.
+    #[serde(default)]
+    pub session: Option<String>,
+    #[serde(default)]
+    pub tools: Vec<HostToolSpec>,
+    /// The client answers `approval_request`s.
+    #[serde(default)]
+    pub approver: bool,
+    /// The client wants `event` messages.
+    #[serde(default)]
+    pub events: bool,
+    /// Notebook session: each script sees the names earlier scripts of the session defined
+    /// (as `[codemode] keep_state = true`; the policy's `true` cannot be turned off here).
+    #[serde(default)]
+    pub keep_state: bool,
+}
+
+/// A tool the client implements.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostToolSpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    #[serde(default = "any_object")]
+    pub input_schema: Value,
+    /// Every call asks the approver first (as `[tools] require_approval` does).
+    #[serde(default)]
+    pub requires_approval: bool,
+}
+
+fn any_object() -> Value {
+    serde_json::json!({"type": "object"})
+}
+
+/// Per-script limits; each one left out is the policy's.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitOverrides {
+    pub timeout_seconds: Option<f64>,
+    pub max_tool_calls: Option<u32>,
+    pub max_memory_mb: Option<u64>,
+    pub max_output_chars: Option<usize>,
+}
+
+/// How a host tool failed: the Python exception's class name and text.
+#[derive(Debug, Clone, Deserialize)]
+pub struct HostError {
+    #[serde(default)]
+    pub exception: Option<String>,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// What the engine sends.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerMessage {
+    /// The answer to `hello`: the engine is up.
+    Ready {
+        protocol: u32,
+        version: &'static str,
+        session: String,
+        /// Every tool a caller may use, host tools included.
+        tools: Vec<String>,
+    },
+    /// The answer to request `id`: `ok` with `value`, or not with `error`
+    /// (`{"error", "error_code"}`). A script that failed is `ok` (its result object says so).
+    Result {
+        id: u64,
+        ok: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        value: Option<Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<Value>,
+    },
+    /// Calls host tool `tool`; `request` is the client's id of the script (or call) it serves.
+    HostCall {
+        id: u64,
+        tool: String,
+        args: Value,
+        call_id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+    },
+    /// Host call `id` is no longer awaited (its script timed out or was cancelled).
+    HostCancel { id: u64 },
+    /// Asks the client's approver; answered by `approval_reply`.
+    ApprovalRequest { id: u64, request: ApprovalRequest },
+    /// One ToolCallEvent (when `hello` asked for them).
+    Event { event: ToolCallEvent },
+    /// A message the engine could not read, or a fatal start-up error (then the engine exits).
+    Error {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<u64>,
+        error: String,
+        fatal: bool,
+    },
+}

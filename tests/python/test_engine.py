@@ -1,0 +1,568 @@
+"""The `paddock` package against the real engine: host tools, errors, timeouts, approvals,
+events, limits, concurrency, the built-in tools, the sync API, and nothing left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Literal, Optional
+
+import pydantic  # installed in the test environment by scripts/test-python.sh
+import pytest
+
+import paddock
+from conftest import alive, descendants
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def add(a: int, b: int = 2) -> int:
+    """Adds two numbers.
+
+    Args:
+        a: the first number
+        b: the second number
+    """
+    return a + b
+
+
+async def shout(text: str, pause: float = 0.0) -> str:
+    """Upper-cases text, after a pause."""
+    await asyncio.sleep(pause)
+    return text.upper()
+
+
+def processes_with_env(marker: str) -> List[int]:
+    """Live processes whose environment holds `marker` (this test's PADDOCK_HOME)."""
+    found = []
+    needle = marker.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read() and alive(int(entry)):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def assert_nothing_left(engine_pid: int, below: set) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        left = [p for p in below | {engine_pid} if alive(p)]
+        left += processes_with_env("PADDOCK_HOME=" + os.environ["PADDOCK_HOME"])
+        if not left:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"processes left after close: {sorted(set(left))}")
+
+
+# ------------------------------------------------------------------ install
+
+
+def test_the_wheel_installed_the_binary_the_engine_uses(venv_bin: Path) -> None:
+    assert "PADDOCK_BIN" not in os.environ
+    assert paddock.find_paddock_bin() == str(venv_bin / "paddock")
+    out = subprocess.run([str(venv_bin / "paddock"), "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("paddock "), out
+    assert (Path(paddock.__file__).parent / "py.typed").is_file()
+    # No Rust toolchain is needed: the package is pure Python beside the binary.
+    assert not list(Path(paddock.__file__).parent.glob("*.so"))
+
+
+def is_static_elf(path: Path) -> bool:
+    """A 64-bit ELF without a PT_INTERP program header: it runs in any x86-64 environment."""
+    data = path.read_bytes()[: 64 * 1024]
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        return False
+    phoff = int.from_bytes(data[32:40], "little")
+    phentsize = int.from_bytes(data[54:56], "little")
+    phnum = int.from_bytes(data[56:58], "little")
+    kinds = [int.from_bytes(data[phoff + i * phentsize : phoff + i * phentsize + 4], "little") for i in range(phnum)]
+    return bool(kinds) and 3 not in kinds
+
+
+def services_backend_policy(backend: str, tmp_path: Path) -> Path:
+    """A policy routing the environment tools to `backend` of scripts/test-services.sh."""
+    skipped = [b.strip() for b in os.environ.get("PADDOCK_SKIP_BACKENDS", "").split(",")]
+    if backend in skipped:
+        pytest.skip(f"the {backend} backend is left out (PADDOCK_SKIP_BACKENDS)")
+    services = Path(os.environ.get("PADDOCK_TEST_POLICY", "/tmp/paddock-services/policy.toml"))
+    text = services.read_text() if services.is_file() else ""
+    header = f"[backends.{backend}]"
+    if header not in text:
+        raise AssertionError(
+            f"the {backend} test service is not up ({services} has no {header}): run "
+            f"scripts/test-services.sh as root, or set PADDOCK_SKIP_BACKENDS={backend}"
+        )
+    section = text[text.index(header) :]
+    end = section.find("\n[", 1)
+    section = section if end < 0 else section[:end]
+    policy = tmp_path / f"{backend}.toml"
+    policy.write_text(
+        f"{section}\n\n[routes]\nterminal = \"{backend}\"\nprocess = \"{backend}\"\n"
+    )
+    return policy
+
+
+def test_the_wheel_carries_the_static_agent_remote_backends_need(venv_bin: Path, tmp_path: Path) -> None:
+    agent = venv_bin / "paddock-agent"
+    assert agent.is_file() and os.access(agent, os.X_OK), "the wheel installed no paddock-agent"
+    assert is_static_elf(agent), f"{agent} needs a dynamic loader"
+    assert "PADDOCK_AGENT_BIN" not in os.environ
+    # The docker backend goes through the agent by default and fails, naming it, when none is
+    # found: a command that runs proves the engine found the one pip put beside it.
+    policy = services_backend_policy("docker", tmp_path)
+    with paddock.Engine(policy=policy) as engine:
+        result = engine.call_sync("terminal", command="test -f /.dockerenv && echo in-container")
+        assert result["exit_code"] == 0 and result["output"].strip() == "in-container", result
+        pid = engine._proc.pid
+        below = descendants(pid)
+    assert_nothing_left(pid, below)
+    containers = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"name={engine.session}"], capture_output=True, text=True
+    )
+    assert containers.returncode == 0 and containers.stdout.strip() == "", containers
+
+
+# ------------------------------------------------------------------ schemas
+
+
+def test_schemas_come_from_hints_defaults_and_docstrings() -> None:
+    def search(query: str, limit: int = 10, tags: Optional[List[str]] = None,
+               mode: Literal["fast", "deep"] = "fast", weights: Dict[str, float] = {},
+               exact: bool = False) -> list:
+        """Searches the index.
+
+        Args:
+            query: what to look for
+            limit: how many results
+        """
+        return []
+
+    spec = paddock.HostTool(search).spec()
+    schema = spec["input_schema"]
+    assert spec["name"] == "search"
+    assert spec["description"] == "Searches the index."
+    assert schema["required"] == ["query"]
+    assert schema["additionalProperties"] is False
+    props = schema["properties"]
+    assert props["query"] == {"type": "string", "description": "what to look for"}
+    assert props["limit"] == {"type": "integer", "description": "how many results", "default": 10}
+    assert props["tags"] == {"type": ["array", "null"], "items": {"type": "string"}, "default": None}
+    assert props["mode"] == {"enum": ["fast", "deep"], "default": "fast"}
+    assert props["weights"]["type"] == "object"
+    assert props["weights"]["additionalProperties"] == {"type": "number"}
+    assert props["exact"] == {"type": "boolean", "default": False}
+
+
+# ------------------------------------------------------------------ host tools
+
+
+def test_sync_and_async_host_tools_are_called_from_a_script() -> None:
+    calls: List[Any] = []
+
+    def record(value: int) -> Dict[str, int]:
+        calls.append((value, threading.current_thread().name))
+        return {"seen": value}
+
+    async def main() -> None:
+        async with paddock.Engine(tools=[add, shout, record]) as engine:
+            assert {"add", "shout", "record"} <= set(engine.tool_names)
+            result = await engine.run_tools_script(
+                "a = await tools.add(a=40)\n"
+                "b = await tools.shout(text='hi')\n"
+                "c = await tools.record(value=a)\n"
+                "[a, b, c]"
+            )
+            assert result["ok"], result
+            assert result["result"] == [42, "HI", {"seen": 42}]
+            assert calls == [(42, calls[0][1])]
+            # The schema is checked by the engine before the host sees the call.
+            bad = await engine.run_tools_script(
+                "try:\n    await tools.add(a='x')\nexcept ValueError as e:\n    print(e)\n"
+            )
+            assert "field `a`" in bad["output"], bad
+            # A direct call of a host tool goes through the same registry.
+            assert await engine.call("add", a=1, b=1) == 2
+
+    asyncio.run(main())
+
+
+def test_a_host_tool_exception_is_catchable_and_names_the_tool() -> None:
+    def fails(path: str) -> str:
+        raise FileNotFoundError(f"no such file: {path}")
+
+    async def main() -> None:
+        async with paddock.Engine(tools=[fails]) as engine:
+            result = await engine.run_tools_script(
+                "try:\n"
+                "    await tools.fails(path='/x')\n"
+                "except RuntimeError as e:\n"
+                "    caught = str(e)\n"
+                "caught"
+            )
+            assert result["ok"], result
+            assert "host tool 'fails' raised FileNotFoundError: no such file: /x" in result["result"]
+            assert result["tool_errors"] == [{"tool": "fails", "error_code": "tool:failed"}]
+            uncaught = await engine.run_tools_script("await tools.fails(path='/y')")
+            assert uncaught["ok"] is False
+            assert uncaught["error_code"] == "codemode:script_error"
+            assert "fails" in uncaught["error"]
+
+    asyncio.run(main())
+
+
+def test_a_hanging_host_tool_is_bounded_by_the_script_timeout() -> None:
+    cancelled = threading.Event()
+    release = threading.Event()
+
+    async def hangs() -> str:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            cancelled.set()
+        return "never"
+
+    def blocks() -> str:
+        release.wait(60)
+        return "late"
+
+    async def main() -> None:
+        async with paddock.Engine(tools=[hangs, blocks]) as engine:
+            for name in ("hangs", "blocks"):
+                started = time.monotonic()
+                result = await engine.run_tools_script(f"await tools.{name}()", timeout=1.0)
+                took = time.monotonic() - started
+                assert result["ok"] is False and result["error_code"] == "codemode:timeout", result
+                assert took < 5, took
+            # The engine abandoned the async call: its task was cancelled on this loop.
+            assert cancelled.wait(5)
+            release.set()
+            # The late answer of the blocked sync tool is dropped; the engine still works.
+            assert (await engine.run_tools_script("7"))["result"] == 7
+
+    asyncio.run(main())
+
+
+def test_approvals_ask_the_python_approver() -> None:
+    asked: List[Dict[str, Any]] = []
+    ran: List[str] = []
+    answers = iter([True, False])
+
+    @paddock.tool(requires_approval=True)
+    def delete_user(name: str) -> str:
+        """Deletes a user."""
+        ran.append(name)
+        return f"deleted {name}"
+
+    def approver(request: Dict[str, Any]) -> bool:
+        asked.append(request)
+        return next(answers)
+
+    async def main() -> None:
+        async with paddock.Engine(tools=[delete_user], approver=approver) as engine:
+            ok = await engine.run_tools_script("await tools.delete_user(name='ann')")
+            assert ok["ok"] and ok["result"] == "deleted ann", ok
+            denied = await engine.run_tools_script(
+                "try:\n    await tools.delete_user(name='bob')\nexcept PermissionError as e:\n    print('denied:', e)\n"
+            )
+            assert denied["ok"] and "denied:" in denied["output"], denied
+
+    asyncio.run(main())
+    assert ran == ["ann"]
+    assert [r["tool"] for r in asked] == ["delete_user", "delete_user"]
+    assert "ann" in asked[0]["subject"] and "bob" in asked[1]["subject"]
+
+
+def test_without_an_approver_a_tool_needing_approval_is_denied() -> None:
+    @paddock.tool(requires_approval=True)
+    def risky() -> str:
+        raise AssertionError("must not run")
+
+    with paddock.Engine(tools=[risky]) as engine:
+        with pytest.raises(paddock.ToolError) as err:
+            engine.call_sync("risky")
+        assert err.value.code == "tool_approval:denied"
+
+
+def test_events_reach_the_callback_with_the_script_as_parent() -> None:
+    events: List[Dict[str, Any]] = []
+    with paddock.Engine(tools=[add], on_event=events.append) as engine:
+        result = engine.run_tools_script_sync("await tools.add(a=1)\nawait tools.add(a=2)")
+        assert result["ok"], result
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and len(events) < 6:
+            time.sleep(0.01)
+    scripts = [e for e in events if e["tool"] == "run_tools_script"]
+    nested = [e for e in events if e["tool"] == "add"]
+    assert [e["phase"] for e in scripts] == ["started", "finished"]
+    assert [e["phase"] for e in nested] == ["started", "finished", "started", "finished"]
+    assert {e["parent_call_id"] for e in nested} == {scripts[0]["call_id"]}
+    assert all(e["duration_ms"] is not None for e in nested if e["phase"] == "finished")
+
+
+def test_events_as_an_async_iterator() -> None:
+    async def main() -> List[str]:
+        async with paddock.Engine(tools=[add], events=True) as engine:
+            seen: List[str] = []
+
+            async def collect() -> None:
+                async for event in engine.events():
+                    seen.append(f"{event['tool']}:{event['phase']}")
+                    if event["tool"] == "run_tools_script" and event["phase"] == "finished":
+                        return
+
+            collector = asyncio.ensure_future(collect())
+            await asyncio.sleep(0)
+            await engine.run_tools_script("await tools.add(a=1)")
+            await asyncio.wait_for(collector, 5)
+            return seen
+
+    assert asyncio.run(main()) == [
+        "run_tools_script:started",
+        "add:started",
+        "add:finished",
+        "run_tools_script:finished",
+    ]
+
+
+def test_the_tool_call_limit_holds_for_host_tools() -> None:
+    calls: List[int] = []
+
+    def count(n: int) -> int:
+        calls.append(n)
+        return n
+
+    with paddock.Engine(tools=[count]) as engine:
+        result = engine.run_tools_script_sync(
+            "done = []\n"
+            "for i in range(5):\n"
+            "    try:\n"
+            "        done.append(await tools.count(n=i))\n"
+            "    except ValueError as e:\n"
+            "        print(str(e).split(':')[0] + ':' + str(e).split(':')[1])\n"
+            "        break\n"
+            "done",
+            max_tool_calls=3,
+        )
+    assert result["ok"], result
+    assert result["result"] == [0, 1, 2]
+    assert "codemode:tool_call_limit" in result["output"]
+    assert calls == [0, 1, 2]
+
+
+def test_several_asyncio_tasks_share_one_engine() -> None:
+    active = 0
+    peak = 0
+
+    async def slow_double(n: int) -> int:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.4)
+        active -= 1
+        return n * 2
+
+    async def main() -> None:
+        async with paddock.Engine(tools=[slow_double]) as engine:
+            started = time.monotonic()
+            results = await asyncio.gather(
+                *[engine.run_tools_script(f"await tools.slow_double(n={i})") for i in range(6)],
+                *[engine.call("slow_double", n=100 + i) for i in range(2)],
+            )
+            took = time.monotonic() - started
+            assert [r["result"] for r in results[:6]] == [0, 2, 4, 6, 8, 10]
+            assert results[6:] == [200, 202]
+            # Eight 0.4 s calls, one after another, would take 3.2 s.
+            assert took < 2.5, took
+            assert peak >= 4, peak
+
+    asyncio.run(main())
+
+
+def test_gathered_host_calls_run_concurrently() -> None:
+    async def main() -> None:
+        async with paddock.Engine(tools=[shout]) as engine:
+            started = time.monotonic()
+            result = await engine.run_tools_script(
+                "import asyncio\n"
+                "r = await asyncio.gather(*[tools.shout(text=str(i), pause=0.3) for i in range(10)])\n"
+                "r",
+            )
+            took = time.monotonic() - started
+            assert result["result"] == [str(i) for i in range(10)], result
+            assert took < 2.0, took
+
+    asyncio.run(main())
+
+
+def test_built_in_tools_next_to_host_tools(private_state: Path) -> None:
+    async def main() -> None:
+        async with paddock.Engine(tools=[add]) as engine:
+            assert {"terminal", "python_execute"} <= set(engine.tool_names)
+            result = await engine.run_tools_script(
+                "n = await tools.add(a=20, b=22)\n"
+                "t = await tools.terminal(command=f'echo {n} > answer.txt && cat answer.txt')\n"
+                "p = await tools.python_execute(code='print(6 * 7)')\n"
+                "[n, t['output'].strip(), p['output'].strip()]"
+            )
+            assert result["ok"], result
+            assert result["result"] == [42, "42", "42"]
+            direct = await engine.call("terminal", command="pwd")
+            assert direct["output"].strip() == str(private_state)
+
+    asyncio.run(main())
+    # The command really ran in the workspace.
+    assert (private_state / "answer.txt").read_text() == "42\n"
+
+
+def test_the_sync_api_with_sync_and_async_tools() -> None:
+    with paddock.Engine(tools=[add, shout]) as engine:
+        result = engine.run_tools_script_sync("[await tools.add(a=1), await tools.shout(text='x')]")
+        assert result["result"] == [3, "X"], result
+        assert engine.call_sync("shout", text="sync") == "SYNC"
+        with pytest.raises(paddock.ToolError) as err:
+            engine.call_sync("no_such_tool")
+        assert err.value.code == "tool:not_found"
+
+
+def test_a_cancelled_request_stops_its_script() -> None:
+    entered = threading.Event()
+
+    async def waits() -> str:
+        entered.set()
+        await asyncio.sleep(3600)
+        return "never"
+
+    async def main() -> None:
+        async with paddock.Engine(tools=[waits]) as engine:
+            task = asyncio.ensure_future(engine.run_tools_script("await tools.waits()", timeout=600))
+            while not entered.is_set():
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert (await engine.run_tools_script("1 + 1"))["result"] == 2
+
+    asyncio.run(main())
+
+
+def test_nothing_outlives_close() -> None:
+    engine = paddock.Engine(tools=[add])
+    result = engine.run_tools_script_sync(
+        "await tools.terminal(command='sleep 30 &')\nawait tools.add(a=1)"
+    )
+    assert result["ok"], result
+    pid = engine._proc.pid
+    below = descendants(pid)
+    assert below, "the engine has no zygote?"
+    record = Path(os.environ["PADDOCK_HOME"]) / "session-records" / f"{engine.session}.json"
+    assert record.is_file(), "the terminal call made no session record"
+    engine.close()
+    assert_nothing_left(pid, below)
+    # The engine's own session was closed with it, not left to the idle sweep.
+    assert not record.exists()
+    with pytest.raises(paddock.EngineClosed):
+        engine.run_tools_script_sync("1")
+
+
+# ------------------------------------------------------------------ notebook sessions
+
+
+def test_a_notebook_session_keeps_names_between_scripts() -> None:
+    with paddock.Engine(tools=[add], keep_state=True) as engine:
+        first = engine.run_tools_script_sync(
+            "import math\ntotal = await tools.add(a=40)\ndef twice(n):\n    return 2 * n\ntotal"
+        )
+        assert first["ok"] and first["result"] == 42, first
+        assert first["notebook"]["fresh"] is True and first["notebook"]["state_kept"] is True, first
+        # Names, functions and imports of the first script are there in the second, and host
+        # tools are still callable from it.
+        second = engine.run_tools_script_sync("twice(total) + math.floor(0.5) + await tools.add(a=0, b=0)")
+        assert second["ok"] and second["result"] == 84, second
+        assert second["notebook"]["fresh"] is False, second
+        # A cell that raises keeps what was defined before it.
+        failed = engine.run_tools_script_sync("total = 1\nraise ValueError('no')")
+        assert not failed["ok"], failed
+        assert engine.run_tools_script_sync("total")["result"] == 1
+        pid = engine._proc.pid
+        below = descendants(pid)
+    # The kept child goes with the engine.
+    assert_nothing_left(pid, below)
+
+
+def test_notebook_state_belongs_to_its_engine_and_is_off_by_default() -> None:
+    async def main() -> None:
+        async with paddock.Engine(keep_state=True) as one, paddock.Engine(keep_state=True) as two:
+            assert one.session != two.session
+            await one.run_tools_script("x = 'one'")
+            await two.run_tools_script("x = 'two'")
+            assert (await one.run_tools_script("x"))["result"] == "one"
+            assert (await two.run_tools_script("x"))["result"] == "two"
+        async with paddock.Engine() as plain:
+            await plain.run_tools_script("x = 1")
+            result = await plain.run_tools_script("x")
+            assert not result["ok"] and "NameError" in result["error"], result
+            assert "notebook" not in result
+
+    asyncio.run(main())
+
+
+def test_an_awaited_start_leaves_the_event_loop_free() -> None:
+    async def main() -> None:
+        ran: List[str] = []
+
+        async def beside() -> None:
+            ran.append("beside")
+
+        task = asyncio.create_task(beside())
+        engine = await paddock.Engine.start(tools=[add])
+        # The loop ran the other task while the engine started (a blocking start would have
+        # run it only after returning).
+        assert ran == ["beside"]
+        await task
+        async with engine:
+            assert (await engine.run_tools_script("await tools.add(a=1)"))["result"] == 3
+        with pytest.raises(paddock.EngineStartError, match="bad.toml"):
+            await paddock.Engine.start(policy=Path("bad.toml").absolute())
+
+    Path("bad.toml").write_text("[codemode]\ntimeout_seconds = 'soon'\n")
+    asyncio.run(main())
+
+
+def test_a_bad_host_tool_or_policy_fails_the_start(tmp_path: Path) -> None:
+    def terminal(command: str) -> str:
+        return command
+
+    with pytest.raises(paddock.EngineStartError, match="terminal"):
+        paddock.Engine(tools=[terminal])
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[codemode]\ntimeout_seconds = 'soon'\n")
+    with pytest.raises(paddock.EngineStartError, match="bad.toml"):
+        paddock.Engine(policy=bad)
+
+
+class Order(pydantic.BaseModel):
+    item: str
+    quantity: int = 1
+
+
+def test_pydantic_models_as_parameters() -> None:
+    def place(order: Order) -> Dict[str, Any]:
+        """Places an order."""
+        assert isinstance(order, Order)
+        return {"item": order.item, "total": order.quantity * 3}
+
+    assert paddock.HostTool(place).spec()["input_schema"]["properties"]["order"]["required"] == ["item"]
+    with paddock.Engine(tools=[place]) as engine:
+        result = engine.run_tools_script_sync("await tools.place(order={'item': 'tea', 'quantity': 2})")
+        assert result["result"] == {"item": "tea", "total": 6}, result
+        refused = engine.run_tools_script_sync("await tools.place(order={'quantity': 2})")
+        assert refused["ok"] is False and "order" in refused["error"], refused
