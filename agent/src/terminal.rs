@@ -44,22 +44,12 @@ pub fn run_on_terminal(argv: &[String]) -> Result<i32, AgentError> {
         .map_err(std::io::Error::other)?;
     // Restores the outer terminal when the run ends, however it ends.
     let _raw = if outer { Some(RawMode::enter()?) } else { None };
-    // The program becomes a session leader with the new terminal as its controlling terminal.
-    let mut child = pty_process::blocking::Command::new(program)
-        .args(args)
-        .env("TERM", "xterm-256color")
-        .spawn(pts)
-        .map_err(|e| {
-            AgentError::Io(std::io::Error::other(format!(
-                "cannot start {program}: {e}"
-            )))
-        })?;
     let pty = std::sync::Arc::new(pty);
 
     // Input: everything that arrives is typed on the terminal (^D included: the supervisor's
     // "close"); the end of our stdin leaves the terminal open, as a closed keyboard would.
     let input = pty.clone();
-    std::thread::spawn(move || {
+    std::thread::Builder::new().spawn(move || {
         let mut stdin = std::io::stdin().lock();
         let mut buf = [0u8; 16 * 1024];
         loop {
@@ -74,12 +64,12 @@ pub fn run_on_terminal(argv: &[String]) -> Result<i32, AgentError> {
                 Err(_) => return,
             }
         }
-    });
+    })?;
 
     // Output: until every holder of the terminal is gone (the master answers EIO then).
     let (drained_tx, drained_rx) = mpsc::channel::<()>();
     let output = pty.clone();
-    std::thread::spawn(move || {
+    std::thread::Builder::new().spawn(move || {
         let mut stdout = std::io::stdout().lock();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
@@ -99,8 +89,20 @@ pub fn run_on_terminal(argv: &[String]) -> Result<i32, AgentError> {
             }
         }
         let _ = drained_tx.send(());
-    });
+    })?;
 
+    // The threads are there before the program: a program that fills a process ceiling at
+    // once (threads count) cannot leave its terminal unrelayed. The program becomes a session
+    // leader with the new terminal as its controlling terminal.
+    let mut child = pty_process::blocking::Command::new(program)
+        .args(args)
+        .env("TERM", "xterm-256color")
+        .spawn(pts)
+        .map_err(|e| {
+            AgentError::Io(std::io::Error::other(format!(
+                "cannot start {program}: {e}"
+            )))
+        })?;
     let status = child.wait()?;
     // A background grandchild holding the terminal is not waited for longer.
     let _ = drained_rx.recv_timeout(DRAIN_AFTER_EXIT);

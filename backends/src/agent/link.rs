@@ -13,6 +13,9 @@ use crate::remote::OutputSink;
 
 /// Stdin is sent in frames of at most this many bytes.
 const STDIN_CHUNK: usize = 1024 * 1024;
+/// How long an agent that accepted a connection may take to say hello (it answers at once;
+/// the kernel accepts for a stopped or hung agent too, which would otherwise hold the caller).
+pub const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What can go wrong on a connection.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +32,13 @@ pub enum LinkError {
     /// The agent could not carry out the request.
     #[error("the agent refused: {0}")]
     Refused(String),
+    /// The agent accepted the connection and never said hello.
+    #[error(
+        "the agent accepted the connection but did not answer hello within {} s (stopped, or \
+         hung?)",
+        HELLO_TIMEOUT.as_secs()
+    )]
+    Silent,
 }
 
 impl From<std::io::Error> for LinkError {
@@ -102,14 +112,19 @@ impl Link {
         let mut stream = UnixStream::connect(socket)
             .await
             .map_err(LinkError::NotListening)?;
-        send_message(
-            &mut stream,
-            &Request::Hello {
-                version: PROTOCOL_VERSION,
-            },
-        )
-        .await?;
-        let reply = read_reply(&mut stream, "hello").await?;
+        let greeting = async {
+            send_message(
+                &mut stream,
+                &Request::Hello {
+                    version: PROTOCOL_VERSION,
+                },
+            )
+            .await?;
+            read_reply(&mut stream, "hello").await
+        };
+        let reply = tokio::time::timeout(HELLO_TIMEOUT, greeting)
+            .await
+            .map_err(|_| LinkError::Silent)??;
         let Reply::Hello {
             version,
             agent,

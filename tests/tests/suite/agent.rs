@@ -462,6 +462,88 @@ fn agent_killed_mid_session_apptainer() {
     agent_killed_mid_session("apptainer", 4);
 }
 
+/// Sends `signal` (`-STOP`, `-CONT`) to `pid`.
+fn signal(pid: i32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {signal} {pid} failed");
+}
+
+/// An agent that stops answering (SIGSTOP: it cannot end its command at the timeout, nor greet)
+/// costs the caller a bounded wait and a clear error, never a hang: the command in flight ends
+/// at its timeout plus the engine's grace, with its processes killed; a new command is refused
+/// after the hello timeout; once the agent runs again the session goes on.
+#[test]
+fn a_stopped_agent_is_an_error_within_bounds_not_a_hang() {
+    let Some(t) = Target::new(&[], "") else {
+        return;
+    };
+    let backend = "sandboxed";
+    let s = t.session("stopped");
+    let before = t.agent_dirs();
+    let v = t.sh(backend, &s, json!({"command": "export KEPT=1; echo set"}));
+    assert_eq!(v["output"], json!("set\n"), "{v}");
+    let dir = t.new_agent_dir(&before);
+    let agent = the_agent(&dir);
+
+    let inflight = marker(40, 5);
+    let (run, took) = std::thread::scope(|scope| {
+        let started = Instant::now();
+        let call = scope.spawn(|| {
+            t.call(
+                backend,
+                &s,
+                "terminal",
+                json!({"command": format!("sleep {inflight}"), "timeout": 2}),
+            )
+        });
+        wait_until(
+            "the in-flight command runs",
+            Duration::from_secs(30),
+            || !sleeps(&inflight).is_empty(),
+        );
+        signal(agent, "-STOP");
+        let run = call.join().unwrap();
+        (run, started.elapsed())
+    });
+    // The command's timeout (2 s) and the engine's grace (10 s), with room for a slow machine.
+    assert!(
+        took >= Duration::from_secs(10) && took < Duration::from_secs(40),
+        "the call took {took:?}"
+    );
+    let v = run.json();
+    let error = v["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("did not answer within the command's timeout (2 s)")
+            && error.contains("agent.log"),
+        "{v}"
+    );
+    wait_until(
+        "the command's processes are killed",
+        Duration::from_secs(10),
+        || sleeps(&inflight).is_empty(),
+    );
+
+    let started = Instant::now();
+    let run = t.call(backend, &s, "terminal", json!({"command": "echo hello"}));
+    let took = started.elapsed();
+    let v = run.json();
+    assert!(took < Duration::from_secs(60), "the call took {took:?}");
+    let error = v["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("did not answer hello") && error.contains(backend),
+        "{v}"
+    );
+
+    signal(agent, "-CONT");
+    let v = t.sh(backend, &s, json!({"command": "echo \"KEPT=$KEPT\""}));
+    assert_eq!(v["output"], json!("KEPT=1\n"), "{v}");
+    let report = t.close(&s);
+    assert_eq!(report["closed"], json!(true), "{report}");
+}
+
 /// A fake agent of protocol 1: answers hello with version 1, and a shutdown with bye, after
 /// writing the marker file `argv[2]`; `argv[2].ready` once it listens on `argv[1]`.
 const OLD_AGENT: &str = r#"
