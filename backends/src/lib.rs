@@ -46,6 +46,7 @@ pub mod shell;
 pub mod slurm;
 pub mod ssh;
 pub mod supervisor;
+mod tmp_mount;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -26,6 +26,8 @@ use crate::{
 };
 use paddock_agent::spare::SparePool;
 
+use crate::tmp_mount::{mount_points_under, mount_tmp, unmount_tmp};
+
 /// How long output is still read after the shell exited (a backgrounded grandchild may hold
 /// the pipe open; it is killed right after).
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(150);
@@ -123,31 +125,6 @@ fn cgroup_layout() -> &'static crate::cgroup::Layout {
 fn warn_once(flag: &'static std::sync::atomic::AtomicBool, message: &str) {
     if !flag.swap(true, std::sync::atomic::Ordering::Relaxed) {
         tracing::warn!("{message}");
-    }
-}
-
-/// The mount points under `dir` (in this process's mount namespace), `dir` included.
-fn mount_points_under(dir: &Path) -> Vec<PathBuf> {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return Vec::new();
-    };
-    info.lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|field| PathBuf::from(field.replace("\\040", " ")))
-        .filter(|point| point.starts_with(dir))
-        .collect()
-}
-
-fn is_mount_point(path: &Path) -> bool {
-    mount_points_under(path).iter().any(|p| p == path)
-}
-
-/// Unmounts the session's /tmp tmpfs, if one is mounted there.
-fn unmount_tmp(path: &Path) {
-    if is_mount_point(path)
-        && let Err(err) = nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH)
-    {
-        tracing::warn!(path = %path.display(), %err, "cannot unmount a session's /tmp");
     }
 }
 
@@ -524,22 +501,13 @@ impl LocalEnvironment {
                 path: tmp.display().to_string(),
                 reason: e.to_string(),
             })?;
-            if !is_mount_point(&tmp) {
-                nix::mount::mount(
-                    Some("paddock-tmp"),
-                    &tmp,
-                    Some("tmpfs"),
-                    nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
-                    Some(format!("size={mb}m,mode=1777").as_str()),
-                )
-                .map_err(|e| {
-                    unavailable(format!(
-                        "[backends.{}] tmp_size_mb: cannot mount a {mb} MB tmpfs on {}: {e}",
-                        self.name,
-                        tmp.display()
-                    ))
-                })?;
-            }
+            mount_tmp(&tmp, mb).map_err(|e| {
+                unavailable(format!(
+                    "[backends.{}] tmp_size_mb: cannot mount a {mb} MB tmpfs on {}: {e}",
+                    self.name,
+                    tmp.display()
+                ))
+            })?;
             applied.tmp_mounted = true;
         }
         Ok(applied)

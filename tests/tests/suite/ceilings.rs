@@ -334,6 +334,11 @@ fn the_default_policy_bounds_a_fork_bomb() {
         assert!(run.code == 0 || run.code == 1, "{}", run.stderr);
         run.json()
     };
+    // A failed assertion below still closes the session (its agent and cgroups go with it).
+    let _closer = DefaultSessionCloser {
+        dir: dir.path(),
+        state: &state,
+    };
     assert_eq!(call("dflt", "echo warm")["output"], "warm\n");
     let pids = group("pids", "local", "dflt");
     let in_group = cgroup_line("pids", &pids);
@@ -368,6 +373,24 @@ fn the_default_policy_bounds_a_fork_bomb() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(!pids.exists());
     assert_eq!(processes_in(&in_group), 0);
+}
+
+/// Closes the built-in policy's session `dflt` of a test's state directory when dropped.
+struct DefaultSessionCloser<'a> {
+    dir: &'a Path,
+    state: &'a Path,
+}
+
+impl Drop for DefaultSessionCloser<'_> {
+    fn drop(&mut self) {
+        let _ = paddock_at(
+            Some(self.dir),
+            &["sessions", "close", "dflt"],
+            &[("PADDOCK_HOME", self.state.to_str().unwrap_or_default())],
+            None,
+            Duration::from_secs(60),
+        );
+    }
 }
 
 /// Used bytes of the filesystem holding `path` (df's view).
