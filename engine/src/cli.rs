@@ -369,7 +369,7 @@ async fn dispatch(command: Command, bench: BenchRunner) -> ExitCode {
         },
         Command::Sessions {
             command: SessionsCommand::List { policy },
-        } => sessions_list(policy.as_deref()),
+        } => sessions_list(policy.as_deref()).await,
         Command::Sessions {
             command: SessionsCommand::Close { id, policy },
         } => sessions_close(&id, policy.as_deref()).await,
@@ -719,12 +719,12 @@ fn sessions_engine(policy: Option<&Path>) -> Result<Engine, String> {
     .map_err(|e| e.to_string())
 }
 
-fn sessions_list(policy: Option<&Path>) -> ExitCode {
+async fn sessions_list(policy: Option<&Path>) -> ExitCode {
     let engine = match sessions_engine(policy) {
         Ok(e) => e,
         Err(e) => return usage_error(&e),
     };
-    match engine.list_sessions() {
+    match engine.list_sessions().await {
         Ok(list) => {
             for summary in list {
                 print_line(&serde_json::to_value(&summary).unwrap_or_default());

@@ -220,9 +220,18 @@ impl Engine {
         }
     }
 
-    /// Every recorded session.
-    pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, EngineError> {
-        Ok(self.sessions()?.list())
+    /// Every live session. Sessions past their idle timeout are closed first (this engine's
+    /// own too: listing is not using it), so the list never shows one whose environments a
+    /// later sweep would remove; one that could not be closed is left out all the same and
+    /// named in a warning.
+    pub async fn list_sessions(&self) -> Result<Vec<SessionSummary>, EngineError> {
+        let sessions = self.sessions()?;
+        let expired = sessions.expired("");
+        if !expired.is_empty() {
+            let report = sessions.sweep(&expired).await;
+            tracing::debug!(closed = report.closed.len(), "idle sessions swept before listing");
+        }
+        Ok(sessions.list_live())
     }
 
     /// Ends session `id` now: its notebook state, environments, background processes, state,

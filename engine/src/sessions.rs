@@ -362,12 +362,23 @@ impl Sessions {
         Ok(took)
     }
 
-    /// Every session, as `paddock sessions list` shows it.
-    pub fn list(&self) -> Vec<SessionSummary> {
+    /// Every session within its idle timeout, as `paddock sessions list` shows it. An
+    /// expired one is never shown, even when its close failed: it is not usable as it was
+    /// (its next command finds it swept), and the failure is a warning.
+    pub fn list_live(&self) -> Vec<SessionSummary> {
         let now = now_secs();
+        let timeout = self.idle_timeout.as_secs();
         self.store
             .list()
             .into_iter()
+            .filter(|r| {
+                let live = r.idle_seconds(now) <= timeout;
+                if !live {
+                    tracing::warn!(session = %r.id, "session past its idle timeout not closed; \
+                        `paddock sessions close {}` tries again", r.id);
+                }
+                live
+            })
             .map(|r| SessionSummary {
                 background_processes: self
                     .processes

@@ -206,6 +206,51 @@ fn idle_sessions_are_closed_by_the_next_paddock() {
     wait_until("the idle session's process ends", || !alive(pid));
 }
 
+/// `paddock sessions list` sweeps too: a session past its idle timeout is closed (its
+/// processes ended, its state removed) and never listed as if alive, the `default` session
+/// included (listing is not using it).
+#[test]
+fn sessions_list_never_shows_an_expired_session() {
+    let home = tempfile::tempdir().unwrap();
+    let policy = home.path().join("policy.toml");
+    std::fs::write(&policy, "[sessions]\nidle_timeout_seconds = 2\n").unwrap();
+    let policy = policy.to_str().unwrap();
+    let started = call(
+        home.path(),
+        "old",
+        "terminal",
+        json!({"command": "sleep 300", "background": true}),
+        Some(policy),
+    );
+    let pid = started["pid"].as_i64().unwrap();
+    call(
+        home.path(),
+        "default",
+        "terminal",
+        json!({"command": "true"}),
+        Some(policy),
+    );
+    std::thread::sleep(Duration::from_millis(3200));
+    let listed = list(home.path(), Some(policy));
+    assert!(listed.is_empty(), "expired sessions listed: {listed:?}");
+    assert!(!home.path().join("sessions/old").exists());
+    assert!(!home.path().join("sessions/default").exists());
+    wait_until("the expired session's process ends", || !alive(pid));
+    // A live session is still listed.
+    call(
+        home.path(),
+        "fresh",
+        "terminal",
+        json!({"command": "true"}),
+        Some(policy),
+    );
+    let ids: Vec<Value> = list(home.path(), Some(policy))
+        .into_iter()
+        .map(|s| s["id"].clone())
+        .collect();
+    assert_eq!(ids, vec![json!("fresh")]);
+}
+
 /// A sweep (of the next paddock that finds an idle session, or `paddock serve`'s every minute)
 /// leaves alone the environment a live session's python_execute runs in (`ID.python`): it
 /// once took it for an orphan and killed its sandboxed agent mid-run.
