@@ -22,7 +22,10 @@ pub const HEADER_BYTES: usize = 4;
 pub enum Message {
     // ---- engine <-> zygote (control socket) ----
     /// The zygote finished initialising the interpreter and is ready to fork.
-    ZygoteReady { init_ms: f64 },
+    ZygoteReady {
+        #[serde(deserialize_with = "float_field::f64")]
+        init_ms: f64,
+    },
     /// Engine asks the zygote for one more confined child.
     Fork,
     /// The zygote forked a child; the child's end of its socketpair travels with this frame.
@@ -198,6 +201,35 @@ pub fn read_message<R: Read>(input: &mut R) -> Result<Message, WireError> {
     Message::from_payload(&payload)
 }
 
+/// Floats in messages that serde buffers before it reads them (internally tagged enums such as
+/// [`Message`]). With serde_json's `arbitrary_precision` (the workspace's: integers of any size
+/// stay numbers) a buffered number is a map that a plain `f64` field refuses; these read it.
+pub mod float_field {
+    use serde::{Deserialize, Deserializer, de::Error};
+    use serde_json::Number;
+
+    fn to_f64<E: Error>(number: &Number) -> Result<f64, E> {
+        number
+            .as_f64()
+            .ok_or_else(|| E::custom(format_args!("number out of range: {number}")))
+    }
+
+    /// A required float.
+    pub fn f64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+        to_f64(&Number::deserialize(deserializer)?)
+    }
+
+    /// An optional float (`null` or absent: `None`; pair it with `#[serde(default)]`).
+    pub fn option_f64<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<f64>, D::Error> {
+        Option::<Number>::deserialize(deserializer)?
+            .as_ref()
+            .map(to_f64)
+            .transpose()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,6 +275,19 @@ mod tests {
             error_code: None,
             unknown_tool: None,
         })));
+    }
+
+    /// A float inside the tagged enum survives serde's buffering under `arbitrary_precision`
+    /// (without `float_field` the zygote's first frame was refused: "invalid type: map").
+    #[test]
+    fn floats_in_tagged_messages_are_read() {
+        roundtrip(Message::ZygoteReady { init_ms: 12.5 });
+        roundtrip(Message::ZygoteReady { init_ms: 3.0 });
+        let frame = br#"{"type": "zygote_ready", "init_ms": 1e-05}"#;
+        let mut framed = (frame.len() as u32).to_le_bytes().to_vec();
+        framed.extend_from_slice(frame);
+        let back = read_message(&mut framed.as_slice()).unwrap();
+        assert_eq!(back, Message::ZygoteReady { init_ms: 1e-05 });
     }
 
     #[test]

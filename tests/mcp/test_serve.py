@@ -313,6 +313,14 @@ async def test_script_failure_is_a_result_object(paddock: Paddock) -> None:
         assert script_ok(await run_script(c, "6 * 7")) == 42
 
 
+async def test_big_integers_are_numbers_in_structured_content(paddock: Paddock) -> None:
+    """JSON numbers have no size limit: 2**100 reaches the client as an int, not its digits."""
+    async with paddock.client() as c:
+        value = script_ok(await run_script(c, "[2**100, -(2**70), {'n': 10**30}]"))
+        assert value == [2**100, -(2**70), {"n": 10**30}], value
+        assert type(value[0]) is int
+
+
 # --- 3. progress --------------------------------------------------------------------------------
 
 

@@ -195,6 +195,28 @@ def test_sync_and_async_host_tools_are_called_from_a_script() -> None:
     asyncio.run(main())
 
 
+def test_integers_of_any_size_cross_both_ways_as_ints() -> None:
+    """2**100 reaches a host tool as an int, comes back as one, and is the script's result."""
+    seen: List[Any] = []
+
+    def record(value: int) -> Dict[str, int]:
+        seen.append(value)
+        return {"seen": value, "next": value + 1}
+
+    async def main() -> None:
+        async with paddock.Engine(tools=[add, record]) as engine:
+            result = await engine.run_tools_script(
+                "r = await tools.record(value=2**100)\n"
+                "[r['seen'] == 2**100, r['next'] - 2**100, -(2**80), await tools.add(a=2**70, b=1)]"
+            )
+            assert result["ok"], result
+            assert result["result"] == [True, 1, -(2**80), 2**70 + 1]
+            assert seen == [2**100] and type(seen[0]) is int
+            assert await engine.call("add", a=2**65, b=2**65) == 2**66
+
+    asyncio.run(main())
+
+
 def test_a_host_tool_exception_is_catchable_and_names_the_tool() -> None:
     def fails(path: str) -> str:
         raise FileNotFoundError(f"no such file: {path}")

@@ -748,7 +748,8 @@ pub fn unknown_tool_hint(tool: &str, available: &[String]) -> String {
 /// The final value: raw JSON when it fits, else its text cut to the cap.
 fn capped_result(result_json: &str, cap: usize) -> Value {
     if result_json.chars().count() <= cap {
-        // The runtime emits plain JSON (ints beyond 64 bits as strings), so this parses exactly.
+        // The runtime emits plain JSON; integers of any size keep every digit (the workspace
+        // builds serde_json with arbitrary_precision).
         return serde_json::from_str(result_json)
             .unwrap_or_else(|_| Value::String(result_json.into()));
     }

@@ -588,6 +588,14 @@ mod tests {
         let call: ClientMessage =
             serde_json::from_value(json!({"type": "call", "id": 4, "tool": "wait"})).unwrap();
         assert!(matches!(call, ClientMessage::Call { id: 4, ref args, .. } if args == &json!({})));
+        // A float limit inside the tagged message, as a client writes it (the line is read as
+        // bytes: serde buffers the message, and with arbitrary_precision a float is a map).
+        let run: ClientMessage = serde_json::from_slice(
+            br#"{"type": "run_tools_script", "id": 5, "code": "1", "limits": {"timeout_seconds": 2.50}}"#,
+        )
+        .unwrap();
+        assert!(matches!(run, ClientMessage::RunToolsScript { ref limits, .. }
+            if limits.timeout_seconds == Some(2.5)));
         let line = serde_json::to_value(ServerMessage::HostCancel { id: 9 }).unwrap();
         assert_eq!(line, json!({"type": "host_cancel", "id": 9}));
     }

@@ -344,8 +344,9 @@ def _jsonable(value, depth=0):
 def _to_json(value, depth, path):
     kind = type(value)
     if kind is int:
-        # Beyond 64 bits JSON consumers lose precision: such ints travel as their digits.
-        return value if -(1 << 63) <= value < (1 << 64) else str(value)
+        # Any size: JSON numbers have no limit, and the engine keeps every digit (serde_json's
+        # arbitrary_precision). A host that reads numbers as doubles is documented.
+        return value
     if value is None or kind is bool or kind is str:
         return value
     if kind is float:

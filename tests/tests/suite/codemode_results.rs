@@ -2,7 +2,7 @@
 
 use paddock_tests::{paddock, run_script, write_file};
 use pretty_assertions::assert_eq;
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[test]
 fn final_expression_and_output() {
@@ -38,11 +38,32 @@ fn values_map_to_json_naturally_else_repr() {
         &[],
     )
     .json();
+    let big: Value = serde_json::from_str("1180591620717411303424").unwrap();
     assert_eq!(
         v["result"],
         json!({"t": [1, 2], "s": [3], "f": 1.5, "n": null, "b": true, "1": "int key", "p": "P()",
-               "big": "1180591620717411303424", "nan": "nan"})
+               "big": big, "nan": "nan"})
     );
+}
+
+/// Integers of any size are JSON numbers, every digit kept (JSON has no size limit; Python's
+/// `json` reads them back as ints): results, big keys, negative ones, inside lists.
+#[test]
+fn integers_of_any_size_are_json_numbers() {
+    let run = run_script(
+        "[2**100, -(2**80), 2**64, -(2**63) - 1, {2**70: 'k'}, 10**40 + 1]",
+        &[],
+    );
+    assert!(
+        run.stdout.contains(
+            r#""result":[1267650600228229401496703205376,-1208925819614629174706176,18446744073709551616,-9223372036854775809,{"1180591620717411303424":"k"},10000000000000000000000000000000000000001]"#
+        ),
+        "{}",
+        run.stdout
+    );
+    let v = run.json();
+    assert!(v["result"][0].is_number(), "{v}");
+    assert_eq!(v["result"][0].to_string(), "1267650600228229401496703205376");
 }
 
 #[test]
