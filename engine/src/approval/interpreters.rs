@@ -130,6 +130,8 @@ const CALL_NAMES: &[&str] = &[
     "rmdirs",
     "writeFileSync",
     "appendFileSync",
+    "writeFile",
+    "appendFile",
     "write_text",
     "write_bytes",
     "write",
@@ -181,11 +183,21 @@ fn calls_in(code: &str) -> Vec<(&str, Vec<String>)> {
         let end = code[i..]
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .map_or(code.len(), |e| i + e);
-        let name = &code[i..end];
+        let start = i;
+        let name = &code[start..end];
         i = end;
         if !CALL_NAMES.contains(&name) {
             continue;
         }
+        // Ruby's `File.write(PATH, data)` names its path first; a Python file object's
+        // `f.write(data)` does not.
+        let name = match ["File.", "IO."]
+            .iter()
+            .find(|q| name == "write" && code[..start].ends_with(**q))
+        {
+            Some(q) => &code[start - q.len()..end],
+            None => name,
+        };
         let after = &code[end..];
         let trimmed = after.trim_start();
         let mut rest = if let Some(r) = trimmed.strip_prefix('(') {
@@ -246,11 +258,24 @@ fn backticks() -> Option<&'static Regex> {
     })
 }
 
-/// `open(PATH, 'w')` (Python), `File.open(PATH, 'w')` (Ruby).
+/// `open(PATH, 'w')` (Python), `File.open(PATH, 'w')` (Ruby), `fs.openSync(PATH, 'w')`
+/// (Node); `r+` writes without truncating, as `/dev/sda` is opened to overwrite it in place.
 fn open_write() -> Option<&'static Regex> {
     static R: OnceLock<Option<Regex>> = OnceLock::new();
     lazy(&R, || {
-        format!(r#"\bopen\s*\(\s*(?P<path>{LIT})\s*,\s*['"](?P<mode>[wax][b+t]*)['"]"#)
+        format!(
+            r#"\bopen(?:Sync)?\s*\(\s*(?P<path>{LIT})\s*,\s*['"](?P<mode>[wax][bx+t]*|r[bst]?\+[bt]?)['"]"#
+        )
+    })
+}
+
+/// `os.open(PATH, os.O_WRONLY)` (Python), `sysopen(FH, PATH, O_RDWR)` (Perl).
+fn flags_open() -> Option<&'static Regex> {
+    static R: OnceLock<Option<Regex>> = OnceLock::new();
+    lazy(&R, || {
+        format!(
+            r"\b(?:os\.open|sysopen)\s*\(\s*(?:(?:my\s+)?[$\w]+\s*,\s*)?(?P<path>{LIT})\s*,[^)]*\bO_(?:WRONLY|RDWR)\b"
+        )
     })
 }
 
@@ -362,8 +387,9 @@ pub fn commands_in(_language: Language, code: &str) -> Vec<String> {
             | "rm" => Action::Delete { recursive: true },
             "remove" | "unlink" | "unlinkSync" | "delete" | "rm_f" | "remove_file" | "rmdir"
             | "rmdirs" => Action::Delete { recursive: false },
-            "writeFileSync" | "appendFileSync" | "write_text" | "write_bytes" | "write"
-            | "binwrite" | "file_put_contents" => Action::Write,
+            "writeFileSync" | "appendFileSync" | "writeFile" | "appendFile" | "write_text"
+            | "write_bytes" | "write" | "binwrite" | "File.write" | "IO.write"
+            | "file_put_contents" => Action::Write,
             "move" | "rename" | "renameSync" | "mv" => Action::Move,
             _ => Action::Shell,
         };
@@ -422,9 +448,10 @@ pub fn commands_in(_language: Language, code: &str) -> Vec<String> {
         let path = cap
             .name("path")
             .map_or(String::new(), |m| unquote(m.as_str()));
+        // `a` appends and `r+` keeps what is there: neither truncates.
         let append = cap
             .name("mode")
-            .is_some_and(|m| m.as_str().starts_with('a'));
+            .is_some_and(|m| m.as_str().starts_with(['a', 'r']));
         out.push(format!(
             ": {} {}",
             if append { ">>" } else { ">" },
@@ -451,6 +478,16 @@ pub fn commands_in(_language: Language, code: &str) -> Vec<String> {
                 quote(&unquote(path.as_str()))
             ));
         }
+    }
+    for cap in flags_open()
+        .filter(|_| code.contains("os.open") || code.contains("sysopen"))
+        .iter()
+        .flat_map(|r| r.captures_iter(&code))
+    {
+        let path = cap
+            .name("path")
+            .map_or(String::new(), |m| unquote(m.as_str()));
+        out.push(format!(": >> {}", quote(&path)));
     }
     if code.contains("kill") && kill_all().is_some_and(|r| r.is_match(&code)) {
         out.push("kill -9 -1".into());
@@ -492,6 +529,20 @@ mod tests {
             "open(os.path.expanduser('~/.ssh/authorized_keys'), 'a').write(k)",
         );
         assert_eq!(w, vec![": >> ~/.ssh/authorized_keys"]);
+        let rb = commands_in(Language::Ruby, "File.write('/proc/sysrq-trigger', 'c')");
+        assert_eq!(rb, vec![": > /proc/sysrq-trigger"]);
+        let js = commands_in(
+            Language::Node,
+            "fs.writeFile('/dev/kmsg', 'x', cb); fs.openSync('/dev/sda', 'r+')",
+        );
+        assert_eq!(js, vec![": > /dev/kmsg", ": >> /dev/sda"]);
+        let py = commands_in(
+            Language::Python,
+            "fd = os.open('/proc/sysrq-trigger', os.O_WRONLY); os.write(fd, b'c')",
+        );
+        assert_eq!(py, vec![": >> /proc/sysrq-trigger"]);
+        let pl = commands_in(Language::Perl, "sysopen(my $fh, '/dev/mem', O_RDWR) or die");
+        assert_eq!(pl, vec![": >> /dev/mem"]);
     }
 
     #[test]
@@ -505,5 +556,9 @@ mod tests {
             .is_empty()
         );
         assert!(commands_in(Language::Node, "console.log(JSON.stringify({a: 1}))").is_empty());
+        // Writing data to an open file object names no path.
+        assert!(commands_in(Language::Python, "f.write('/proc/sysrq-trigger')").is_empty());
+        assert!(commands_in(Language::Python, "os.open('/dev/sda', os.O_RDONLY)").is_empty());
+        assert!(commands_in(Language::Node, "fs.openSync('/dev/sda', 'r')").is_empty());
     }
 }

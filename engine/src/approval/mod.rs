@@ -499,6 +499,10 @@ impl ToolApprovals for ApprovalGate {
 }
 
 #[cfg(test)]
+#[path = "hardline_tests.rs"]
+mod hardline_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

