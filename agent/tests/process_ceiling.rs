@@ -85,6 +85,11 @@ impl Drop for Agent {
 
 /// One run on the agent at `socket`: its reply and the output that came before it.
 fn run(socket: &Path, argv: &[&str]) -> (Reply, String) {
+    run_within(socket, argv, 10_000)
+}
+
+/// [`run`] with the run's own timeout.
+fn run_within(socket: &Path, argv: &[&str], timeout_ms: u64) -> (Reply, String) {
     let mut stream = UnixStream::connect(socket).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
@@ -103,7 +108,7 @@ fn run(socket: &Path, argv: &[&str]) -> (Reply, String) {
         env: Default::default(),
         clear_env: false,
         cwd: None,
-        timeout_ms: Some(10_000),
+        timeout_ms: Some(timeout_ms),
         renames: Vec::new(),
         run_id: None,
         pty: false,
@@ -183,4 +188,71 @@ fn a_run_the_agent_cannot_staff_is_refused_with_words_and_the_agent_goes_on() {
         "{reply:?}"
     );
     assert_eq!(output, "served\n");
+}
+
+/// The threads of the agent process, from /proc.
+fn threads_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count()
+}
+
+/// A finished run leaves none of its threads behind: its deadline thread once slept out the
+/// whole timeout, so every quick command left one thread for minutes, and a session's pids
+/// ceiling (which counts threads) filled with them. The deadline still ends a run that
+/// outlives it.
+#[test]
+fn finished_runs_leave_no_threads_and_deadlines_still_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("agent.sock");
+    let agent = Agent(
+        Command::new(env!("CARGO_BIN_EXE_paddock-agent"))
+            .args(["serve", "--socket"])
+            .arg(&socket)
+            .spawn()
+            .unwrap(),
+    );
+    let until = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        assert!(Instant::now() < until, "the agent never made its socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (reply, _) = run(&socket, &["/bin/true"]);
+    assert!(matches!(reply, Reply::Exit { code: 0, .. }), "{reply:?}");
+    let settle = |most: usize| {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            let now = threads_of(agent.0.id());
+            if now <= most {
+                return now;
+            }
+            assert!(
+                Instant::now() < until,
+                "the agent kept {now} threads after its runs ended (at most {most} expected)"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let idle = threads_of(agent.0.id());
+    for _ in 0..20 {
+        let (reply, _) = run(&socket, &["/bin/true"]);
+        assert!(matches!(reply, Reply::Exit { code: 0, .. }), "{reply:?}");
+    }
+    settle(idle);
+
+    let started = Instant::now();
+    let (reply, _) = run_within(&socket, &["/bin/sleep", "30"], 300);
+    assert!(
+        matches!(
+            reply,
+            Reply::Exit {
+                timed_out: true,
+                ..
+            }
+        ),
+        "{reply:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    settle(idle);
 }
