@@ -393,10 +393,18 @@ def _to_json(value, depth, path):
         path.discard(marker)
 
 
+# The message of an uncaught exception reaches the agent in CPython's words where RustPython
+# words it its own way: models learned CPython's messages and read the others worse. The words
+# are CPython 3.14's, the current release's (3.11 says "unhashable type: 'list'" for a dict key,
+# "3 is not in list" for list.index and "math domain error" for every math function). A script
+# that catches the exception still reads RustPython's text: the message is made inside the VM,
+# whose exception types cannot be patched. Some of RustPython's messages lack what CPython's
+# name (a method's type, the format specifier, a math function's argument): those are read from
+# the failing line and the values its frame holds, without running any of the script's code
+# again, and a message the line does not settle stays RustPython's.
+
 # RustPython names Rust's integer types where CPython names C's, e.g. "Python int too large to
-# convert to Rust isize" (``len(range(2**64))``, ``'x'.ljust(10**20)``): an uncaught one
-# reaches the agent in CPython's words. (A script that catches it still reads RustPython's
-# text: the message is made inside the VM, whose exception types cannot be patched.)
+# convert to Rust isize" (``len(range(2**64))``, ``'x'.ljust(10**20)``).
 _C_INT_NAMES = {
     "isize": "C ssize_t", "usize": "C ssize_t", "i64": "C long", "u64": "C unsigned long",
     "i32": "C int", "u32": "C unsigned int", "i16": "C short", "u16": "C unsigned short",
@@ -404,12 +412,598 @@ _C_INT_NAMES = {
 }
 _RUST_WORDING = re.compile(r"to convert to Rust (\w+)")
 
+# CPython's METH_O functions ("len() takes exactly one argument (2 given)") and METH_NOARGS ones
+# ("dict.keys() takes no arguments (1 given)"), by the owner CPython's message names; RustPython
+# says "len expected 1 argument, got 2" for both kinds and for CPython's _PyArg_CheckPositional
+# ones ("sorted expected 1 argument, got 0"), which keep those words.
+_ONE_ARGUMENT = {
+    "": "abs aiter all any ascii bin callable chr hash hex id len oct ord repr",
+    "math.": "acos acosh asin asinh atan atanh cbrt ceil cos cosh degrees erf erfc exp exp2 "
+             "expm1 fabs factorial floor frexp fsum gamma isfinite isinf isnan isqrt lgamma "
+             "log10 log1p log2 modf radians sin sinh sqrt tan tanh trunc ulp",
+    "list.": "append count extend remove",
+    "tuple.": "count",
+    "set.": "add discard isdisjoint issubset issuperset remove symmetric_difference "
+            "symmetric_difference_update",
+    "frozenset.": "isdisjoint issubset issuperset symmetric_difference",
+    "str.": "format_map join partition removeprefix removesuffix rpartition translate zfill",
+    "bytes.": "fromhex join partition removeprefix removesuffix rpartition zfill",
+    "bytearray.": "append extend fromhex join partition remove removeprefix removesuffix "
+                  "rpartition zfill",
+    "float.": "fromhex",
+}
+_CASE_METHODS = "capitalize isalnum isalpha isascii isdigit islower isspace istitle isupper " \
+                "lower swapcase title upper"
+_NO_ARGUMENTS = {
+    "": "globals locals",
+    "list.": "clear copy reverse",
+    "dict.": "clear copy items keys popitem values",
+    "set.": "clear copy pop",
+    "frozenset.": "copy",
+    "str.": _CASE_METHODS + " casefold isdecimal isidentifier isnumeric isprintable",
+    "bytes.": _CASE_METHODS,
+    "bytearray.": _CASE_METHODS + " clear copy reverse",
+    "int.": "as_integer_ratio bit_count bit_length conjugate is_integer",
+    "float.": "as_integer_ratio conjugate hex is_integer",
+}
+# Math functions RustPython still answers with "math domain error": CPython 3.14's words (its
+# Modules/mathmodule.c) and the domain, so that only an argument outside it is named.
+_MATH_DOMAIN = {
+    "acosh": ("expected argument value not less than 1, got ", lambda x: x < 1),
+    "log1p": ("expected argument value > -1, got ", lambda x: x <= -1),
+    "lgamma": ("expected a noninteger or positive integer, got ",
+               lambda x: math.isfinite(x) and x <= 0 and x == int(x)),
+}
+_MISSING = object()
+_MATH_WORDS = ("expected a nonnegative input", "expected a positive input",
+               "expected a finite input", "expected a number in range from -1 up to 1",
+               "expected a number between -1 and 1", "expected a noninteger or positive integer")
 
-def _cpython_wording(message):
-    if "Rust" not in message:
-        return message
-    return _RUST_WORDING.sub(
-        lambda m: "to convert to " + _C_INT_NAMES.get(m.group(1), "C ssize_t"), message)
+
+def _cpython_wording(err, where):
+    """CPython's words for the message of `err`; `where` is (frame, source line) of the
+    innermost frame when that is the script's, else None."""
+    message = str(err)
+    try:
+        if "Rust" in message:
+            message = _RUST_WORDING.sub(
+                lambda m: "to convert to " + _C_INT_NAMES.get(m.group(1), "C ssize_t"), message)
+        kind = type(err).__name__
+        for name, hint, pattern, words in _ROWS:
+            # `re` compiles a row's pattern (RustPython takes about a millisecond) the first
+            # time a message holds its hint, and caches it.
+            match = re.fullmatch(pattern, message) if name == kind and hint in message else None
+            if match is not None:
+                words = match.expand(words) if isinstance(words, str) else words(match, where)
+                return message if words is None else words
+    except Exception:  # noqa: BLE001 - a script may have broken anything: keep the message
+        pass
+    return message
+
+
+# Reading the failing line: plain string scanning, no more patterns to compile.
+
+def _line_of(where):
+    """The failing line of the script, unless it builds the exception itself (`raise X(...)`)
+    or is too long to read quickly (the scans below are not all linear)."""
+    if where is None or len(where[1]) > 1000:
+        return None
+    words = where[1].strip()
+    if words.startswith("raise") and words[5:6].isspace():
+        rest = words[5:].strip()
+        end = 0
+        while end < len(rest) and (rest[end].isalnum() or rest[end] in "_."):
+            end += 1
+        if end and rest[end:].lstrip().startswith("("):
+            return None
+    return where[1]
+
+
+def _strings(line):
+    """(start, end, prefix, body start, body end) of each string literal of `line`."""
+    i, n = 0, len(line)
+    while i < n:
+        ch = line[i]
+        if ch == "#":
+            return
+        if ch not in "'\"":
+            i += 1
+            continue
+        quote = line[i:i + 3] if line[i:i + 3] in ("'''", '"""') else ch
+        start = i
+        while start > 0 and i - start < 2 and line[start - 1] in "rRbBuUfF":
+            start -= 1
+        if start > 0 and (line[start - 1].isalnum() or line[start - 1] == "_"):
+            start = i
+        end = i + len(quote)
+        while end < n and not line.startswith(quote, end):
+            end += 2 if line[end] == "\\" else 1
+        if end >= n:
+            return  # it goes on past this line
+        yield start, end + len(quote), line[start:i], i + len(quote), end
+        i = end + len(quote)
+
+
+def _masked(line):
+    """`line` with the body of each string literal (and a comment) blanked, so their brackets,
+    commas and words do not count."""
+    chars, last = list(line), 0
+    for _, end, _, body, body_end in _strings(line):
+        chars[body:body_end] = "\0" * (body_end - body)
+        last = end
+    comment = line.find("#", last)
+    if comment >= 0:
+        chars[comment:] = "\0" * (len(line) - comment)
+    return "".join(chars)
+
+
+def _words(masked):
+    """(start, end) of each identifier or keyword of `masked`."""
+    i, n = 0, len(masked)
+    while i < n:
+        if masked[i].isalpha() or masked[i] == "_" or masked[i].isdigit():
+            j = i + 1
+            while j < n and (masked[j].isalnum() or masked[j] == "_"):
+                j += 1
+            if not masked[i].isdigit():
+                yield i, j
+            i = j
+        else:
+            i += 1
+
+
+def _calls(masked, names):
+    """(index of the `.` before it or -1, name, index of `(`) of each call of `names`."""
+    for start, end in _words(masked):
+        name = masked[start:end]
+        paren = end
+        while paren < len(masked) and masked[paren] in " \t":
+            paren += 1
+        if name not in names or masked[paren:paren + 1] != "(":
+            continue
+        dot = start
+        while dot > 0 and masked[dot - 1] in " \t":
+            dot -= 1
+        yield (dot - 1 if dot and masked[dot - 1] == "." else -1), name, paren
+
+
+def _closing(text, start):
+    """The index of the bracket that closes the one at `start`, or -1."""
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] in "([{":
+            depth += 1
+        elif text[i] in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _opening(text, end):
+    """The index of the bracket that opens the one that closes at `end`, or -1."""
+    depth = 0
+    for i in range(end, -1, -1):
+        if text[i] in ")]}":
+            depth += 1
+        elif text[i] in "([{":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _top_level(text, start, end, sep):
+    """The spans of text[start:end] between the separators `sep` outside brackets."""
+    spans, depth, begin = [], 0, start
+    for i in range(start, end):
+        if text[i] in "([{":
+            depth += 1
+        elif text[i] in ")]}":
+            depth -= 1
+        elif text[i] == sep and depth == 0:
+            spans.append((begin, i))
+            begin = i + 1
+    spans.append((begin, end))
+    return spans
+
+
+def _arguments(masked, paren):
+    """The spans of the arguments of the call whose `(` is at `paren`."""
+    end = _closing(masked, paren)
+    if end < 0:
+        return []
+    return [(a, b) for a, b in _top_level(masked, paren + 1, end, ",") if masked[a:b].strip()]
+
+
+def _keyword_argument(text):
+    """(name, value) of a `name=value` argument, else None."""
+    name, equals, value = text.partition("=")
+    if equals and name.strip().isidentifier() and not value.startswith("="):
+        return name.strip(), value
+    return None
+
+
+def _value_of(text, frame):
+    """The value of a literal, or of a (dotted) name in `frame`, running none of the script's
+    code (no attribute lookup, only dictionaries): _MISSING when neither."""
+    text = text.strip()
+    parts = [part.strip() for part in text.split(".")]
+    if all(part.isidentifier() for part in parts) and text not in ("None", "True", "False"):
+        for scope in (frame.f_locals, frame.f_globals, builtins.__dict__):
+            if parts[0] in scope:
+                value = scope[parts[0]]
+                break
+        else:
+            return _MISSING
+        for attr in parts[1:]:
+            try:
+                names = object.__getattribute__(value, "__dict__")
+            except Exception:  # noqa: BLE001 - no instance dictionary
+                return _MISSING
+            if type(names) is not dict or attr not in names:
+                return _MISSING
+            value = names[attr]
+        return value
+    try:
+        return _literal(text)
+    except Exception:  # noqa: BLE001 - not a literal
+        return _MISSING
+
+
+def _literal(text):
+    """The value of a literal of numbers, strings without escapes, None, True and False, and
+    lists, tuples, sets and dicts of them: what ast.literal_eval reads, but ast takes several
+    milliseconds to import. Raises ValueError for anything else."""
+    text = text.strip()
+    if text in ("None", "True", "False"):
+        return {"None": None, "True": True, "False": False}[text]
+    if text[:1] in ("+", "-"):
+        value = _literal(text[1:])
+        if type(value) not in (int, float, complex):
+            raise ValueError(text)
+        return -value if text[0] == "-" else value
+    masked = _masked(text)
+    if text[:1] in ("[", "(", "{") and _closing(masked, 0) == len(text) - 1:
+        items = _top_level(masked, 1, len(text) - 1, ",")
+        if items and not masked[items[-1][0]:items[-1][1]].strip():
+            items.pop()  # a trailing comma
+        pairs = [_top_level(masked, a, b, ":") for a, b in items]
+        if text[0] == "{" and items and all(len(pair) == 2 for pair in pairs):
+            return {_literal(text[k[0]:k[1]]): _literal(text[v[0]:v[1]]) for k, v in pairs}
+        values = [_literal(text[a:b]) for a, b in items]
+        if text[0] == "[":
+            return values
+        if text[0] == "{":
+            return set(values) if values else {}
+        if len(values) == 1 and "," not in masked[items[0][1]:]:
+            return values[0]  # parentheses, not a tuple
+        return tuple(values)
+    if text[:1].isdigit() or text[:2].startswith(".") and text[1:2].isdigit():
+        if text[-1] in "jJ":
+            return complex(text)
+        try:
+            return int(text, 0)
+        except ValueError:
+            return float(text)
+    parts, end = [], 0
+    for start, stop, prefix, body, body_end in _strings(text):
+        if text[end:start].strip() or "\\" in text[body:body_end] or "f" in prefix.lower():
+            raise ValueError(text)
+        parts.append((prefix, text[body:body_end]))
+        end = stop
+    if not parts or text[end:].strip():
+        raise ValueError(text)
+    if any("b" in prefix.lower() for prefix, _ in parts):
+        return "".join(body for _, body in parts).encode()
+    return "".join(body for _, body in parts)
+
+
+def _receiver(line, masked, dot, frame):
+    """The value of what the `.` at `dot` follows, when that is a literal or a name."""
+    end = dot
+    while end > 0 and masked[end - 1] in " \t":
+        end -= 1
+    last = masked[end - 1] if end else ""
+    if last in (")", "]", "}"):
+        start = _opening(masked, end - 1)
+    elif last in ("'", '"'):
+        start = next((s for s, e, _, _, _ in _strings(line) if e == end), -1)
+    else:
+        start = end
+        while start > 0 and (masked[start - 1].isalnum() or masked[start - 1] in "_."):
+            start -= 1
+    if start < 0 or start == end:
+        return _MISSING
+    before = masked[start - 1] if start else ""
+    if before.isalnum() or before in ("_", ".", ")", "]", "}", "'", '"'):
+        return _MISSING  # the result of a call or a subscript, or an attribute of one
+    return _value_of(line[start:end], frame)
+
+
+def _math_calls(line, masked, frame, names):
+    """(name, argument spans) of each call of the math functions `names` on the line, as
+    `math.name(...)` or as `name(...)` imported from math."""
+    for dot, name, paren in _calls(masked, names):
+        if dot >= 0:
+            function = _receiver(line, masked, dot, frame)
+            function = getattr(function, name, None) if function is math else None
+        else:
+            function = _value_of(name, frame)
+        if function is getattr(math, name):
+            yield name, _arguments(masked, paren)
+
+
+# What the rows' functions read from the line.
+
+def _owner(name, owners, where):
+    """The owner CPython's message names (the function's module or the method's type) of the
+    function `name` the failing line calls, if it is one of `owners`, and whether the call
+    passes a keyword; when the line does not tell, the only owner the tables know."""
+    found, keyword = set(), False
+    line = _line_of(where)
+    if line is not None:
+        frame, masked = where[0], _masked(line)
+        for dot, _, paren in _calls(masked, (name,)):
+            value = _receiver(line, masked, dot, frame) if dot >= 0 else _value_of(name, frame)
+            if value is _MISSING:
+                continue
+            if dot >= 0 and value is not math:
+                owner = None
+                for cls in type(value).__mro__:
+                    if cls.__module__ == "builtins" and cls.__name__ + "." in owners:
+                        owner = cls.__name__ + "."
+                        break
+            elif value is math or value is getattr(math, name, None):
+                owner = "math."
+            else:
+                owner = "" if value is builtins.__dict__.get(name) else None
+            found.add(owner)
+            keyword = keyword or any(_keyword_argument(masked[a:b])
+                                     for a, b in _arguments(masked, paren))
+    if not found and len(owners) == 1:
+        found.add(owners[0])
+    owner = found.pop() if len(found) == 1 else None
+    return (owner if owner in owners else None), keyword
+
+
+def _arity(match, where):
+    name, one, given = match.group(1), match.group(2) == "1 argument", match.group(3)
+    table = _ONE_ARGUMENT if one else _NO_ARGUMENTS
+    owner, keyword = _owner(name, [o for o, names in table.items() if name in names.split()],
+                            where)
+    if owner is None:
+        return None
+    if keyword:
+        return f"{owner}{name}() takes no keyword arguments"
+    if one:
+        return f"{owner}{name}() takes exactly one argument ({given} given)"
+    return f"{owner}{name}() takes no arguments ({given} given)"
+
+
+def _keyword(match, where):
+    """CPython's METH_O and METH_NOARGS functions refuse every keyword alike."""
+    name = match.group(1)
+    owners = [o for table in (_ONE_ARGUMENT, _NO_ARGUMENTS) for o, names in table.items()
+              if name in names.split()]
+    owner = _owner(name, sorted(set(owners)), where)[0]
+    return None if owner is None else f"{owner}{name}() takes no keyword arguments"
+
+
+def _unhashable(value, depth=0):
+    if isinstance(value, tuple) and type(value).__hash__ is tuple.__hash__:
+        return depth < 50 and any(_unhashable(v, depth + 1) for v in tuple.__iter__(value))
+    return getattr(type(value), "__hash__", None) is None
+
+
+def _dict_key(match, where):
+    """CPython 3.14 names the key a dict could not hash, RustPython only what failed inside it
+    (as hash() and CPython up to 3.13 do). A dict it is when the failing line indexes, builds
+    or queries one with a key that is not known to hash, and does not call hash()."""
+    line = _line_of(where)
+    if line is None:
+        return None
+    frame, masked = where[0], _masked(line)
+    if any(dot < 0 for dot, _, _ in _calls(masked, ("hash",))):
+        return None
+    keys = []  # the texts of the keys the line uses
+    for i, ch in enumerate(masked):
+        if ch == "[" and i and (masked[i - 1].isalnum() or masked[i - 1] in "_)]}"):
+            end = _closing(masked, i)
+            if end > 0:
+                keys.append(line[i + 1:end])
+        elif ch == "{":
+            end = _closing(masked, i)
+            for a, b in _top_level(masked, i + 1, end, ",") if end > 0 else []:
+                pair = _top_level(masked, a, b, ":")
+                if len(pair) > 1:
+                    keys.append(line[pair[0][0]:pair[0][1]])
+    for dot, _, paren in _calls(masked, ("get", "setdefault", "pop")):
+        args = _arguments(masked, paren) if dot >= 0 else []
+        if args:
+            keys.append(line[args[0][0]:args[0][1]])
+    words = [masked[a:b] for a, b in _words(masked)]
+    if words.count("in") > words.count("for"):
+        keys.append("")  # a membership test: its key is not read
+    inner = outer = match.group(1)
+    possible = False
+    for key in keys:
+        value = _value_of(key, frame) if key else _MISSING
+        if value is _MISSING:
+            possible = True
+        elif _unhashable(value):
+            cls = type(value)
+            outer = cls.__qualname__ if cls.__module__ in ("builtins", "__main__") else \
+                f"{cls.__module__}.{cls.__qualname__}"
+            possible = True
+            break
+    if not possible:
+        return None
+    return f"cannot use '{outer}' as a dict key (unhashable type: '{inner}')"
+
+
+def _not_in_list(match, where):
+    """RustPython words list.index and list.remove alike: the line tells which it was."""
+    line = _line_of(where)
+    if line is None:
+        return None
+    called = {name for dot, name, _ in _calls(_masked(line), ("index", "remove")) if dot >= 0}
+    if len(called) != 1:
+        return None
+    return f"list.{called.pop()}(x): x not in list"
+
+
+def _math_domain(match, where):
+    """The math function and its argument, read from the failing line."""
+    line = _line_of(where)
+    if line is None:
+        return None
+    frame, masked = where[0], _masked(line)
+    found = set()
+    for name, args in _math_calls(line, masked, frame, _MATH_DOMAIN):
+        x = _value_of(line[args[0][0]:args[0][1]], frame) if len(args) == 1 else _MISSING
+        if not isinstance(x, (int, float)):
+            continue
+        try:
+            x = float(x)
+        except OverflowError:
+            continue
+        words, outside = _MATH_DOMAIN[name]
+        if outside(x):
+            found.add(words + repr(x))
+    return found.pop() if len(found) == 1 else None
+
+
+def _log_input(match, where):
+    """RustPython checks math.log's base before its argument, as a float: CPython the argument
+    first, and names no value for an int."""
+    words = "expected a positive input, got " + repr(float(match.group(1)))
+    line = _line_of(where)
+    if line is None:
+        return words
+    frame, masked = where[0], _masked(line)
+    found = set()
+    for _, args in _math_calls(line, masked, frame, ("log", "log2", "log10")):
+        for a, b in args:
+            x = _value_of(line[a:b], frame)
+            if not isinstance(x, (int, float)):
+                break
+            if not x > 0 and x == x:
+                found.add("expected a positive input" if isinstance(x, int) else
+                          "expected a positive input, got " + repr(float(x)))
+                break
+    return found.pop() if len(found) == 1 else words
+
+
+def _float_repr(match, where):
+    """RustPython prints a math function's argument with Rust's Display ("-1e20" as
+    "-100000000000000000000.0"), CPython with repr()."""
+    if match.group(1)[:-len(", got ")] not in _MATH_WORDS:
+        return None
+    return match.group(1) + repr(float(match.group(2)))
+
+
+def _format_fields(body):
+    """(expression or field name, conversion ("r", "s", "a" or ""), spec) of each replacement
+    field of the body of a format string or an f-string."""
+    i = 0
+    while i < len(body):
+        if body[i:i + 2] in ("{{", "}}"):
+            i += 2
+            continue
+        if body[i] != "{":
+            i += 1
+            continue
+        end = _closing(body, i)
+        if end < 0:
+            return
+        head, spec = body[i + 1:end], ""
+        parts = _top_level(body, i + 1, end, ":")
+        if len(parts) > 1:
+            head, spec = body[parts[0][0]:parts[0][1]], body[parts[1][0]:end]
+        conversion = head.rstrip()[-1] if head.rstrip()[-2:] in ("!r", "!s", "!a") else ""
+        yield (head.rstrip()[:-2] if conversion else head).strip(), conversion, spec
+        i = end + 1
+
+
+def _format_spec(match, where):
+    """RustPython names neither the specifier nor the type: the failing line's format() calls,
+    f-strings and str.format calls are tried again with the ints, floats and strs they name."""
+    line = _line_of(where)
+    if line is None:
+        return None
+    frame, masked = where[0], _masked(line)
+    tried = []  # (expression, conversion, spec)
+    for dot, _, paren in _calls(masked, ("format",)):
+        args = _arguments(masked, paren)
+        if dot < 0 and len(args) == 2:
+            spec = _value_of(line[args[1][0]:args[1][1]], frame)
+            if isinstance(spec, str):
+                tried.append((line[args[0][0]:args[0][1]], "", spec))
+    for _, end, prefix, body, body_end in _strings(line):
+        if "f" in prefix.lower():
+            tried += _format_fields(line[body:body_end])
+            continue
+        calls = [paren for dot, _, paren in _calls(masked, ("format",))
+                 if dot >= 0 and not masked[end:dot].strip()]
+        if not calls:
+            continue
+        positional, named = [], {}
+        for a, b in _arguments(masked, calls[0]):
+            keyword = _keyword_argument(line[a:b])
+            if keyword:
+                named[keyword[0]] = keyword[1]
+            else:
+                positional.append(line[a:b])
+        auto = 0
+        for name, conversion, spec in _format_fields(line[body:body_end]):
+            if name == "":
+                name, auto = str(auto), auto + 1
+            if name.isdigit() and int(name) < len(positional):
+                tried.append((positional[int(name)], conversion, spec))
+            elif name in named:
+                tried.append((named[name], conversion, spec))
+    found = set()
+    for expr, conversion, spec in tried:
+        value = _value_of(expr, frame)
+        if "{" in spec or type(value) not in (int, float, str, bool, complex):
+            continue
+        if conversion:
+            value = {"r": repr, "s": str, "a": ascii}[conversion](value)
+        try:
+            format(value, spec)
+        except ValueError as err:
+            if str(err).startswith("Invalid format specifier"):
+                found.add(f"Invalid format specifier '{spec}' for object of type "
+                          f"'{type(value).__name__}'")
+    return found.pop() if len(found) == 1 else None
+
+
+# The table: (exception type, a text the message holds, the pattern of the whole message, and
+# CPython's words, or a function of the match and `where` that gives them or None).
+_ROWS = (
+    ("TypeError", " expected ", r"(\w+) expected (0 arguments|1 argument), got (\d+)", _arity),
+    ("TypeError", "unexpected keyword", r"(\w+)\(\) got an unexpected keyword argument '\w+'",
+     _keyword),
+    ("TypeError", "unhashable", r"unhashable type: '([^']*)'", _dict_key),
+    ("TypeError", "Cannot add list", r"Cannot add list and (\w+)",
+     r'can only concatenate list (not "\1") to list'),
+    ("TypeError", "concatenate", r"can only concatenate (\w+) \(not '(\w+)'\) to \1",
+     r'can only concatenate \1 (not "\2") to \1'),
+    ("TypeError", "deriving from BaseException",
+     r"exceptions must be classes or instances deriving from BaseException, not \w+",
+     "exceptions must derive from BaseException"),
+    ("ValueError", "is not in list", r"(?s)'.*' is not in list", _not_in_list),
+    ("ValueError", "math domain", r"math domain error", _math_domain),
+    ("ValueError", "positive input, got", r"expected a positive input, got (\S+)", _log_input),
+    ("ValueError", ", got ", r"(expected .+, got )(-?\d+\.\d+)", _float_repr),
+    ("ValueError", "Invalid format", r"Invalid format specifier", _format_spec),
+    ("UnboundLocalError", "referenced before",
+     r"local variable '(\w+)' referenced before assignment",
+     r"cannot access local variable '\1' where it is not associated with a value"),
+    ("RecursionError", "recursion depth", r"maximum recursion depth exceeded ",
+     "maximum recursion depth exceeded"),
+)
 
 
 def _failure(err, source, error_code=None):
@@ -417,6 +1011,7 @@ def _failure(err, source, error_code=None):
     lines = source.splitlines()
     frames = []
     line = None
+    innermost = None
     tb = err.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
@@ -425,12 +1020,17 @@ def _failure(err, source, error_code=None):
             text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
             where = "<module>" if code.co_name == "<module>" else code.co_name
             frames.append(f"  line {line}, in {where}\n    {text}")
+        innermost = tb
         tb = tb.tb_next
     if isinstance(err, SyntaxError):
         line = err.lineno
         message = err.msg
     else:
-        message = _cpython_wording(str(err))
+        where = None
+        if innermost is not None and innermost.tb_frame.f_code.co_filename == "<script>" \
+                and 0 < innermost.tb_lineno <= len(lines):
+            where = (innermost.tb_frame, lines[innermost.tb_lineno - 1])
+        message = _cpython_wording(err, where)
     if error_code is None:
         if isinstance(err, MemoryError):
             error_code = "codemode:memory_limit"

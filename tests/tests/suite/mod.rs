@@ -10,6 +10,7 @@ mod confinement;
 mod conformance;
 mod default_sandbox;
 mod definitions;
+mod error_wording;
 mod failure_log;
 mod hostile_script;
 mod hostile_shell;
