@@ -229,7 +229,10 @@ impl Engine {
         let expired = sessions.expired("");
         if !expired.is_empty() {
             let report = sessions.sweep(&expired).await;
-            tracing::debug!(closed = report.closed.len(), "idle sessions swept before listing");
+            tracing::debug!(
+                closed = report.closed.len(),
+                "idle sessions swept before listing"
+            );
         }
         Ok(sessions.list_live())
     }

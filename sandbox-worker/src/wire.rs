@@ -220,9 +220,7 @@ pub mod float_field {
     }
 
     /// An optional float (`null` or absent: `None`; pair it with `#[serde(default)]`).
-    pub fn option_f64<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<f64>, D::Error> {
+    pub fn option_f64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<f64>, D::Error> {
         Option::<Number>::deserialize(deserializer)?
             .as_ref()
             .map(to_f64)

@@ -594,8 +594,10 @@ mod tests {
             br#"{"type": "run_tools_script", "id": 5, "code": "1", "limits": {"timeout_seconds": 2.50}}"#,
         )
         .unwrap();
-        assert!(matches!(run, ClientMessage::RunToolsScript { ref limits, .. }
-            if limits.timeout_seconds == Some(2.5)));
+        assert!(
+            matches!(run, ClientMessage::RunToolsScript { ref limits, .. }
+            if limits.timeout_seconds == Some(2.5))
+        );
         let line = serde_json::to_value(ServerMessage::HostCancel { id: 9 }).unwrap();
         assert_eq!(line, json!({"type": "host_cancel", "id": 9}));
     }

@@ -112,7 +112,10 @@ fn any_object() -> Value {
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitOverrides {
-    #[serde(default, deserialize_with = "paddock_sandbox_worker::wire::float_field::option_f64")]
+    #[serde(
+        default,
+        deserialize_with = "paddock_sandbox_worker::wire::float_field::option_f64"
+    )]
     pub timeout_seconds: Option<f64>,
     pub max_tool_calls: Option<u32>,
     pub max_memory_mb: Option<u64>,

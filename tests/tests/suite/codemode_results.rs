@@ -63,7 +63,10 @@ fn integers_of_any_size_are_json_numbers() {
     );
     let v = run.json();
     assert!(v["result"][0].is_number(), "{v}");
-    assert_eq!(v["result"][0].to_string(), "1267650600228229401496703205376");
+    assert_eq!(
+        v["result"][0].to_string(),
+        "1267650600228229401496703205376"
+    );
 }
 
 #[test]
