@@ -514,6 +514,16 @@ async fn run_scripts(
         Ok(s) => s,
         Err(e) => return usage_error(&e),
     };
+    // A `paddock run` knows all the scripts it will run: children forked ahead for more would
+    // only take the CPU from those (on 2 cores, a cold run of one script paid for two unused
+    // confined children). Notebook cells run one after another in one kept child.
+    let ahead = if policy.codemode.keep_state {
+        0
+    } else {
+        scripts.len().saturating_sub(1)
+    };
+    let prefork = (*policy.codemode.prefork.get_ref()).min(ahead);
+    *policy.codemode.prefork.get_mut() = prefork;
     let events = match events {
         Some(path) => match EventSink::to_file(&path) {
             Ok(sink) => Arc::new(sink),

@@ -54,8 +54,8 @@ pub(crate) use _host::module_def;
 #[rustpython_vm::pymodule]
 mod _host {
     use super::*;
-    use rustpython_vm::builtins::{PyBytes, PyStrRef};
-    use rustpython_vm::{PyObjectRef, PyPayload, PyResult, TryFromObject, VirtualMachine};
+    use rustpython_vm::builtins::{PyBytes, PyCode, PyStrRef};
+    use rustpython_vm::{PyObjectRef, PyPayload, PyRef, PyResult, TryFromObject, VirtualMachine};
 
     /// Streams printed text to the engine.
     #[pyfunction]
@@ -162,6 +162,16 @@ mod _host {
         crate::confine::fill_random(&mut buf)
             .map_err(|e| vm.new_os_error(format!("urandom failed: {e}")))?;
         Ok(PyBytes::from(buf).into_ref(&vm.ctx).into())
+    }
+
+    /// Code of one of the runtime's Python modules, compiled with the crate.
+    #[pyfunction]
+    fn code(name: PyStrRef, vm: &VirtualMachine) -> PyResult<PyRef<PyCode>> {
+        crate::runtime::code(&name.to_string_lossy())
+            .map(|frozen| PyCode::new_ref_from_frozen(vm, frozen))
+            .ok_or_else(|| {
+                vm.new_key_error(vm.ctx.new_str(name.to_string_lossy().into_owned()).into())
+            })
     }
 
     /// Source of one of the runtime's Python modules.

@@ -24,14 +24,13 @@ def _paddock_load(name):
     module = type(sys)(name)
     module.__file__ = "<paddock:" + name + ">"
     sys.modules[name] = module
-    exec(compile(_host.source(name), module.__file__, "exec"), module.__dict__)
+    exec(_host.code(name), module.__dict__)
     return module
 _paddock_load("os")
 # importlib's path machinery imports `posix` by name; it gets the same refusing stub.
 sys.modules["posix"] = sys.modules["os"]
 for _name in ("asyncio", "_paddock_runtime"):
     _paddock_load(_name)
-sys.modules["_paddock_runtime"]._warm_up()
 del _name, _paddock_load
 "#;
 
@@ -42,7 +41,23 @@ pub struct SandboxInterpreter {
     pub init_ms: f64,
 }
 
-/// Builds the interpreter without host access, loads the runtime and warms it up.
+/// Imports the standard modules scripts commonly use and runs representative scripts, so that
+/// the interpreter the children are forked from has them and its caches are hot. An optimisation no script needs: the zygote does it when idle, after the first
+/// fork. A failure is the runtime's (it would fail a script too), answered as an error.
+pub fn warm_up(sandbox: &SandboxInterpreter) -> Result<(), SandboxError> {
+    sandbox.interpreter.enter(|vm| {
+        let scope = vm.new_scope_with_builtins();
+        vm.run_string(
+            scope,
+            "import sys\nruntime = sys.modules['_paddock_runtime']\nruntime._preload()\nruntime._warm_up()\n",
+            "<paddock:warm-up>",
+        )
+        .map(drop)
+        .map_err(|exc| SandboxError::RuntimeInit(describe_exception(vm, &exc)))
+    })
+}
+
+/// Builds the interpreter without host access and loads the runtime (see [`warm_up`]).
 pub fn build() -> Result<SandboxInterpreter, SandboxError> {
     let started = Instant::now();
     let mut settings = Settings::default();
@@ -65,12 +80,18 @@ pub fn build() -> Result<SandboxInterpreter, SandboxError> {
         .init_hook(move |vm| vm.set_user_signal_channel(receiver))
         .build();
 
+    let built_ms = started.elapsed().as_secs_f64() * 1000.0;
     interpreter.enter(|vm| {
         let scope = vm.new_scope_with_builtins();
         vm.run_string(scope, BOOTSTRAP, "<paddock:bootstrap>")
             .map(drop)
             .map_err(|exc| SandboxError::RuntimeInit(describe_exception(vm, &exc)))
     })?;
+    tracing::debug!(
+        built_ms,
+        runtime_ms = started.elapsed().as_secs_f64() * 1000.0 - built_ms,
+        "zygote interpreter built, runtime loaded"
+    );
     Ok(SandboxInterpreter {
         interpreter,
         signals,

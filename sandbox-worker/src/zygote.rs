@@ -26,10 +26,68 @@ use crate::wire::Message;
 pub const ZYGOTE_SUBCOMMAND: &str = "__sandbox-zygote";
 
 const MAX_CONTROL_MESSAGE: usize = 64 * 1024;
-/// The zygote moves its code (see `confine::text`) once it has had nothing to do for this
-/// long, or after this many forks: the first forks, which a waiting script needs, go first.
-const IDLE_BEFORE_CODE_MOVE_MS: u8 = 5;
-const FORKS_BEFORE_CODE_MOVE: usize = 8;
+/// The zygote does its [`IdleWork`] once it has had nothing to do for this long, or all of it
+/// after this many forks: the first forks, which a waiting script needs, go first.
+const IDLE_BEFORE_WORK_MS: u8 = 5;
+const FORKS_BEFORE_WORK: usize = 8;
+
+/// What makes later children cheaper but no script needs: warming the interpreter's caches
+/// up, collapsing its heap into huge pages, moving its hot code into huge pages. Before, the
+/// zygote did the first two before it said it was ready, and a cold `paddock run` of one
+/// trivial script waited for them (about a third of its time on a loaded machine). Now they
+/// are done one step per idle moment, in this order (the warm-up grows the heap that the
+/// collapse then takes in), or all at once after [`FORKS_BEFORE_WORK`] forks.
+struct IdleWork {
+    warmed: bool,
+    collapsed: bool,
+    /// Which code to move, read from /proc before the zygote isolated itself.
+    hot_code: Vec<usize>,
+}
+
+impl IdleWork {
+    fn pending(&self) -> bool {
+        !self.warmed || !self.collapsed || !self.hot_code.is_empty()
+    }
+
+    /// Does the next step; false when there was none.
+    fn step(&mut self, sandbox: &SandboxInterpreter) -> bool {
+        let started = std::time::Instant::now();
+        if !self.warmed {
+            self.warmed = true;
+            match interpreter::warm_up(sandbox) {
+                Ok(()) => tracing::debug!(ms = ms_since(started), "zygote warmed up"),
+                Err(err) => tracing::warn!(%err, "zygote warm-up failed"),
+            }
+        } else if !self.collapsed {
+            self.collapsed = true;
+            let collapsed = confine::collapse_into_huge_pages();
+            tracing::debug!(
+                mib = collapsed >> 20,
+                ms = ms_since(started),
+                "zygote heap collapsed into huge pages"
+            );
+        } else if !self.hot_code.is_empty() {
+            let moved = confine::move_code_chunks(&self.hot_code);
+            self.hot_code.clear();
+            tracing::debug!(
+                mib = moved >> 20,
+                ms = ms_since(started),
+                "zygote code moved into huge pages"
+            );
+        } else {
+            return false;
+        }
+        true
+    }
+
+    fn finish(&mut self, sandbox: &SandboxInterpreter) {
+        while self.step(sandbox) {}
+    }
+}
+
+fn ms_since(started: std::time::Instant) -> f64 {
+    started.elapsed().as_secs_f64() * 1000.0
+}
 
 fn send(control: &OwnedFd, message: &Message, fd: Option<&OwnedFd>) -> io::Result<()> {
     let bytes = serde_json::to_vec(message).map_err(io::Error::other)?;
@@ -55,13 +113,11 @@ pub fn run_main() -> Result<(), SandboxError> {
         return Err(SandboxError::RuntimeInit(reason));
     }
     let sandbox = interpreter::build()?;
-    let collapsed = confine::collapse_into_huge_pages();
-    tracing::debug!(
-        mib = collapsed >> 20,
-        "zygote heap collapsed into huge pages"
-    );
-    // Which code to move is read from /proc now; the move waits until the zygote is idle.
-    let mut hot_code = confine::hot_code_chunks();
+    let mut idle_work = IdleWork {
+        warmed: false,
+        collapsed: false,
+        hot_code: confine::hot_code_chunks(),
+    };
     // Fail closed: a zygote that cannot confine itself says why and forks nothing.
     if let Err(err) = confine::prepare_in_zygote().and_then(|()| confine::isolate_zygote()) {
         let reason = err.to_string();
@@ -99,14 +155,14 @@ pub fn run_main() -> Result<(), SandboxError> {
                 PollFd::new(control.as_fd(), PollFlags::POLLIN),
                 PollFd::new(signals.as_fd(), PollFlags::POLLIN),
             ];
-            let wait = if hot_code.is_empty() {
-                PollTimeout::NONE
+            let wait = if idle_work.pending() {
+                PollTimeout::from(IDLE_BEFORE_WORK_MS)
             } else {
-                PollTimeout::from(IDLE_BEFORE_CODE_MOVE_MS)
+                PollTimeout::NONE
             };
             match poll(&mut fds, wait) {
                 Ok(0) => {
-                    move_code(&mut hot_code);
+                    idle_work.step(&sandbox);
                     continue;
                 }
                 Ok(_) => {}
@@ -130,8 +186,8 @@ pub fn run_main() -> Result<(), SandboxError> {
                 Ok(Message::Fork) => {
                     fork_child(&control, &sigchld, &sandbox)?;
                     forks += 1;
-                    if forks >= FORKS_BEFORE_CODE_MOVE {
-                        move_code(&mut hot_code);
+                    if forks >= FORKS_BEFORE_WORK {
+                        idle_work.finish(&sandbox);
                     }
                 }
                 Ok(other) => tracing::warn!(?other, "zygote ignored an unexpected message"),
@@ -139,16 +195,6 @@ pub fn run_main() -> Result<(), SandboxError> {
             }
         }
     }
-}
-
-/// Moves the hot code once (no-op when done or when there is nothing to move).
-fn move_code(hot_code: &mut Vec<usize>) {
-    if hot_code.is_empty() {
-        return;
-    }
-    let moved = confine::move_code_chunks(hot_code);
-    tracing::debug!(mib = moved >> 20, "zygote code moved into huge pages");
-    hot_code.clear();
 }
 
 fn reap_children(control: &OwnedFd) -> Result<(), SandboxError> {

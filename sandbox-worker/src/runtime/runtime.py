@@ -68,14 +68,24 @@ def _install_thread_stub():
 
 _install_thread_stub()
 
-# The standard modules scripts commonly import, imported now so a child pays nothing for them.
-# The heavy and rarer ones (dataclasses, decimal, fractions, statistics, and _strptime behind
-# datetime.strptime) are imported by the scripts that use them, in their own child: preloaded,
-# they made the zygote's heap 11 MB larger (every fork copies its page tables and every exit
-# tears them down) and its start 30 ms longer, for every script and every start.
-import base64, bisect, collections, copy, datetime, enum, functools  # noqa: E401,F401,E402
-import hashlib, heapq, itertools, json, math, operator, random, re  # noqa: E401,F401,E402
-import string, textwrap, time, typing, warnings  # noqa: E401,F401,E402
+# What the runtime itself uses.
+import json, math, random, re  # noqa: E401,F401,E402
+
+# The standard modules scripts commonly import. The zygote imports them (`_preload`) when it is
+# idle after its first fork, so that later children pay nothing for them, while the first
+# script of a cold engine does not wait for modules it may not use (about 35 ms here, typing
+# and enum the most). A child forked before imports what its script asks for, as any child
+# does for the heavy and rarer modules (dataclasses, decimal, fractions, statistics, and
+# _strptime behind datetime.strptime), never preloaded: they made the zygote's heap 11 MB
+# larger (every fork copies its page tables and every exit tears them down).
+_PRELOADED = ("base64", "bisect", "collections", "copy", "datetime", "enum", "functools",
+              "hashlib", "heapq", "itertools", "operator", "string", "textwrap", "time",
+              "typing", "warnings")
+
+
+def _preload():
+    for name in _PRELOADED:
+        __import__(name)
 
 _BLOCKED_MODULES = {
     "socket": "network", "_socket": "network", "ssl": "network", "select": "network",
