@@ -76,6 +76,27 @@ impl Drop for PidsGroup {
 
 struct Agent(Child);
 
+impl Agent {
+    /// `paddock-agent serve --socket SOCKET`, started (its socket may not be there yet).
+    fn serve(socket: &Path) -> Self {
+        Self(
+            Command::new(env!("CARGO_BIN_EXE_paddock-agent"))
+                .args(["serve", "--socket"])
+                .arg(socket)
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
+fn wait_for_socket(socket: &Path) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        assert!(Instant::now() < until, "the agent never made its socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -140,19 +161,9 @@ fn a_run_the_agent_cannot_staff_is_refused_with_words_and_the_agent_goes_on() {
         .expect("root, but no pids cgroup controller to test with (v1 pids or v2 with pids)");
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("agent.sock");
-    let agent = Agent(
-        Command::new(env!("CARGO_BIN_EXE_paddock-agent"))
-            .args(["serve", "--socket"])
-            .arg(&socket)
-            .spawn()
-            .unwrap(),
-    );
+    let agent = Agent::serve(&socket);
     group.join(agent.0.id());
-    let until = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() {
-        assert!(Instant::now() < until, "the agent never made its socket");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_socket(&socket);
     // Settled: the agent's own threads. Room for the conversation's thread and one more: the
     // run's threads cannot all start, nor its program.
     std::thread::sleep(Duration::from_millis(200));
@@ -205,18 +216,8 @@ fn threads_of(pid: u32) -> usize {
 fn finished_runs_leave_no_threads_and_deadlines_still_hold() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("agent.sock");
-    let agent = Agent(
-        Command::new(env!("CARGO_BIN_EXE_paddock-agent"))
-            .args(["serve", "--socket"])
-            .arg(&socket)
-            .spawn()
-            .unwrap(),
-    );
-    let until = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() {
-        assert!(Instant::now() < until, "the agent never made its socket");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let agent = Agent::serve(&socket);
+    wait_for_socket(&socket);
     let (reply, _) = run(&socket, &["/bin/true"]);
     assert!(matches!(reply, Reply::Exit { code: 0, .. }), "{reply:?}");
     let settle = |most: usize| {

@@ -174,20 +174,35 @@ fn close_ends_processes_keeps_receipts_and_removes_state() {
     );
 }
 
-#[test]
-fn idle_sessions_are_closed_by_the_next_paddock() {
-    let home = tempfile::tempdir().unwrap();
-    let policy = home.path().join("policy.toml");
-    std::fs::write(&policy, "[sessions]\nidle_timeout_seconds = 1\n").unwrap();
-    let policy = policy.to_str().unwrap();
+/// A policy in `home` whose sessions expire after `seconds` idle.
+fn idle_policy(home: &Path, seconds: u64) -> String {
+    let policy = home.join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!("[sessions]\nidle_timeout_seconds = {seconds}\n"),
+    )
+    .unwrap();
+    policy.to_str().unwrap().to_owned()
+}
+
+/// Starts `sleep 300` in the background in `session`; answers its pid.
+fn background_sleep(home: &Path, session: &str, policy: &str) -> i64 {
     let started = call(
-        home.path(),
-        "old",
+        home,
+        session,
         "terminal",
         json!({"command": "sleep 300", "background": true}),
         Some(policy),
     );
-    let pid = started["pid"].as_i64().unwrap();
+    started["pid"].as_i64().unwrap()
+}
+
+#[test]
+fn idle_sessions_are_closed_by_the_next_paddock() {
+    let home = tempfile::tempdir().unwrap();
+    let policy = idle_policy(home.path(), 1);
+    let policy = policy.as_str();
+    let pid = background_sleep(home.path(), "old", policy);
     std::thread::sleep(Duration::from_millis(2200));
     // The next paddock of any session sweeps; its own answer is not delayed by it.
     call(
@@ -212,17 +227,9 @@ fn idle_sessions_are_closed_by_the_next_paddock() {
 #[test]
 fn sessions_list_never_shows_an_expired_session() {
     let home = tempfile::tempdir().unwrap();
-    let policy = home.path().join("policy.toml");
-    std::fs::write(&policy, "[sessions]\nidle_timeout_seconds = 2\n").unwrap();
-    let policy = policy.to_str().unwrap();
-    let started = call(
-        home.path(),
-        "old",
-        "terminal",
-        json!({"command": "sleep 300", "background": true}),
-        Some(policy),
-    );
-    let pid = started["pid"].as_i64().unwrap();
+    let policy = idle_policy(home.path(), 2);
+    let policy = policy.as_str();
+    let pid = background_sleep(home.path(), "old", policy);
     call(
         home.path(),
         "default",
