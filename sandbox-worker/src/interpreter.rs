@@ -41,23 +41,20 @@ pub struct SandboxInterpreter {
     pub init_ms: f64,
 }
 
-/// Imports the standard modules scripts commonly use and runs representative scripts, so that
-/// the interpreter the children are forked from has them and its caches are hot. An optimisation no script needs: the zygote does it when idle, after the first
-/// fork. A failure is the runtime's (it would fail a script too), answered as an error.
-pub fn warm_up(sandbox: &SandboxInterpreter) -> Result<(), SandboxError> {
+/// Calls one of the runtime's idle-work functions (`_preload_next`, `_warm_up`): answers
+/// whether it says there is more to do. An optimisation no script needs: the zygote calls them
+/// when idle, after its first fork. A failure is the runtime's (it would fail a script too),
+/// answered as an error.
+pub fn idle_step(sandbox: &SandboxInterpreter, function: &str) -> Result<bool, SandboxError> {
     sandbox.interpreter.enter(|vm| {
-        let scope = vm.new_scope_with_builtins();
-        vm.run_string(
-            scope,
-            "import sys\nruntime = sys.modules['_paddock_runtime']\nruntime._preload()\nruntime._warm_up()\n",
-            "<paddock:warm-up>",
-        )
-        .map(drop)
-        .map_err(|exc| SandboxError::RuntimeInit(describe_exception(vm, &exc)))
+        vm.import("_paddock_runtime", 0)
+            .and_then(|runtime| vm.call_method(&runtime, function, ()))
+            .and_then(|more| more.try_to_bool(vm))
+            .map_err(|exc| SandboxError::RuntimeInit(describe_exception(vm, &exc)))
     })
 }
 
-/// Builds the interpreter without host access and loads the runtime (see [`warm_up`]).
+/// Builds the interpreter without host access and loads the runtime (see [`idle_step`]).
 pub fn build() -> Result<SandboxInterpreter, SandboxError> {
     let started = Instant::now();
     let mut settings = Settings::default();

@@ -31,36 +31,52 @@ const MAX_CONTROL_MESSAGE: usize = 64 * 1024;
 const IDLE_BEFORE_WORK_MS: u8 = 5;
 const FORKS_BEFORE_WORK: usize = 8;
 
-/// What makes later children cheaper but no script needs: warming the interpreter's caches
-/// up, collapsing its heap into huge pages, moving its hot code into huge pages. Before, the
-/// zygote did the first two before it said it was ready, and a cold `paddock run` of one
+/// What makes later children cheaper but no script needs: importing the standard modules
+/// scripts commonly use, warming the interpreter's caches up, collapsing its heap into huge
+/// pages, moving its hot code into huge pages. Before, the zygote did the first three before
+/// it said it was ready, and a cold `paddock run` of one
 /// trivial script waited for them (about a third of its time on a loaded machine). Now they
-/// are done one step per idle moment, in this order (the warm-up grows the heap that the
-/// collapse then takes in), or all at once after [`FORKS_BEFORE_WORK`] forks.
+/// are done one step per idle moment (one module import, the warm-up, the collapse, the move),
+/// in this order (the imports and the warm-up grow the heap that the collapse then takes in),
+/// or all at once after [`FORKS_BEFORE_WORK`] forks.
 struct IdleWork {
+    /// Standard modules left to import, one per step (`_preload_next`).
+    preloading: bool,
     warmed: bool,
-    collapsed: bool,
+    /// The zygote's memory map, opened before it isolated itself (no /proc afterwards); `None`
+    /// once collapsed, or when it could not be opened.
+    memory_map: Option<std::fs::File>,
     /// Which code to move, read from /proc before the zygote isolated itself.
     hot_code: Vec<usize>,
 }
 
 impl IdleWork {
     fn pending(&self) -> bool {
-        !self.warmed || !self.collapsed || !self.hot_code.is_empty()
+        self.preloading || !self.warmed || self.memory_map.is_some() || !self.hot_code.is_empty()
     }
 
     /// Does the next step; false when there was none.
     fn step(&mut self, sandbox: &SandboxInterpreter) -> bool {
         let started = std::time::Instant::now();
-        if !self.warmed {
+        if self.preloading {
+            match interpreter::idle_step(sandbox, "_preload_next") {
+                Ok(more) => self.preloading = more,
+                Err(err) => {
+                    tracing::warn!(%err, "zygote preload failed");
+                    self.preloading = false;
+                }
+            }
+            if !self.preloading {
+                tracing::debug!("zygote preloaded the common modules");
+            }
+        } else if !self.warmed {
             self.warmed = true;
-            match interpreter::warm_up(sandbox) {
-                Ok(()) => tracing::debug!(ms = ms_since(started), "zygote warmed up"),
+            match interpreter::idle_step(sandbox, "_warm_up") {
+                Ok(_) => tracing::debug!(ms = ms_since(started), "zygote warmed up"),
                 Err(err) => tracing::warn!(%err, "zygote warm-up failed"),
             }
-        } else if !self.collapsed {
-            self.collapsed = true;
-            let collapsed = confine::collapse_into_huge_pages();
+        } else if let Some(mut maps) = self.memory_map.take() {
+            let collapsed = confine::collapse_into_huge_pages(&mut maps);
             tracing::debug!(
                 mib = collapsed >> 20,
                 ms = ms_since(started),
@@ -114,8 +130,9 @@ pub fn run_main() -> Result<(), SandboxError> {
     }
     let sandbox = interpreter::build()?;
     let mut idle_work = IdleWork {
+        preloading: true,
         warmed: false,
-        collapsed: false,
+        memory_map: confine::open_memory_map(),
         hot_code: confine::hot_code_chunks(),
     };
     // Fail closed: a zygote that cannot confine itself says why and forks nothing.

@@ -38,7 +38,8 @@ use std::io;
 pub use heap::{CountingAllocator, counting_allocator_installed, live_bytes, set_hard_ceiling};
 pub use process::{
     Forked, INHERITED_FD, collapse_into_huge_pages, die_with_parent, exit_immediately, fill_random,
-    fork, keep_only_inherited_fd, recv_with_fds, send_with_fd, spawn_with_fd, take_inherited_fd,
+    fork, keep_only_inherited_fd, open_memory_map, recv_with_fds, send_with_fd, spawn_with_fd,
+    take_inherited_fd,
 };
 pub use text::{hot_code_chunks, move_code_chunks};
 

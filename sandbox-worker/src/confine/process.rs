@@ -224,6 +224,13 @@ pub fn exit_immediately(code: i32) -> ! {
 }
 
 const HUGE_PAGE: usize = 2 << 20;
+
+/// This process's `/proc/self/maps`, kept open for [`collapse_into_huge_pages`] (close-on-exec;
+/// a forked child closes it with every fd but its socket).
+pub fn open_memory_map() -> Option<std::fs::File> {
+    std::fs::File::open("/proc/self/maps").ok()
+}
+
 /// `MADV_COLLAPSE` (Linux 6.1): collapse a range into transparent huge pages now.
 const MADV_COLLAPSE: libc::c_int = 25;
 
@@ -233,11 +240,16 @@ const MADV_COLLAPSE: libc::c_int = 25;
 /// trivial scripts this cut the CPU spent by about 7% (children still copy only the 4 KiB
 /// pages they write: the kernel splits a shared huge page on the first write). Best effort: a
 /// kernel without `MADV_COLLAPSE`, or with huge pages off, leaves memory as it was. Returns the
-/// bytes collapsed.
-pub fn collapse_into_huge_pages() -> usize {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+/// bytes collapsed. `maps` is this process's `/proc/self/maps`, opened with
+/// [`open_memory_map`] before the zygote isolated itself (its /proc is gone afterwards); it is
+/// read again from the start, so memory mapped since counts.
+pub fn collapse_into_huge_pages(maps: &mut std::fs::File) -> usize {
+    use std::io::{Read, Seek};
+    let mut text = String::new();
+    if maps.rewind().is_err() || maps.read_to_string(&mut text).is_err() {
         return 0;
-    };
+    }
+    let maps = text;
     let mut collapsed = 0;
     for (start, end) in maps.lines().filter_map(anonymous_writable_range) {
         let first = start.next_multiple_of(HUGE_PAGE);

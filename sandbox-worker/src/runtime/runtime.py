@@ -71,8 +71,8 @@ _install_thread_stub()
 # What the runtime itself uses.
 import json, math, random, re  # noqa: E401,F401,E402
 
-# The standard modules scripts commonly import. The zygote imports them (`_preload`) when it is
-# idle after its first fork, so that later children pay nothing for them, while the first
+# The standard modules scripts commonly import. The zygote imports them (`_preload_next`) when
+# it is idle after its first fork, so that later children pay nothing for them, while the first
 # script of a cold engine does not wait for modules it may not use (about 35 ms here, typing
 # and enum the most). A child forked before imports what its script asks for, as any child
 # does for the heavy and rarer modules (dataclasses, decimal, fractions, statistics, and
@@ -83,9 +83,14 @@ _PRELOADED = ("base64", "bisect", "collections", "copy", "datetime", "enum", "fu
               "typing", "warnings")
 
 
-def _preload():
+def _preload_next():
+    """Imports the next module of `_PRELOADED` not imported yet; False once all are. One at a
+    time: a fork asked for meanwhile waits for one import (typing's 9 ms at most), not all."""
     for name in _PRELOADED:
-        __import__(name)
+        if name not in sys.modules:
+            __import__(name)
+            return True
+    return False
 
 _BLOCKED_MODULES = {
     "socket": "network", "_socket": "network", "ssl": "network", "select": "network",

@@ -21,3 +21,4 @@ mod sessions;
 mod slurm;
 mod spill;
 mod warm;
+mod zygote_idle_work;
