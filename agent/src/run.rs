@@ -108,12 +108,8 @@ pub fn serve_run(
         }
     };
     let pgid = child.id();
-    let (drained_rx, deadline) = helpers.go(pgid, output, input);
-    let status = child.wait();
-    // The program is gone: its deadline thread ends now rather than sleeping out the timeout
-    // (one thread per finished command lingered for minutes, counted by the pids ceiling).
-    drop(deadline);
-    let status = status?;
+    let drained_rx = helpers.go(pgid, output, input);
+    let status = child.wait()?;
     // What the program left behind goes with it: its group, and daemons that left the group
     // but carry the run id.
     kill_leftovers(pgid, request.run_id.as_deref());
@@ -164,20 +160,14 @@ struct Helpers {
 
 impl Helpers {
     /// Hands the started program's parts to the threads; answers the channel that says when
-    /// its output is drained, and the deadline's channel: dropping it when the program has
-    /// exited ends the deadline thread.
-    fn go(
-        self,
-        pgid: u32,
-        output: Box<dyn Read + Send>,
-        input: Input,
-    ) -> (mpsc::Receiver<()>, Option<mpsc::Sender<u32>>) {
+    /// its output is drained.
+    fn go(self, pgid: u32, output: Box<dyn Read + Send>, input: Input) -> mpsc::Receiver<()> {
         let _ = self.output.send(output);
         let _ = self.input.send((input, pgid));
-        if let Some(deadline) = &self.deadline {
+        if let Some(deadline) = self.deadline {
             let _ = deadline.send(pgid);
         }
-        (self.drained, self.deadline)
+        self.drained
     }
 }
 
@@ -282,11 +272,8 @@ fn start_helpers(
                     let Ok(pgid) = deadline_rx.recv() else {
                         return;
                     };
-                    // Woken early (the sender dropped) when the program exits first.
-                    let waited = deadline_rx.recv_timeout(Duration::from_millis(ms));
-                    if matches!(waited, Err(mpsc::RecvTimeoutError::Timeout))
-                        && !finished.load(Ordering::SeqCst)
-                    {
+                    std::thread::sleep(Duration::from_millis(ms));
+                    if !finished.load(Ordering::SeqCst) {
                         timed_out.store(true, Ordering::SeqCst);
                         end_run(pgid, run_id.as_deref());
                     }
