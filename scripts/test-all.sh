@@ -3,7 +3,8 @@
 # Builds once (release profile, used by both the binary and the tests), then runs every test
 # against the real binary, then the lint gate. What the suites need is installed here when
 # missing: python3 with the jsonschema package (an independent validator of `paddock tools`
-# output), and tmux (a real terminal for the approval prompt). The Docker, SSH, Apptainer and
+# output), tmux (a real terminal for the approval prompt) and ripgrep (the file tools' grep is
+# checked against `rg` itself). The Docker, SSH, Apptainer and
 # Slurm backends are tested against real services: scripts/test-services.sh installs and starts
 # dockerd, a private sshd, Apptainer and a single-node Slurm cluster (idempotent; ~50 s the
 # first time, ~2 s after). PADDOCK_SKIP_BACKENDS=docker,ssh,apptainer,slurm (any subset, any
@@ -27,6 +28,7 @@ need_root_apt() {
 step "test prerequisites"
 command -v python3 >/dev/null || need_root_apt python3 python3-pip
 command -v tmux >/dev/null || need_root_apt tmux          # the terminal approver's tests
+command -v rg >/dev/null || need_root_apt ripgrep         # grep's answers checked against rg's
 if ! python3 -c 'import jsonschema' 2>/dev/null; then
     python3 -m pip install --quiet jsonschema 2>/dev/null \
         || python3 -m pip install --quiet --break-system-packages jsonschema 2>/dev/null \

@@ -6,6 +6,7 @@
 //! - [`protocol`] — frames and messages, shared with the engine (versioned; two frozen messages);
 //! - [`server`] — the socket, a thread per connection, the lock that keeps one agent per session;
 //! - [`run`] — one program: pipes or a terminal, output frames, stdin frames, tree kills;
+//! - [`files`] — file operations (`paddock-files`) served in the environment, no process;
 //! - [`daemon`] — `serve --daemon`: start detached, answer once listening;
 //! - [`shell_state`] — a finished command's shell state put into place, merged with what
 //!   overlapping commands of the session saved meanwhile (also the engine's, for local runs);
@@ -19,6 +20,7 @@
 #![deny(clippy::print_stdout)]
 
 pub mod daemon;
+pub mod files;
 pub mod protocol;
 pub mod run;
 pub mod server;

@@ -6,7 +6,9 @@
 //! anything but [`Request::Shutdown`] (both are frozen: every version decodes them alike, so an
 //! old agent in a long-lived container can always be told to go). Then one request: a
 //! [`Request::Run`] streams [`FrameKind::Output`] frames and ends with [`Reply::Exit`]; closing
-//! the connection before that ends the run's whole process tree.
+//! the connection before that ends the run's whole process tree. A [`Request::Files`] (since
+//! protocol 4) is one file operation done by the agent itself, answered by [`Reply::Files`] or
+//! [`Reply::FileFailed`]: no shell, no process.
 //!
 //! Frames: one byte of kind, a big-endian `u32` length, the payload. Control messages are JSON
 //! ([`FrameKind::Message`]); output and stdin are raw bytes, so a megabyte of output costs a
@@ -18,7 +20,7 @@ use std::io::{Read, Write};
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever a message changes shape. The engine replaces an agent that answers another.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Frames larger than this are refused (a corrupt or hostile peer cannot make us allocate more).
 pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
@@ -72,6 +74,9 @@ pub enum Request {
     Hello { version: u32 },
     /// Run one program; stdin frames follow when `stdin` is set.
     Run(RunRequest),
+    /// One file operation (read, write, edit, patch, search...), done by the agent in the
+    /// environment (since protocol 4).
+    Files(FilesRequest),
     /// Frozen: the agent ends its runs and exits.
     Shutdown,
 }
@@ -110,6 +115,20 @@ pub struct RunRequest {
     pub run_id: Option<String>,
 }
 
+/// One file operation and where its relative paths resolve.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FilesRequest {
+    pub operation: paddock_files::FileRequest,
+    /// The session's current-directory file (the state wrapper's `cwd`): relative paths
+    /// resolve against the directory it names, as the session's next command would start.
+    #[serde(default)]
+    pub cwd_file: Option<String>,
+    /// Where relative paths resolve while the session has no current directory yet (its
+    /// first command has not run): the directory its commands start in. Default: the agent's.
+    #[serde(default)]
+    pub start_dir: Option<String>,
+}
+
 /// The agent's side of a conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -130,6 +149,11 @@ pub enum Reply {
     },
     /// The request could not be carried out (the program could not start, a bad request).
     Error { message: String },
+    /// The answer of a [`Request::Files`], as JSON text (kept as text: numbers of any size
+    /// cross unchanged, and the reply's tag needs no buffering of a nested value).
+    Files { answer: String },
+    /// A [`Request::Files`] that failed: what a file tool reports (`file:not_found`, ...).
+    FileFailed { error: paddock_files::FileError },
     /// `Shutdown` accepted.
     Bye,
 }

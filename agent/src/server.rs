@@ -173,7 +173,9 @@ fn conversation(mut stream: UnixStream, spares: &Arc<SparePool>) -> Result<Next,
             write_message(&mut stream, &Reply::Bye)?;
             Ok(Next::Exit)
         }
-        Request::Run(_) | Request::Hello { .. } if version != PROTOCOL_VERSION => {
+        Request::Run(_) | Request::Files(_) | Request::Hello { .. }
+            if version != PROTOCOL_VERSION =>
+        {
             reply_error(
                 &mut stream,
                 format!(
@@ -191,6 +193,10 @@ fn conversation(mut stream: UnixStream, spares: &Arc<SparePool>) -> Result<Next,
                 return Ok(Next::Continue);
             }
             serve_run(stream, run, spares)?;
+            Ok(Next::Continue)
+        }
+        Request::Files(files) => {
+            crate::files::serve_files(stream, files)?;
             Ok(Next::Continue)
         }
         Request::Hello { .. } => {

@@ -85,6 +85,10 @@ pub enum BackendError {
 
 pub type Result<T> = std::result::Result<T, BackendError>;
 
+/// What a file operation answers: its JSON, or the file error the tool reports
+/// (`file:not_found`, `file:no_match`, ...). A backend fault is the future's own error.
+pub type FileAnswer = std::result::Result<serde_json::Value, paddock_files::FileError>;
+
 /// The boxed future every trait method returns (dyn-compatible).
 pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 
@@ -174,6 +178,14 @@ pub trait Environment: Send + Sync {
     /// The directory under which python_execute makes its run directories, as the backend's
     /// commands see it (a relative path is under the directory commands start in).
     fn scratch_dir(&self) -> String;
+
+    /// One file operation (the file tools) in the session's environment, done there without a
+    /// shell: relative paths resolve against the session's current directory.
+    fn files<'a>(
+        &'a self,
+        session: &'a str,
+        operation: paddock_files::FileRequest,
+    ) -> BackendFuture<'a, FileAnswer>;
 
     /// Writes a file where the backend's commands see it.
     fn write_file<'a>(

@@ -1410,6 +1410,14 @@ impl Environment for LocalEnvironment {
         self.state_root.join("python").display().to_string()
     }
 
+    fn files<'a>(
+        &'a self,
+        session: &'a str,
+        operation: paddock_files::FileRequest,
+    ) -> BackendFuture<'a, crate::FileAnswer> {
+        Box::pin(self.file_operation(session, operation))
+    }
+
     fn write_file<'a>(
         &'a self,
         _session: &'a str,
@@ -1534,6 +1542,49 @@ impl Environment for LocalEnvironment {
 }
 
 impl LocalEnvironment {
+    /// A file operation: in the session's sandbox by its agent (Landlock decides what may be
+    /// written, as for a command; the agent serves it even where commands skip the agent), or
+    /// here in the engine when the backend is unconfined. Both run `paddock-files`.
+    async fn file_operation(
+        &self,
+        session: &str,
+        operation: paddock_files::FileRequest,
+    ) -> Result<crate::FileAnswer> {
+        crate::shell::check_session(session)?;
+        self.check_workspace(session)?;
+        let state = session_dir(&self.state_root, session)?;
+        let request = paddock_agent::protocol::FilesRequest {
+            operation,
+            cwd_file: Some(state.join("cwd").display().to_string()),
+            start_dir: Some(self.start_dir(session).display().to_string()),
+        };
+        let Some(sandbox) = self.sandbox_of(session) else {
+            // Unconfined: the engine's own thread does it (no ceilings apply to the engine).
+            return tokio::task::spawn_blocking(move || {
+                let base = paddock_agent::files::base_dir(&request);
+                paddock_files::execute(&request.operation, &base)
+            })
+            .await
+            .map_err(|e| BackendError::Io(std::io::Error::other(e)));
+        };
+        // The agent a file call starts is the one the session's commands use: it joins the
+        // session's cgroups and sees its /tmp, which must exist first.
+        let _applied = self.apply_ceilings(session)?;
+        let agent = self.sandboxed_agent(&sandbox, &state, session)?;
+        let link = agent.connect().await?;
+        link.files(request)
+            .await
+            .map_err(|err| BackendError::Unavailable {
+                kind: "local".into(),
+                name: self.name.clone(),
+                reason: format!(
+                    "the session's sandboxed agent failed during a file operation ({err}); see {} \
+                 for its log",
+                    agent.log.display()
+                ),
+            })
+    }
+
     fn write_local_file(path: &str, contents: &[u8]) -> Result<()> {
         let path = std::path::Path::new(path);
         if let Some(parent) = path.parent() {

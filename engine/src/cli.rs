@@ -94,6 +94,12 @@ enum Command {
     /// The engine for an embedding program (the Python package): JSON lines on stdin/stdout,
     /// see docs/embedding-protocol.md.
     Embed,
+    /// Files into and out of a session's environment (a directory goes as a tar stream), on
+    /// the backend the `files` route names (or `--backend`).
+    Files {
+        #[command(subcommand)]
+        command: FilesCommand,
+    },
     /// Paddock sessions: list them, or close one now.
     Sessions {
         #[command(subcommand)]
@@ -179,6 +185,28 @@ enum PolicyCommand {
         policy: Option<PathBuf>,
         #[arg(long)]
         misses: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum FilesCommand {
+    /// Copy LOCAL (a file, or a directory's contents) to REMOTE in the environment.
+    Put {
+        local: PathBuf,
+        remote: String,
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, value_name = "NAME")]
+        backend: Option<String>,
+    },
+    /// Copy REMOTE (a file, or a directory's contents) from the environment to LOCAL.
+    Get {
+        remote: String,
+        local: PathBuf,
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, value_name = "NAME")]
+        backend: Option<String>,
     },
 }
 
@@ -367,6 +395,7 @@ async fn dispatch(command: Command, bench: BenchRunner) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => usage_error(&err.to_string()),
         },
+        Command::Files { command } => files_transfer(command).await,
         Command::Sessions {
             command: SessionsCommand::List { policy },
         } => sessions_list(policy.as_deref()).await,
@@ -634,6 +663,47 @@ async fn call(tool: String, args: String, common: Common, backend: Option<String
     // The answer is out already; only the exit waits for a sweep that had work to do.
     engine.settle().await;
     code
+}
+
+/// `paddock files put|get`: one JSON line saying what moved.
+async fn files_transfer(command: FilesCommand) -> ExitCode {
+    progress_to_stderr();
+    let (common, backend) = match &command {
+        FilesCommand::Put {
+            common, backend, ..
+        }
+        | FilesCommand::Get {
+            common, backend, ..
+        } => (common, backend.clone()),
+    };
+    let policy = match load_policy(common.policy.as_deref()) {
+        Ok(p) => p,
+        Err(e) => return usage_error(&e),
+    };
+    let options = crate::engine::EngineOptions {
+        session: common.session.clone(),
+        backend,
+        exe: None,
+    };
+    let registry = crate::registry::Registry::with_builtins();
+    let engine = match Engine::with_options(policy, registry, Arc::default(), options) {
+        Ok(e) => e,
+        Err(e) => return usage_error(&e.to_string()),
+    };
+    let moved = match &command {
+        FilesCommand::Put { local, remote, .. } => engine.upload(local, remote).await,
+        FilesCommand::Get { remote, local, .. } => engine.download(remote, local).await,
+    };
+    match moved {
+        Ok(value) => {
+            print_line(&value);
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            let _ = writeln!(std::io::stderr(), "paddock files: {err}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 async fn serve(

@@ -64,6 +64,8 @@ pub struct Engine {
     sweep: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Writes direct results longer than `[tools] max_result_chars` to the session's files.
     spiller: Spiller,
+    /// The backends, for files put into and taken out of a session (`upload`, `download`).
+    environments: Option<Arc<crate::tools::environment::Environments>>,
 }
 
 impl Engine {
@@ -108,7 +110,8 @@ impl Engine {
         )
         .map_err(EngineError::Backends)?;
         let sessions = envs.sessions().clone();
-        for tool in crate::tools::environment::environment_tools(Arc::new(envs)) {
+        let envs = Arc::new(envs);
+        for tool in crate::tools::environment::environment_tools(envs.clone()) {
             // A library user's own tool of the same name wins.
             let _ = registry.register(tool);
         }
@@ -132,6 +135,7 @@ impl Engine {
             engine.session = session;
         }
         engine.sessions = Some(sessions);
+        engine.environments = Some(envs);
         Ok(engine)
     }
 
@@ -157,6 +161,7 @@ impl Engine {
             sessions: None,
             sweep: std::sync::Mutex::default(),
             spiller: Spiller::new(state_root, max_result_chars),
+            environments: None,
         }
     }
 
@@ -224,6 +229,32 @@ impl Engine {
     /// own too: listing is not using it), so the list never shows one whose environments a
     /// later sweep would remove; one that could not be closed is left out all the same and
     /// named in a warning.
+    /// Copies `local` (a file, or a directory as a tar stream) into this engine's session's
+    /// environment at `remote`, on the backend the `files` route names.
+    pub async fn upload(
+        &self,
+        local: &std::path::Path,
+        remote: &str,
+    ) -> Result<serde_json::Value, EngineError> {
+        let envs = self.environments.as_ref().ok_or(EngineError::NoSessions)?;
+        envs.upload(&self.session, local, remote)
+            .await
+            .map_err(|e| EngineError::Backends(e.to_string()))
+    }
+
+    /// Copies `remote` (a file, or a directory) out of this engine's session's environment to
+    /// `local`.
+    pub async fn download(
+        &self,
+        remote: &str,
+        local: &std::path::Path,
+    ) -> Result<serde_json::Value, EngineError> {
+        let envs = self.environments.as_ref().ok_or(EngineError::NoSessions)?;
+        envs.download(&self.session, remote, local)
+            .await
+            .map_err(|e| EngineError::Backends(e.to_string()))
+    }
+
     pub async fn list_sessions(&self) -> Result<Vec<SessionSummary>, EngineError> {
         let sessions = self.sessions()?;
         let expired = sessions.expired("");

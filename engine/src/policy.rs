@@ -253,6 +253,9 @@ pub struct RoutesConfig {
     pub terminal: Option<Spanned<String>>,
     pub process: Option<Spanned<String>>,
     pub python_execute: Option<Spanned<String>>,
+    /// The file tools (read_file, write_file, edit_file, apply_patch, grep, ...); default: where
+    /// `terminal` goes, so that files and commands see one environment.
+    pub files: Option<Spanned<String>>,
 }
 
 /// `[mcp.servers.NAME]`: another MCP server whose tools scripts may call.
@@ -942,6 +945,7 @@ impl Policy {
             ("terminal", &self.routes.terminal),
             ("process", &self.routes.process),
             ("python_execute", &self.routes.python_execute),
+            ("files", &self.routes.files),
         ] {
             let Some(route) = route else { continue };
             let target = route.get_ref();

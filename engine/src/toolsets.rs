@@ -64,12 +64,19 @@ impl Default for Toolsets {
             &[],
             &[],
         );
+        add(
+            "files",
+            "read_file, write_file, edit_file, apply_patch, grep, glob_files, list_files, \
+             file_info, move_file, delete_file on the routed backend",
+            &[],
+            &[],
+        );
         add("mcp", "Tools of the bridged MCP servers", &[], &[]);
         add(
             "core",
             "Everything Paddock itself provides",
             &[],
-            &["builtin", "codemode", "environment"],
+            &["builtin", "codemode", "environment", "files"],
         );
         let renamed = [
             ("basic", "builtin"),

@@ -331,6 +331,29 @@ class Engine:
         """`call`, blocking."""
         return self._unwrap(self._request_sync({"type": "call", "tool": tool, "args": args}))
 
+    async def upload(self, local: Union[str, os.PathLike], remote: str) -> Dict[str, Any]:
+        """Copies `local` (a file, or a directory's contents as a tar stream) into the session's
+        environment at `remote` (parents made), on the backend the `files` route names:
+        `{"from", "to", "kind", "bytes"}`, or `ToolError` (`files:transfer_failed`)."""
+        message = {"type": "upload", "local": os.path.abspath(os.fspath(local)), "remote": remote}
+        return self._unwrap(await self._request(message))
+
+    def upload_sync(self, local: Union[str, os.PathLike], remote: str) -> Dict[str, Any]:
+        """`upload`, blocking."""
+        message = {"type": "upload", "local": os.path.abspath(os.fspath(local)), "remote": remote}
+        return self._unwrap(self._request_sync(message))
+
+    async def download(self, remote: str, local: Union[str, os.PathLike]) -> Dict[str, Any]:
+        """Copies `remote` (a file, or a directory's contents) out of the session's environment
+        to `local` (parents made): `{"from", "to", "kind", "bytes"}`."""
+        message = {"type": "download", "remote": remote, "local": os.path.abspath(os.fspath(local))}
+        return self._unwrap(await self._request(message))
+
+    def download_sync(self, remote: str, local: Union[str, os.PathLike]) -> Dict[str, Any]:
+        """`download`, blocking."""
+        message = {"type": "download", "remote": remote, "local": os.path.abspath(os.fspath(local))}
+        return self._unwrap(self._request_sync(message))
+
     async def events(self) -> AsyncIterator[Dict[str, Any]]:
         """Every ToolCallEvent from now on (needs `Engine(events=True)` or `on_event`)."""
         if not self._events_on:

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use paddock_agent::protocol::{
-    self, FrameKind, PROTOCOL_VERSION, ProtocolError, Reply, Request, RunRequest,
+    self, FilesRequest, FrameKind, PROTOCOL_VERSION, ProtocolError, Reply, Request, RunRequest,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
@@ -159,6 +159,27 @@ impl Link {
         send_message(&mut self.stream, &Request::Shutdown).await?;
         let _ = read_reply(&mut self.stream, "bye").await;
         Ok(())
+    }
+
+    /// One file operation, answered by the agent itself: the answer, or the file error a tool
+    /// reports (the outer error is the connection's).
+    pub async fn files(
+        mut self,
+        request: FilesRequest,
+    ) -> Result<Result<serde_json::Value, paddock_files::FileError>, LinkError> {
+        send_message(&mut self.stream, &Request::Files(request)).await?;
+        match read_reply(&mut self.stream, "a file answer").await? {
+            Reply::Files { answer } => Ok(Ok(
+                serde_json::from_str(&answer).map_err(ProtocolError::Json)?
+            )),
+            Reply::FileFailed { error } => Ok(Err(error)),
+            Reply::Error { message } => Err(LinkError::Refused(message)),
+            other => Err(ProtocolError::Unexpected {
+                expected: "a file answer",
+                got: format!("{other:?}"),
+            }
+            .into()),
+        }
     }
 
     /// Runs `request` (with `stdin` when given; `request.stdin` is set from it); its output

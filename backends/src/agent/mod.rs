@@ -493,6 +493,28 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
         Box::pin(self.run_through_agent(session, run, sink))
     }
 
+    fn files<'a>(
+        &'a self,
+        session: &'a str,
+        request: paddock_agent::protocol::FilesRequest,
+    ) -> BackendFuture<'a, crate::FileAnswer> {
+        Box::pin(async move {
+            let link = self.connect(session).await?;
+            match link.files(request).await {
+                Ok(answer) => Ok(answer),
+                Err(LinkError::Refused(message)) => Err(self.unavailable(format!(
+                    "the agent refused the file operation: {message}"
+                ))),
+                Err(other) => Err(match self.inner.explain_loss(session).await {
+                    Some(reason) => self.unavailable(reason),
+                    None => self.unavailable(format!(
+                        "the agent serving this session failed during a file operation                          ({other}); the next call starts a new agent"
+                    )),
+                }),
+            }
+        })
+    }
+
     fn attach_argv(
         &self,
         session: &str,

@@ -81,6 +81,22 @@ pub trait Transport: Send + Sync + 'static {
         run: TargetRun,
         sink: OutputSink,
     ) -> BackendFuture<'a, i32>;
+    /// One file operation on the session's target, by its agent. A transport without one
+    /// serves no file tools.
+    fn files<'a>(
+        &'a self,
+        session: &'a str,
+        request: paddock_agent::protocol::FilesRequest,
+    ) -> BackendFuture<'a, crate::FileAnswer> {
+        let _ = (session, request);
+        Box::pin(async move {
+            Err(BackendError::Unavailable {
+                kind: self.kind().to_owned(),
+                name: self.name().to_owned(),
+                reason: "this backend has no agent in its environment to serve file tools".into(),
+            })
+        })
+    }
     /// The host program a background supervisor runs for `argv` on the session's target.
     fn attach_argv(&self, session: &str, argv: &[String], pty: bool)
     -> Result<(Vec<String>, bool)>;
@@ -457,6 +473,27 @@ impl<T: Transport> Environment for RemoteEnvironment<T> {
 
     fn scratch_dir(&self) -> String {
         format!("{}/python", self.transport.state_root())
+    }
+
+    fn files<'a>(
+        &'a self,
+        session: &'a str,
+        operation: paddock_files::FileRequest,
+    ) -> BackendFuture<'a, crate::FileAnswer> {
+        Box::pin(async move {
+            crate::shell::check_session(session)?;
+            // The wrapper's own paths: `ROOT/sessions/SESSION/cwd` (ROOT relative to where
+            // the target starts commands, which is where its agent runs).
+            let request = paddock_agent::protocol::FilesRequest {
+                operation,
+                cwd_file: Some(format!(
+                    "{}/sessions/{session}/cwd",
+                    self.transport.state_root()
+                )),
+                start_dir: Some(self.transport.home().to_owned()),
+            };
+            self.transport.files(session, request).await
+        })
     }
 
     fn write_file<'a>(

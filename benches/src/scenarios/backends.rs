@@ -32,12 +32,22 @@ fn environment(name: &str) -> String {
 
 /// The bare tool's argv for backend `name`, or `None` for a kind without one (local).
 fn bare_argv(name: &str, config: &BackendConfig) -> Option<Vec<String>> {
+    bare_argv_in(name, config, &environment(name))
+}
+
+/// The bare tool's argv running `true` in container or instance `environment` (the host for
+/// ssh) of backend `name`; the last word is the command, to be replaced.
+pub(super) fn bare_argv_in(
+    name: &str,
+    config: &BackendConfig,
+    environment: &str,
+) -> Option<Vec<String>> {
     let kind = config.kind.get_ref().as_str();
     match kind {
         "docker" => Some(vec![
             "docker".into(),
             "exec".into(),
-            environment(name),
+            environment.to_owned(),
             "true".into(),
         ]),
         "ssh" => {
@@ -83,7 +93,7 @@ fn bare_argv(name: &str, config: &BackendConfig) -> Option<Vec<String>> {
                 .as_ref()
                 .map_or_else(|| "apptainer".to_owned(), |b| b.get_ref().clone()),
             "exec".into(),
-            format!("instance://{}", environment(name)),
+            format!("instance://{environment}"),
             "true".into(),
         ]),
         _ => None,

@@ -9,6 +9,7 @@ mod approval;
 mod backends;
 mod calls;
 mod cpu;
+mod files;
 mod growth;
 mod mcp;
 mod memory;
@@ -94,6 +95,11 @@ pub const SCENARIOS: &[(&str, &str)] = &[
          on the local backend and each docker backend of --backends (the quick set: 8)",
     ),
     (
+        "files",
+        "read_file, write_file, apply_patch and grep on local (unconfined and sandboxed) and \
+         each docker/ssh/apptainer backend of --backends, against cat and rg/grep there",
+    ),
+    (
         "backends",
         "`terminal` on each docker/ssh/apptainer backend, with and without the agent, and \
          `paddock call terminal` on docker, against the bare tool (--backends POLICY)",
@@ -154,6 +160,7 @@ pub async fn run(name: &'static str, b: &Bench) -> Vec<ScenarioReport> {
         "mcp" => one(mcp::mcp(b).await),
         "approval" => one(approval::approval(b).await),
         "backends" => return backends::backends(b).await,
+        "files" => files::files(b).await,
         "scale" => return scale::scale(b).await,
         other => Err(BenchError::UnknownScenario {
             name: other.into(),

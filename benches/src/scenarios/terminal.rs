@@ -56,10 +56,10 @@ async fn bare_once(program: &str, args: &[&str], cwd: Option<&Path>) -> Result<f
 }
 
 /// A scratch directory removed on drop.
-struct Scratch(PathBuf);
+pub(super) struct Scratch(pub(super) PathBuf);
 
 impl Scratch {
-    fn new(name: &str) -> Result<Self> {
+    pub(super) fn new(name: &str) -> Result<Self> {
         let dir = std::env::temp_dir().join(format!("paddock-bench-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir)
             .map_err(BenchError::io(format!("creating {}", dir.display())))?;

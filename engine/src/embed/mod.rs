@@ -224,6 +224,20 @@ impl Embedded {
                 Inbound::Message(ClientMessage::Call { id, tool, args }) => {
                     (id, Job::Call { tool, args })
                 }
+                Inbound::Message(ClientMessage::Upload { id, local, remote }) => (
+                    id,
+                    Job::Upload {
+                        local: local.into(),
+                        remote,
+                    },
+                ),
+                Inbound::Message(ClientMessage::Download { id, remote, local }) => (
+                    id,
+                    Job::Download {
+                        remote,
+                        local: local.into(),
+                    },
+                ),
                 Inbound::Message(ClientMessage::Cancel { id }) => {
                     let handle = running.lock().ok().and_then(|mut r| r.remove(&id));
                     if let Some(handle) = handle {
@@ -323,6 +337,19 @@ enum Job {
         tool: String,
         args: Value,
     },
+    Upload {
+        local: std::path::PathBuf,
+        remote: String,
+    },
+    Download {
+        remote: String,
+        local: std::path::PathBuf,
+    },
+}
+
+/// A failed upload or download, as the client reads a failed call.
+fn transfer_error(err: crate::engine::EngineError) -> Value {
+    serde_json::json!({"error": err.to_string(), "error_code": "files:transfer_failed"})
 }
 
 struct RequestContext {
@@ -363,6 +390,16 @@ impl RequestContext {
                     .await
                     .map_err(|e| e.to_json())
             }
+            Job::Upload { local, remote } => self
+                .engine
+                .upload(&local, &remote)
+                .await
+                .map_err(transfer_error),
+            Job::Download { remote, local } => self
+                .engine
+                .download(&remote, &local)
+                .await
+                .map_err(transfer_error),
         };
         let message = match answer {
             Ok(value) => ServerMessage::Result {

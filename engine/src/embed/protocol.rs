@@ -36,6 +36,19 @@ pub enum ClientMessage {
         #[serde(default = "empty_object")]
         args: Value,
     },
+    /// Copies a file or directory of this machine into the session's environment; answered
+    /// by one `result` (`{"from", "to", "kind", "bytes"}`).
+    Upload {
+        id: u64,
+        local: String,
+        remote: String,
+    },
+    /// Copies a file or directory out of the session's environment to this machine.
+    Download {
+        id: u64,
+        remote: String,
+        local: String,
+    },
     /// The answer to `host_call` `id`: `ok` with `value`, or not with `error`.
     HostResult {
         id: u64,

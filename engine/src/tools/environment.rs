@@ -93,6 +93,14 @@ impl Environments {
             ("terminal", route(&policy.routes.terminal)),
             ("process", route(&policy.routes.process).to_owned()),
             ("python_execute", route(&policy.routes.python_execute)),
+            (
+                "files",
+                policy
+                    .routes
+                    .files
+                    .as_ref()
+                    .map_or_else(|| route(&policy.routes.terminal), |s| s.get_ref().clone()),
+            ),
         ]);
         let registry = ProcessRegistry::new(state_root.join("processes"));
         let days = *policy.processes.retention_days.get_ref();
@@ -125,11 +133,30 @@ impl Environments {
     }
 
     /// Marks `session` active (on `env`, when a backend runs the call) until the guard drops.
-    fn activity(&self, session: &str, env: Option<&Arc<dyn Environment>>) -> ActivityGuard {
+    pub(super) fn activity(
+        &self,
+        session: &str,
+        env: Option<&Arc<dyn Environment>>,
+    ) -> ActivityGuard {
         self.sessions.activity(session, env.map(|e| e.name()))
     }
 
-    fn backend_for(&self, tool: &str) -> Result<&Arc<dyn Environment>, ToolError> {
+    /// The approval a file tool needs: that of `line`, the command that would do the same,
+    /// unless the backend is a container the policy trusts (as for `terminal`).
+    pub(super) async fn check_file_command(
+        &self,
+        env: &Arc<dyn Environment>,
+        tool: &str,
+        line: &str,
+        ctx: &crate::registry::CallContext,
+    ) -> Result<(), ToolError> {
+        if env.is_container() && self.skip_approval_in_containers {
+            return Ok(());
+        }
+        self.approvals.check_command(tool, line, None, ctx).await
+    }
+
+    pub(super) fn backend_for(&self, tool: &str) -> Result<&Arc<dyn Environment>, ToolError> {
         let name = self.forced.clone().unwrap_or_else(|| {
             self.routes
                 .get(tool)
@@ -142,7 +169,7 @@ impl Environments {
     }
 }
 
-fn backend_error(err: BackendError) -> ToolError {
+pub(super) fn backend_error(err: BackendError) -> ToolError {
     match err {
         BackendError::InvalidCommand(_) | BackendError::Workdir { .. } => {
             ToolError::invalid_arguments(err.to_string())
@@ -167,14 +194,16 @@ fn timeout_of(seconds: Option<f64>) -> Duration {
     Duration::from_secs_f64(s)
 }
 
-/// Every environment tool over `envs`.
+/// Every environment tool over `envs`, the file tools included.
 pub fn environment_tools(envs: Arc<Environments>) -> Vec<Arc<dyn Tool>> {
-    vec![
+    let mut tools: Vec<Arc<dyn Tool>> = vec![
         Arc::new(Terminal(envs.clone())),
         Arc::new(Process(envs.clone())),
         Arc::new(PythonExecute(envs.clone())),
-        Arc::new(PythonEnvironmentInfo(envs)),
-    ]
+        Arc::new(PythonEnvironmentInfo(envs.clone())),
+    ];
+    tools.extend(super::files::file_tools(envs));
+    tools
 }
 
 struct Terminal(Arc<Environments>);

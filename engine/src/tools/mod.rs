@@ -3,8 +3,10 @@
 mod backend_config;
 mod datetime;
 pub mod environment;
+mod files;
 pub mod read_output;
 pub mod spill;
+pub mod transfer;
 mod wait;
 
 use std::sync::Arc;

@@ -209,3 +209,76 @@ fn enter_alone_at_the_terminal_prompt_denies() {
     let v: Value = serde_json::from_str(result.trim()).unwrap();
     assert_eq!(v["error_code"], json!("tool_approval:denied"), "{v}");
 }
+
+/// The file tools are judged by the same rules as the commands that would do the same: with
+/// nobody to ask, a write to a shell start-up file, a patch adding one and a read of a private
+/// key are denied (and logged as failures); a write inside the workspace goes through.
+#[test]
+fn file_tools_ask_where_the_equivalent_command_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let home = dir.path().join("home");
+    let policy = write_file(
+        &dir,
+        "policy.toml",
+        format!(
+            "[backends.local]\nkind = \"local\"\nsandbox = \"workspace-write\"\nworkspace = \"{}\"\n",
+            workspace.display()
+        ),
+    );
+    let home_str = home.display().to_string();
+    let call = |tool: &str, args: Value| {
+        let args = args.to_string();
+        let run = paddock_env(
+            &["call", tool, "--args", &args, "--policy", &policy],
+            &[("PADDOCK_HOME", &home_str)],
+            None,
+            Duration::from_secs(30),
+        );
+        run.json()
+    };
+    let bashrc = std::path::PathBuf::from(std::env::var("HOME").unwrap()).join(".bashrc");
+    let before = std::fs::read(&bashrc).ok();
+    for (tool, args) in [
+        (
+            "write_file",
+            json!({"path": "~/.bashrc", "content": "echo pwned\n"}),
+        ),
+        (
+            "edit_file",
+            json!({"path": "~/.bashrc", "old_string": "a", "new_string": "b"}),
+        ),
+        (
+            "apply_patch",
+            json!({"patch": "*** Begin Patch\n*** Add File: ~/.profile\n+echo pwned\n*** End Patch\n"}),
+        ),
+        ("read_file", json!({"path": "~/.ssh/id_rsa"})),
+        ("delete_file", json!({"path": "/etc/hostname"})),
+    ] {
+        let v = call(tool, args);
+        assert_eq!(
+            v["error_code"],
+            json!("tool_approval:denied"),
+            "{tool}: {v}"
+        );
+        assert!(
+            v["error"].as_str().unwrap().contains("nobody is available"),
+            "{tool}: {v}"
+        );
+    }
+    assert_eq!(std::fs::read(&bashrc).ok(), before, "~/.bashrc was changed");
+    let log = std::fs::read_to_string(home.join("logs").join("tool-failures.jsonl")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("\"write_file\"") && l.contains("tool_approval:denied")),
+        "{log}"
+    );
+    let inside = workspace.join("notes.txt");
+    let v = call(
+        "write_file",
+        json!({"path": inside.display().to_string(), "content": "fine\n"}),
+    );
+    assert_eq!(v["created"], json!(true), "{v}");
+    assert_eq!(std::fs::read_to_string(&inside).unwrap(), "fine\n");
+}

@@ -16,9 +16,9 @@ use paddock_tests::{Run, paddock_env};
 use serde_json::{Value, json};
 
 /// One backend under test: its state directory and the flags that select it.
-struct Target {
+pub(super) struct Target {
     home: tempfile::TempDir,
-    backend: &'static str,
+    pub(super) backend: &'static str,
     policy: Option<String>,
     /// Sessions used, to remove their containers and instances at the end.
     sessions: std::cell::RefCell<std::collections::BTreeSet<String>>,
@@ -40,7 +40,7 @@ fn skipped(backend: &str) -> bool {
 
 impl Target {
     /// The target for `backend`; `None` when the test command skips it.
-    fn new(backend: &'static str) -> Option<Self> {
+    pub(super) fn new(backend: &'static str) -> Option<Self> {
         let home = tempfile::tempdir().unwrap();
         if backend == "sandboxed" {
             // The local backend inside its workspace-write sandbox must keep the same contract.
@@ -130,7 +130,7 @@ impl Target {
         })
     }
 
-    fn call(&self, session: &str, tool: &str, args: Value) -> Run {
+    pub(super) fn call(&self, session: &str, tool: &str, args: Value) -> Run {
         self.call_env(session, tool, args, &[])
     }
 
@@ -175,7 +175,7 @@ impl Target {
         Invocation { argv, vars }
     }
 
-    fn sh(&self, session: &str, args: Value) -> Value {
+    pub(super) fn sh(&self, session: &str, args: Value) -> Value {
         let run = self.call(session, "terminal", args);
         assert!(run.code == 0 || run.code == 1, "{}", run.stderr);
         run.json()
@@ -187,7 +187,7 @@ impl Target {
 
     /// A session id unique to this test run (docker and apptainer keep one container or
     /// instance per session, shared by every test using the same id).
-    fn session(&self, name: &str) -> String {
+    pub(super) fn session(&self, name: &str) -> String {
         let tag = self
             .home
             .path()
@@ -218,7 +218,7 @@ impl Target {
     }
 
     /// A scratch directory path on the target (created by the commands themselves).
-    fn scratch(&self) -> String {
+    pub(super) fn scratch(&self) -> String {
         format!("/tmp/conf-{}", self.session("d"))
     }
 }
@@ -871,6 +871,9 @@ macro_rules! conformance {
         }
     };
 }
+
+/// For the other suites of the contract (the file tools), over their own checks.
+pub(super) use conformance;
 
 conformance!([
     stdout_and_stderr_are_merged_in_order_with_the_exit_code,

@@ -12,6 +12,7 @@ mod default_sandbox;
 mod definitions;
 mod error_wording;
 mod failure_log;
+mod file_tools;
 mod hostile_script;
 mod hostile_shell;
 mod notebook;
