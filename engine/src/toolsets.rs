@@ -58,11 +58,13 @@ impl Default for Toolsets {
             &[],
             &[],
         );
+        // The file tools act on the same environment: turning the environment off turns
+        // them off too; `files` alone gives file tools without a shell.
         add(
             "environment",
-            "terminal, process and python_execute on the routed backend",
+            "terminal, process, python_execute and the file tools on the routed backend",
             &[],
-            &[],
+            &["files"],
         );
         add(
             "files",
@@ -76,7 +78,7 @@ impl Default for Toolsets {
             "core",
             "Everything Paddock itself provides",
             &[],
-            &["builtin", "codemode", "environment", "files"],
+            &["builtin", "codemode", "environment"],
         );
         let renamed = [
             ("basic", "builtin"),
@@ -233,6 +235,7 @@ mod tests {
         assert!(
             core.contains("builtin") && core.contains("codemode") && core.contains("environment")
         );
+        assert!(t.expand("environment").contains("files"));
         assert_eq!(t.resolve("basic"), Some("builtin"));
         assert_eq!(t.resolve("nope"), None);
     }

@@ -470,6 +470,38 @@ def test_built_in_tools_next_to_host_tools(private_state: Path) -> None:
     assert (private_state / "answer.txt").read_text() == "42\n"
 
 
+def test_files_go_in_and_out_and_the_file_tools_see_them(private_state: Path, tmp_path: Path) -> None:
+    src = tmp_path / "task"
+    (src / "data").mkdir(parents=True)
+    (src / "data" / "input.txt").write_text("one\ntwo\n")
+    blob = bytes(range(256)) * 300
+    (src / "data" / "blob.bin").write_bytes(blob)
+
+    async def main() -> None:
+        async with paddock.Engine() as engine:
+            moved = await engine.upload(src, "task")
+            assert moved["kind"] == "directory", moved
+            read = await engine.call("read_file", path="task/data/input.txt", offset=2)
+            assert read["content"] == "two\n", read
+            await engine.call("edit_file", path="task/data/input.txt", old_string="two", new_string="2")
+            back = await engine.download("task", tmp_path / "back")
+            assert back["kind"] == "directory", back
+            with pytest.raises(paddock.ToolError) as err:
+                await engine.download("no/such/thing", tmp_path / "x")
+            assert err.value.code == "files:transfer_failed"
+
+    asyncio.run(main())
+    assert (tmp_path / "back" / "data" / "input.txt").read_text() == "one\n2\n"
+    assert (tmp_path / "back" / "data" / "blob.bin").read_bytes() == blob
+    # The workspace is where the default sandbox's commands and file tools are.
+    assert (private_state / "task" / "data" / "blob.bin").read_bytes() == blob
+    with paddock.Engine() as engine:
+        engine.upload_sync(src / "data" / "input.txt", "single/copy.txt")
+        assert engine.call_sync("read_file", path="single/copy.txt")["content"] == "one\ntwo\n"
+        engine.download_sync("single/copy.txt", tmp_path / "copy.txt")
+    assert (tmp_path / "copy.txt").read_text() == "one\ntwo\n"
+
+
 def test_the_sync_api_with_sync_and_async_tools() -> None:
     with paddock.Engine(tools=[add, shout]) as engine:
         result = engine.run_tools_script_sync("[await tools.add(a=1), await tools.shout(text='x')]")

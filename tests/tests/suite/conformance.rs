@@ -139,7 +139,7 @@ impl Target {
     }
 
     /// One `paddock call` of this target, to run later (on another thread too).
-    fn invocation(
+    pub(super) fn invocation(
         &self,
         session: &str,
         tool: &str,
@@ -173,6 +173,24 @@ impl Target {
         )];
         vars.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
         Invocation { argv, vars }
+    }
+
+    /// `paddock ARGS --session SESSION --backend B [--policy P]` (a command other than
+    /// `call`: `files put`, `files get`).
+    pub(super) fn paddock(&self, session: &str, args: &[&str]) -> Run {
+        self.sessions.borrow_mut().insert(session.to_owned());
+        let mut argv: Vec<&str> = args.to_vec();
+        argv.extend(["--session", session, "--backend", self.backend]);
+        if let Some(policy) = &self.policy {
+            argv.extend(["--policy", policy]);
+        }
+        let home = self.home.path().display().to_string();
+        paddock_env(
+            &argv,
+            &[("PADDOCK_HOME", &home)],
+            None,
+            Duration::from_secs(120),
+        )
     }
 
     pub(super) fn sh(&self, session: &str, args: Value) -> Value {
@@ -224,13 +242,13 @@ impl Target {
 }
 
 /// A `paddock call` built by [`Target::invocation`].
-struct Invocation {
+pub(super) struct Invocation {
     argv: Vec<String>,
     vars: Vec<(String, String)>,
 }
 
 impl Invocation {
-    fn run(&self) -> Run {
+    pub(super) fn run(&self) -> Run {
         let argv: Vec<&str> = self.argv.iter().map(String::as_str).collect();
         let vars: Vec<(&str, &str)> = self
             .vars

@@ -542,6 +542,107 @@ fn grep_and_glob_follow_ripgrep_rules(t: &Target) {
     assert_eq!(globbed["files"], json!(["src/main.rs"]), "{globbed}");
 }
 
+/// Concurrent edits of one file from separate engine processes: none is lost (each edit
+/// either lands, seeing the others', or fails and says so).
+fn concurrent_edits_lose_no_write(t: &Target) {
+    let s = t.session("c");
+    let f = format!("{}/conc/shared.txt", t.scratch());
+    ok(
+        t,
+        &s,
+        "write_file",
+        json!({"path": f, "content": "ANCHOR\n"}),
+    );
+    let calls: Vec<_> = (0..6)
+        .map(|i| {
+            t.invocation(
+                &s,
+                "edit_file",
+                json!({"path": f, "old_string": "ANCHOR\n", "new_string": format!("ANCHOR\nmark{i}\n")}),
+                &[],
+            )
+        })
+        .collect();
+    let answers: Vec<Value> = std::thread::scope(|scope| {
+        let running: Vec<_> = calls
+            .iter()
+            .map(|call| scope.spawn(move || call.run().json()))
+            .collect();
+        running.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let text = ok(t, &s, "read_file", json!({"path": f}))["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for (i, answer) in answers.iter().enumerate() {
+        let landed = text.contains(&format!("mark{i}\n"));
+        let succeeded = answer.get("error_code").is_none();
+        assert_eq!(
+            landed, succeeded,
+            "{}: edit {i}: {answer}\n{text}",
+            t.backend
+        );
+    }
+    assert!(
+        answers.iter().all(|a| a.get("error_code").is_none()),
+        "{answers:?}"
+    );
+}
+
+/// `paddock files put` and `get`: a directory goes in as a tar stream and comes back the
+/// same, binary bytes included; a single file too.
+fn files_go_in_and_out_of_the_environment(t: &Target) {
+    let s = t.session("t");
+    let local = tempfile::tempdir().unwrap();
+    let src = local.path().join("src");
+    std::fs::create_dir_all(src.join("nested")).unwrap();
+    std::fs::write(src.join("a.txt"), "alpha\n").unwrap();
+    let binary: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    std::fs::write(src.join("nested/blob.bin"), &binary).unwrap();
+    let remote = format!("{}/transfer/in", t.scratch());
+    let src_text = src.display().to_string();
+    let run = t.paddock(&s, &["files", "put", &src_text, &remote]);
+    assert_eq!(run.code, 0, "{}: {}", t.backend, run.stderr);
+    assert_eq!(run.json()["kind"], json!("directory"), "{}", run.stdout);
+    // The session's commands and file tools see what went in.
+    let v = ok(
+        t,
+        &s,
+        "read_file",
+        json!({"path": format!("{remote}/a.txt")}),
+    );
+    assert_eq!(v["content"], json!("alpha\n"), "{v}");
+    let v = t.sh(
+        &s,
+        json!({"command": format!("wc -c < {remote}/nested/blob.bin")}),
+    );
+    assert_eq!(v["output"].as_str().unwrap().trim(), "70000", "{v}");
+    let back = local.path().join("back");
+    let back_text = back.display().to_string();
+    let run = t.paddock(&s, &["files", "get", &remote, &back_text]);
+    assert_eq!(run.code, 0, "{}: {}", t.backend, run.stderr);
+    assert_eq!(std::fs::read(back.join("nested/blob.bin")).unwrap(), binary);
+    assert_eq!(
+        std::fs::read_to_string(back.join("a.txt")).unwrap(),
+        "alpha\n"
+    );
+    // One file, into a directory that does not exist yet, and out again.
+    let one = format!("{}/transfer/deep/one.bin", t.scratch());
+    let blob = src.join("nested/blob.bin").display().to_string();
+    let run = t.paddock(&s, &["files", "put", &blob, &one]);
+    assert_eq!(run.code, 0, "{}: {}", t.backend, run.stderr);
+    let out = local.path().join("one.bin");
+    let out_text = out.display().to_string();
+    let run = t.paddock(&s, &["files", "get", &one, &out_text]);
+    assert_eq!(run.code, 0, "{}: {}", t.backend, run.stderr);
+    assert_eq!(std::fs::read(&out).unwrap(), binary);
+    // What is not there is an error naming it.
+    let missing = format!("{}/transfer/nothing", t.scratch());
+    let run = t.paddock(&s, &["files", "get", &missing, &out_text]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(run.stderr.contains("no such file"), "{}", run.stderr);
+}
+
 /// The docker backend without its agent (`agent = false`) has nothing in the container to
 /// serve file tools: a clear error naming the fix, never a silent fallback.
 fn without_an_agent_file_tools_say_how_to_get_them(t: &Target) {
@@ -559,6 +660,8 @@ conformance!([
     edits_replace_exactly_and_change_nothing_on_error,
     patches_apply_all_or_nothing,
     grep_and_glob_follow_ripgrep_rules,
+    concurrent_edits_lose_no_write,
+    files_go_in_and_out_of_the_environment,
 ];
     local, sandboxed, docker, ssh, apptainer, slurm, slurm_apptainer);
 
