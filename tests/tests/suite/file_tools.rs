@@ -666,3 +666,52 @@ conformance!([
     local, sandboxed, docker, ssh, apptainer, slurm, slurm_apptainer);
 
 conformance!([without_an_agent_file_tools_say_how_to_get_them]; docker_exec);
+
+/// In the workspace-write sandbox the file tools are confined as commands are: a symlink in the
+/// workspace pointing out of it is no way out (Landlock refuses the write through it), and a
+/// path with `..` that leaves the workspace is refused the same way. Reads stay possible.
+#[test]
+fn in_the_sandbox_symlinks_and_dot_dots_do_not_lead_out_of_the_workspace() {
+    let Some(t) = Target::new("sandboxed") else {
+        return;
+    };
+    let s = t.session("x");
+    let v = t.sh(&s, json!({"command": "pwd"}));
+    let workspace = std::path::PathBuf::from(v["output"].as_str().unwrap().trim());
+    // Not under /tmp: the sandbox's /tmp is a private tmpfs, writable and gone with it.
+    let outside = std::path::PathBuf::from(format!(
+        "/var/tmp/paddock-escape-{}.txt",
+        std::process::id()
+    ));
+    let climb = format!(
+        "{}{}",
+        "../".repeat(workspace.components().count() - 1),
+        outside.display().to_string().trim_start_matches('/')
+    );
+    let v = t.sh(
+        &s,
+        json!({"command": format!("ln -s {} escape && ls -l escape", outside.display())}),
+    );
+    assert_eq!(v["exit_code"], json!(0), "{v}");
+    let v = failed(&t, &s, "write_file", json!({"path": "escape", "content": "out\n"}));
+    assert_eq!(v["error_code"], json!("file:permission_denied"), "{v}");
+    let v = failed(
+        &t,
+        &s,
+        "write_file",
+        json!({"path": climb, "content": "out\n"}),
+    );
+    assert_eq!(v["error_code"], json!("file:permission_denied"), "{v}");
+    let v = failed(
+        &t,
+        &s,
+        "apply_patch",
+        json!({"patch": format!("*** Begin Patch\n*** Add File: inside.txt\n+in\n*** Add File: {climb}\n+out\n*** End Patch\n")}),
+    );
+    assert!(v["error_code"].as_str().unwrap().starts_with("file:"), "{v}");
+    assert!(!outside.exists(), "a file tool wrote outside the workspace");
+    // All or nothing: the patch's file inside the workspace was not left behind either.
+    assert!(!workspace.join("inside.txt").exists());
+    // Reading outside the workspace is allowed, as for commands.
+    ok(&t, &s, "read_file", json!({"path": "/etc/hostname"}));
+}
