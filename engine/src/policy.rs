@@ -246,6 +246,84 @@ pub struct BackendConfig {
     pub env: std::collections::BTreeMap<String, String>,
 }
 
+/// `[network]`: the egress policy of backends with `network = "proxy"` (DESIGN.md section 5).
+/// Parsed and checked now; the proxy that enforces it is not in this build yet, so no backend
+/// can name `network = "proxy"` (refused, saying so) and these keys change nothing yet.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkConfig {
+    /// Host globs (`pypi.org`, `*.pythonhosted.org`, `*`).
+    pub allow: Vec<Spanned<String>>,
+    /// Host globs; a match wins over `allow`.
+    pub deny: Vec<Spanned<String>>,
+    /// `deny` (default) or `ask`: a host in neither list.
+    pub unknown: Option<Spanned<String>>,
+    /// Names resolving to loopback, private, link-local, CGNAT or metadata addresses (and such
+    /// literal IPs) are refused unless this is true.
+    pub allow_private: bool,
+    /// Pinned names: where they go, private or not.
+    pub resolve: std::collections::BTreeMap<String, Spanned<String>>,
+    /// Headers the proxy adds for one host; values from the engine's environment.
+    pub credentials: Vec<NetworkCredential>,
+}
+
+/// `[[network.credentials]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkCredential {
+    pub host: Spanned<String>,
+    pub header: Spanned<String>,
+    /// May name variables of the engine's environment as `${NAME}`.
+    pub value: Spanned<String>,
+}
+
+impl NetworkConfig {
+    /// The egress decisions these keys describe (valid once the policy was checked).
+    pub fn egress(&self) -> Result<paddock_network::EgressPolicy, String> {
+        let text =
+            |list: &[Spanned<String>]| list.iter().map(|g| g.get_ref().clone()).collect::<Vec<_>>();
+        let unknown = match self.unknown.as_ref().map(|u| u.get_ref().as_str()) {
+            Some("ask") => paddock_network::Unknown::Ask,
+            _ => paddock_network::Unknown::Deny,
+        };
+        let pins = self
+            .resolve
+            .iter()
+            .map(|(name, addr)| (name.clone(), addr.get_ref().clone()))
+            .collect();
+        paddock_network::EgressPolicy::new(
+            &text(&self.allow),
+            &text(&self.deny),
+            unknown,
+            self.allow_private,
+            &pins,
+        )
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// The `${NAME}` references of a credential value; `Err` names what is malformed.
+fn credential_variables(value: &str) -> Result<Vec<&str>, String> {
+    let mut names = Vec::new();
+    let mut rest = value;
+    while let Some(at) = rest.find("${") {
+        let after = &rest[at + 2..];
+        let Some(end) = after.find('}') else {
+            return Err("`${` without its closing `}`".into());
+        };
+        let name = &after[..end];
+        let valid = !name.is_empty()
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit());
+        if !valid {
+            return Err(format!("`${{{name}}}` is not a variable name"));
+        }
+        names.push(name);
+        rest = &after[end + 1..];
+    }
+    Ok(names)
+}
+
 /// `[routes]`: which backend each environment tool runs on.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -346,6 +424,7 @@ pub struct Policy {
     pub mcp: McpConfig,
     pub processes: ProcessesConfig,
     pub sessions: SessionsConfig,
+    pub network: NetworkConfig,
     /// Where it came from (`<built-in>` for the default).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -928,6 +1007,17 @@ impl Policy {
                     &["yes", "accept-new", "no"],
                 )?;
             }
+            if let Some(network) = config.network.as_ref().filter(|n| n.get_ref() == "proxy") {
+                // Never a silent downgrade (nor, on docker, a network of that name).
+                return Err(invalid(
+                    network.span(),
+                    &key("network"),
+                    "\"proxy\" (commands reaching the network only through Paddock's egress \
+                     proxy, as [network] allows) is not in this build yet; use \"none\" (no \
+                     network) or \"host\""
+                        .into(),
+                ));
+            }
             if (kind == "apptainer" || kind == "local" || kind == "slurm")
                 && let Some(network) = &config.network
             {
@@ -968,6 +1058,48 @@ impl Policy {
                     ),
                 ));
             }
+        }
+        let net = &self.network;
+        for (list, key) in [(&net.allow, "network.allow"), (&net.deny, "network.deny")] {
+            for glob in list {
+                paddock_network::HostGlob::parse(glob.get_ref())
+                    .map_err(|e| invalid(glob.span(), key, e.to_string()))?;
+            }
+        }
+        if let Some(unknown) = &net.unknown {
+            one_of(unknown, "network.unknown", &["deny", "ask"])?;
+        }
+        for (host, addr) in &net.resolve {
+            if paddock_network::parse_ip_literal(addr.get_ref()).is_none() {
+                return Err(invalid(
+                    addr.span(),
+                    &format!("network.resolve.\"{host}\""),
+                    format!("\"{}\" is not an IP address", addr.get_ref()),
+                ));
+            }
+        }
+        for credential in &net.credentials {
+            paddock_network::HostGlob::parse(credential.host.get_ref()).map_err(|e| {
+                invalid(
+                    credential.host.span(),
+                    "network.credentials.host",
+                    e.to_string(),
+                )
+            })?;
+            let header = credential.header.get_ref();
+            if header.is_empty()
+                || !header
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c))
+            {
+                return Err(invalid(
+                    credential.header.span(),
+                    "network.credentials.header",
+                    format!("\"{header}\" is not an HTTP header name"),
+                ));
+            }
+            credential_variables(credential.value.get_ref())
+                .map_err(|e| invalid(credential.value.span(), "network.credentials.value", e))?;
         }
         for (server, config) in &self.mcp.servers {
             let key = |k: &str| format!("mcp.servers.{server}.{k}");
@@ -1240,6 +1372,90 @@ mod tests {
 
     fn err(text: &str) -> String {
         Policy::parse(text, "p.toml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_network_section_of_design_parses_and_decides() {
+        let policy = Policy::parse(
+            r#"
+[network]
+allow = ["pypi.org", "*.pythonhosted.org"]
+deny = ["evil.pythonhosted.org"]
+unknown = "ask"
+allow_private = false
+[network.resolve]
+"mirror.internal" = "10.1.2.3"
+[[network.credentials]]
+host = "api.github.com"
+header = "Authorization"
+value = "Bearer ${GITHUB_TOKEN}"
+"#,
+            "p.toml",
+        )
+        .unwrap();
+        let egress = policy.network.egress().unwrap();
+        use paddock_network::Verdict;
+        assert!(matches!(
+            egress.judge_name("files.pythonhosted.org"),
+            Verdict::Allow { .. }
+        ));
+        assert!(matches!(
+            egress.judge_name("evil.pythonhosted.org"),
+            Verdict::Refuse(_)
+        ));
+        assert_eq!(egress.judge_name("example.com"), Verdict::Ask);
+        assert_eq!(
+            egress.pinned_or_literal("mirror.internal"),
+            Some("10.1.2.3".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn bad_network_entries_are_refused_with_line_and_key() {
+        for (text, want) in [
+            (
+                "[network]\nallow = [\"py*.org\"]\n",
+                "p.toml:2: network.allow: host glob `py*.org`",
+            ),
+            (
+                "[network]\nunknown = \"maybe\"\n",
+                "p.toml:2: network.unknown: \"maybe\" is not one of deny, ask",
+            ),
+            (
+                "[network.resolve]\n\"m.internal\" = \"somewhere\"\n",
+                "p.toml:2: network.resolve.\"m.internal\": \"somewhere\" is not an IP address",
+            ),
+            (
+                "[[network.credentials]]\nhost = \"a.b\"\nheader = \"Bad Header\"\nvalue = \"x\"\n",
+                "p.toml:3: network.credentials.header: \"Bad Header\" is not an HTTP header name",
+            ),
+            (
+                "[[network.credentials]]\nhost = \"a.b\"\nheader = \"X-Key\"\nvalue = \"${TOKEN\"\n",
+                "p.toml:4: network.credentials.value: `${` without its closing `}`",
+            ),
+            ("[network]\nallowed = []\n", "unknown field `allowed`"),
+        ] {
+            let e = err(text);
+            assert!(e.contains(want), "{text}\n{e}");
+        }
+    }
+
+    #[test]
+    fn network_proxy_is_refused_until_the_proxy_exists_never_downgraded() {
+        for (kind, image) in [
+            ("local", ""),
+            ("docker", "image = \"x\"\n"),
+            ("apptainer", "image = \"x.sif\"\n"),
+        ] {
+            let e = err(&format!(
+                "[backends.b]\nkind = \"{kind}\"\nnetwork = \"proxy\"\n{image}"
+            ));
+            assert!(
+                e.starts_with("p.toml:3: backends.b.network: \"proxy\"")
+                    && e.contains("not in this build yet"),
+                "{kind}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -693,7 +693,12 @@ fn in_the_sandbox_symlinks_and_dot_dots_do_not_lead_out_of_the_workspace() {
         json!({"command": format!("ln -s {} escape && ls -l escape", outside.display())}),
     );
     assert_eq!(v["exit_code"], json!(0), "{v}");
-    let v = failed(&t, &s, "write_file", json!({"path": "escape", "content": "out\n"}));
+    let v = failed(
+        &t,
+        &s,
+        "write_file",
+        json!({"path": "escape", "content": "out\n"}),
+    );
     assert_eq!(v["error_code"], json!("file:permission_denied"), "{v}");
     let v = failed(
         &t,
@@ -708,7 +713,10 @@ fn in_the_sandbox_symlinks_and_dot_dots_do_not_lead_out_of_the_workspace() {
         "apply_patch",
         json!({"patch": format!("*** Begin Patch\n*** Add File: inside.txt\n+in\n*** Add File: {climb}\n+out\n*** End Patch\n")}),
     );
-    assert!(v["error_code"].as_str().unwrap().starts_with("file:"), "{v}");
+    assert!(
+        v["error_code"].as_str().unwrap().starts_with("file:"),
+        "{v}"
+    );
     assert!(!outside.exists(), "a file tool wrote outside the workspace");
     // All or nothing: the patch's file inside the workspace was not left behind either.
     assert!(!workspace.join("inside.txt").exists());

@@ -1,0 +1,20 @@
+//! Paddock's egress policy, as data and decisions (no I/O): which hosts an environment with
+//! `network = "proxy"` may reach (DESIGN.md section 5, "Network").
+//!
+//! - [`hosts`] — the `allow` / `deny` host globs (`"*.x"` matches subdomains only);
+//! - [`address`] — what an IP address is (loopback, private, link-local, CGNAT, cloud
+//!   metadata, ...), and the literal spellings of an IPv4 address that resolvers accept
+//!   (`2130706433`, `0x7f.1`, `0177.0.0.1`), so that a disguised literal is seen for what it is;
+//! - [`egress`] — the decision for one destination: the name's rules first, then the addresses
+//!   it resolved to (a public name pointing at a private address is refused unless pinned).
+
+#![forbid(unsafe_code)]
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+pub mod address;
+pub mod egress;
+pub mod hosts;
+
+pub use address::{AddressClass, classify, parse_ip_literal};
+pub use egress::{EgressPolicy, PolicyEntryError, Refusal, Unknown, Verdict};
+pub use hosts::{HostGlob, HostGlobError};
