@@ -187,6 +187,14 @@ pub trait Environment: Send + Sync {
         operation: paddock_files::FileRequest,
     ) -> BackendFuture<'a, FileAnswer>;
 
+    /// The session's current directory as this machine sees it, where the backend's files are
+    /// this machine's (the local backend): the approvals judge a relative path where it lands.
+    /// `None` where the environment's files are elsewhere.
+    fn current_dir(&self, session: &str) -> Option<PathBuf> {
+        let _ = session;
+        None
+    }
+
     /// Writes a file where the backend's commands see it.
     fn write_file<'a>(
         &'a self,

@@ -1418,6 +1418,16 @@ impl Environment for LocalEnvironment {
         Box::pin(self.file_operation(session, operation))
     }
 
+    fn current_dir(&self, session: &str) -> Option<PathBuf> {
+        let state = session_dir(&self.state_root, session).ok()?;
+        let request = paddock_agent::protocol::FilesRequest {
+            operation: paddock_files::FileRequest::Info { path: ".".into() },
+            cwd_file: Some(state.join("cwd").display().to_string()),
+            start_dir: Some(self.start_dir(session).display().to_string()),
+        };
+        Some(paddock_agent::files::base_dir(&request))
+    }
+
     fn write_file<'a>(
         &'a self,
         _session: &'a str,

@@ -141,19 +141,21 @@ impl Environments {
         self.sessions.activity(session, env.map(|e| e.name()))
     }
 
-    /// The approval a file tool needs: that of `line`, the command that would do the same,
-    /// unless the backend is a container the policy trusts (as for `terminal`).
+    /// The approval a file tool needs: that of `line`, the command that would do the same run
+    /// in `cwd` (the session's directory, where known), unless the backend is a container the
+    /// policy trusts (as for `terminal`).
     pub(super) async fn check_file_command(
         &self,
         env: &Arc<dyn Environment>,
         tool: &str,
         line: &str,
+        cwd: Option<&str>,
         ctx: &crate::registry::CallContext,
     ) -> Result<(), ToolError> {
         if env.is_container() && self.skip_approval_in_containers {
             return Ok(());
         }
-        self.approvals.check_command(tool, line, None, ctx).await
+        self.approvals.check_command(tool, line, cwd, ctx).await
     }
 
     pub(super) fn backend_for(&self, tool: &str) -> Result<&Arc<dyn Environment>, ToolError> {

@@ -226,8 +226,13 @@ impl Tool for FileTool {
             let operation = operation_of(name, op, args)?;
             let env = envs.backend_for(ROUTE)?;
             let _active = envs.activity(&ctx.session, Some(env));
-            if let Some(line) = equivalent_command(&operation)? {
-                envs.check_file_command(env, name, &line, &ctx).await?;
+            // Where the files are this machine's, a relative path is judged where it lands
+            // (`../../root/.bashrc` is the start-up file it reaches).
+            let base = env.current_dir(&ctx.session);
+            if let Some(line) = equivalent_command(&operation, base.as_deref())? {
+                let cwd = base.as_ref().map(|b| b.display().to_string());
+                envs.check_file_command(env, name, &line, cwd.as_deref(), &ctx)
+                    .await?;
             }
             env.files(&ctx.session, operation)
                 .await
@@ -273,7 +278,11 @@ fn file_error(err: FileError) -> ToolError {
 /// The shell line that would do what `operation` does, for the approval packs: the same rules
 /// judge a file tool and a command (a write to `~/.bashrc` asks either way). `None`: nothing to
 /// judge (listings and metadata).
-fn equivalent_command(operation: &FileRequest) -> Result<Option<String>, ToolError> {
+fn equivalent_command(
+    operation: &FileRequest,
+    base: Option<&std::path::Path>,
+) -> Result<Option<String>, ToolError> {
+    let quoted = |path: &str| quoted_at(base, path);
     let line = match operation {
         FileRequest::Read { path, .. } => format!("cat -- {}", quoted(path)),
         FileRequest::Grep { pattern, path, .. } => format!(
@@ -314,6 +323,18 @@ fn equivalent_command(operation: &FileRequest) -> Result<Option<String>, ToolErr
         }
     };
     Ok(Some(line))
+}
+
+/// `path` as one shell word for the rules; where the files are this machine's (`base` known),
+/// an absolute path in the home directory is written `~/...`, as the rules know the home.
+/// Relative paths stay relative: the rules resolve them against the session's directory.
+fn quoted_at(base: Option<&std::path::Path>, path: &str) -> String {
+    let home = std::env::var("HOME").unwrap_or_default();
+    let home = home.trim_end_matches('/');
+    match path.strip_prefix(home).and_then(|r| r.strip_prefix('/')) {
+        Some(rest) if base.is_some() && !home.is_empty() => quoted(&format!("~/{rest}")),
+        _ => quoted(path),
+    }
 }
 
 /// `path` as one shell word; a leading `~/` stays outside the quotes, so that the rules see
@@ -359,7 +380,7 @@ mod tests {
 
     #[test]
     fn writes_and_reads_are_judged_as_the_commands_that_would_do_them() {
-        let line = |op| equivalent_command(&op).unwrap();
+        let line = |op| equivalent_command(&op, None).unwrap();
         assert_eq!(
             line(FileRequest::Write {
                 path: "~/.bashrc".into(),
@@ -381,6 +402,24 @@ mod tests {
                 patch: patch.into()
             }),
             Some("tee -- ~/'.profile'; rm -- 'old.txt'".into())
+        );
+        // With the files on this machine, the home directory is spelled as the rules know it.
+        let home = std::env::var("HOME").unwrap();
+        let at = |op| equivalent_command(&op, Some(std::path::Path::new("/w"))).unwrap();
+        assert_eq!(
+            at(FileRequest::Write {
+                path: format!("{home}/.bashrc"),
+                content: String::new()
+            }),
+            Some("tee -- ~/'.bashrc'".into())
+        );
+        assert_eq!(
+            at(FileRequest::Read {
+                path: "~/.ssh/id_rsa".into(),
+                offset: None,
+                limit: None
+            }),
+            Some("cat -- ~/'.ssh/id_rsa'".into())
         );
     }
 }

@@ -282,3 +282,37 @@ fn file_tools_ask_where_the_equivalent_command_would() {
     assert_eq!(v["created"], json!(true), "{v}");
     assert_eq!(std::fs::read_to_string(&inside).unwrap(), "fine\n");
 }
+
+/// On the unconfined local backend nothing but the approval stands between a file tool and the
+/// user's start-up files: a relative path is judged where it lands (the session starts in
+/// `$HOME`, so `.bashrc` is `~/.bashrc`, and `x/../.profile` is `~/.profile`).
+#[test]
+fn a_relative_path_is_judged_where_it_lands() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake_home = dir.path().join("user");
+    std::fs::create_dir_all(&fake_home).unwrap();
+    let policy = write_file(
+        &dir,
+        "policy.toml",
+        "[backends.local]\nkind = \"local\"\nsandbox = \"none\"\n",
+    );
+    let state = dir.path().join("state").display().to_string();
+    let home = fake_home.display().to_string();
+    for path in [".bashrc", "x/../.profile"] {
+        let args = json!({"path": path, "content": "echo pwned\n"}).to_string();
+        let run = paddock_env(
+            &["call", "write_file", "--args", &args, "--policy", &policy],
+            &[("PADDOCK_HOME", &state), ("HOME", &home)],
+            None,
+            Duration::from_secs(30),
+        );
+        let v = run.json();
+        assert_eq!(
+            v["error_code"],
+            json!("tool_approval:denied"),
+            "{path}: {v}"
+        );
+    }
+    assert!(!fake_home.join(".bashrc").exists());
+    assert!(!fake_home.join(".profile").exists());
+}
