@@ -1,4 +1,4 @@
-//! Paddock's egress policy, as data and decisions (no I/O): which hosts an environment with
+//! Paddock's egress policy and its proxy's core: which hosts an environment with
 //! `network = "proxy"` may reach (DESIGN.md section 5, "Network").
 //!
 //! - [`hosts`] — the `allow` / `deny` host globs (`"*.x"` matches subdomains only);
@@ -6,7 +6,9 @@
 //!   metadata, ...), and the literal spellings of an IPv4 address that resolvers accept
 //!   (`2130706433`, `0x7f.1`, `0177.0.0.1`), so that a disguised literal is seen for what it is;
 //! - [`egress`] — the decision for one destination: the name's rules first, then the addresses
-//!   it resolved to (a public name pointing at a private address is refused unless pinned).
+//!   it resolved to (a public name pointing at a private address is refused unless pinned);
+//! - [`proxy`] — the proxy's core over those decisions: HTTP/1 and `CONNECT` (hyper, tokio),
+//!   403 naming host and rule, every decision to an observer.
 
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
@@ -14,6 +16,7 @@
 pub mod address;
 pub mod egress;
 pub mod hosts;
+pub mod proxy;
 
 pub use address::{AddressClass, classify, parse_ip_literal};
 pub use egress::{EgressPolicy, PolicyEntryError, Refusal, Unknown, Verdict};
