@@ -34,9 +34,15 @@ pub enum TransferError {
     Backend(#[from] paddock_backends::BackendError),
 }
 
-/// `text` as one shell word.
-fn word(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
+/// `path` as one shell word; a leading `~/` stays outside the quotes, so that the
+/// environment's shell makes it its home, as the file tools do.
+fn word(path: &str) -> String {
+    let quote = |text: &str| format!("'{}'", text.replace('\'', r"'\''"));
+    match path.strip_prefix("~/") {
+        Some(rest) => format!("~/{}", quote(rest)),
+        None if path == "~" => "~".to_owned(),
+        None => quote(path),
+    }
 }
 
 /// Runs the host's `tar` with `args`, feeding `input`; answers its stdout.
@@ -195,5 +201,18 @@ impl Environments {
             "kind": if kind == "D" { "directory" } else { "file" },
             "bytes": bytes
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_remote_path_is_one_shell_word_with_home_left_to_the_shell() {
+        assert_eq!(word("out dir/it's"), r"'out dir/it'\''s'");
+        assert_eq!(word("~/task"), "~/'task'");
+        assert_eq!(word("~"), "~");
+        assert_eq!(word("/abs/~/x"), "'/abs/~/x'");
     }
 }
