@@ -8,6 +8,7 @@
 //! - [`run`] — one program: pipes or a terminal, output frames, stdin frames, tree kills;
 //! - [`files`] — file operations (`paddock-files`) served in the environment, no process;
 //! - [`daemon`] — `serve --daemon`: start detached, answer once listening;
+//! - [`egress`] — `serve --egress-port PORT`: the environment's way to the egress proxy;
 //! - [`shell_state`] — a finished command's shell state put into place, merged with what
 //!   overlapping commands of the session saved meanwhile (also the engine's, for local runs);
 //! - [`terminal`] — `terminal -- PROGRAM...`: one program on a terminal allocated here (for
@@ -20,6 +21,7 @@
 #![deny(clippy::print_stdout)]
 
 pub mod daemon;
+pub mod egress;
 pub mod files;
 pub mod protocol;
 pub mod run;
@@ -56,7 +58,8 @@ pub enum AgentError {
     Usage(String),
 }
 
-const USAGE: &str = "paddock-agent serve --socket PATH [--daemon] [--idle-exit SECONDS] | \
+const USAGE: &str = "paddock-agent serve --socket PATH [--daemon] [--idle-exit SECONDS] \
+                     [--egress-port PORT] | \
                      paddock-agent terminal -- PROGRAM [ARGS...] | \
                      paddock-agent commit-state STATE_DIR TAG | paddock-agent version";
 
@@ -118,6 +121,7 @@ fn dispatch(args: &[String]) -> Result<(), AgentError> {
         Some("serve") => {
             let mut socket = None;
             let mut idle_exit = None;
+            let mut egress_port = None;
             let mut daemon = false;
             let mut passed = Vec::new();
             let mut rest = args[1..].iter();
@@ -139,6 +143,14 @@ fn dispatch(args: &[String]) -> Result<(), AgentError> {
                         idle_exit = Some(Duration::from_secs(secs));
                         passed.extend([arg.clone(), value.clone()]);
                     }
+                    "--egress-port" => {
+                        let value = rest.next().ok_or_else(|| AgentError::Usage(USAGE.into()))?;
+                        let port: u16 = value.parse().map_err(|_| {
+                            AgentError::Usage(format!("--egress-port {value}: not a port"))
+                        })?;
+                        egress_port = Some(port);
+                        passed.extend([arg.clone(), value.clone()]);
+                    }
                     other => {
                         return Err(AgentError::Usage(format!(
                             "unknown argument {other}; {USAGE}"
@@ -150,7 +162,11 @@ fn dispatch(args: &[String]) -> Result<(), AgentError> {
             if daemon {
                 daemon::start_detached(&socket, &passed)
             } else {
-                server::serve(&server::ServeOptions { socket, idle_exit })
+                server::serve(&server::ServeOptions {
+                    socket,
+                    idle_exit,
+                    egress_port,
+                })
             }
         }
         _ => Err(AgentError::Usage(USAGE.into())),

@@ -20,7 +20,7 @@ use std::io::{Read, Write};
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever a message changes shape. The engine replaces an agent that answers another.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Frames larger than this are refused (a corrupt or hostile peer cannot make us allocate more).
 pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;

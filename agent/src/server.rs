@@ -19,6 +19,8 @@ pub struct ServeOptions {
     pub socket: PathBuf,
     /// Exit after this long with no connection open.
     pub idle_exit: Option<Duration>,
+    /// Carry `127.0.0.1:PORT` in the environment to the egress proxy ([`crate::egress`]).
+    pub egress_port: Option<u16>,
 }
 
 /// Connections open now, and when the last one ended (unix seconds).
@@ -73,6 +75,13 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
         source: e,
     })?;
     let _ = std::fs::set_permissions(&options.socket, std::fs::Permissions::from_mode(0o600));
+    // Before the first command: a command must never find the proxy's port closed.
+    if let Some(port) = options.egress_port {
+        crate::egress::start(port, &options.socket).map_err(|e| AgentError::Socket {
+            path: PathBuf::from(format!("127.0.0.1:{port}")),
+            source: e,
+        })?;
+    }
     // Boot files of spare shells live beside the socket (a directory the agent may write).
     // The agent's own environment is what its commands would get (a container's, a remote
     // login's; the local sandbox starts it with the commands' environment), so spares keep it.

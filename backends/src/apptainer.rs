@@ -27,6 +27,9 @@ pub struct ApptainerConfig {
     pub binds: Vec<String>,
     /// `none` (default: loopback only) or `host`.
     pub network: String,
+    /// `network = "proxy"`: no network (`network` is `none`), the agent carrying connections
+    /// to the egress proxy ([`crate::egress`]).
+    pub egress: bool,
     /// A writable tmpfs over the image (default), unless an overlay is given.
     pub writable_tmpfs: bool,
     pub overlay: Option<String>,
@@ -262,6 +265,10 @@ impl ApptainerTransport {
 }
 
 impl AgentHost for ApptainerTransport {
+    fn egress(&self) -> bool {
+        self.config.egress
+    }
+
     fn agent_socket(&self, session: &str) -> Result<PathBuf> {
         let Some(agent) = &self.config.agent else {
             return Err(self.unavailable("this backend runs without the agent (agent = false)"));

@@ -31,6 +31,7 @@ pub mod agent;
 pub mod apptainer;
 pub mod cgroup;
 pub mod docker;
+pub mod egress;
 pub mod ids;
 pub mod kill;
 pub mod launch;

@@ -55,6 +55,8 @@ pub struct LocalEnvironment {
     client_workspaces: bool,
     /// The workspace a client named, per session.
     session_workspaces: std::sync::Mutex<BTreeMap<String, PathBuf>>,
+    /// `network = "proxy"`: who serves the sandboxed agent's egress socket.
+    egress: Option<Arc<dyn crate::egress::EgressHost>>,
 }
 
 /// A local backend's per-session ceilings; `None` is no ceiling.
@@ -328,6 +330,25 @@ impl LocalEnvironment {
             ceilings: LocalCeilings::default(),
             client_workspaces: false,
             session_workspaces: std::sync::Mutex::default(),
+            egress: None,
+        }
+    }
+
+    /// `network = "proxy"` for the sandbox: no network but loopback and the agent's egress
+    /// port, its connections carried to what `egress` serves.
+    pub fn with_egress(mut self, egress: Arc<dyn crate::egress::EgressHost>) -> Self {
+        self.egress = Some(egress);
+        self
+    }
+
+    /// Before a command: the session's way out is served (proxied sandboxes only).
+    async fn serve_egress(&self, session: &str, agent_socket: &Path) -> Result<()> {
+        match &self.egress {
+            Some(egress) => {
+                let listen = agent_socket.with_file_name(crate::egress::EGRESS_SOCKET);
+                egress.serve(session, &listen).await
+            }
+            None => Ok(()),
         }
     }
 
@@ -358,6 +379,9 @@ impl LocalEnvironment {
             && let Ok(value) = std::env::var(SIMULATE)
         {
             env.insert(SIMULATE.to_owned(), value);
+        }
+        if self.sandbox.is_some() && self.egress.is_some() {
+            env.extend(crate::egress::proxy_env());
         }
         env
     }
@@ -672,6 +696,7 @@ impl LocalEnvironment {
             "protected": sandbox.protected,
             "masked": masked,
             "network": sandbox.network,
+            "egress_port": self.egress.as_ref().map(|_| crate::egress::EGRESS_PORT),
             "backend": self.name,
             "cgroups": plan.cgroups,
             "nproc": plan.nproc,
@@ -737,6 +762,9 @@ impl LocalEnvironment {
             "--idle-exit".to_owned(),
             LOCAL_AGENT_IDLE_EXIT.as_secs().to_string(),
         ]);
+        if self.egress.is_some() {
+            args.extend(crate::egress::agent_args());
+        }
         Ok(DetachedAgent {
             socket,
             program,
@@ -774,6 +802,7 @@ impl LocalEnvironment {
         let started = Instant::now();
         let agent = self.sandboxed_agent(sandbox, state, &request.session)?;
         let link = agent.connect().await?;
+        self.serve_egress(&request.session, &agent.socket).await?;
         let tag = crate::ids::new_run_id("t");
         // Daemons the command starts carry the id: a timeout ends them too.
         env.insert("PADDOCK_RUN".into(), tag.clone());
@@ -1508,6 +1537,10 @@ impl Environment for LocalEnvironment {
                 && let Ok(agent) = self.sandboxed_agent(&sandbox, &dir, session)
             {
                 crate::agent::shutdown_agent(&agent.socket).await;
+                if let Some(egress) = &self.egress {
+                    let listen = agent.socket.with_file_name(crate::egress::EGRESS_SOCKET);
+                    let _ = egress.release(&listen).await;
+                }
                 if let Some(agent_dir) = agent.socket.parent() {
                     let _ = std::fs::remove_dir_all(agent_dir);
                 }
@@ -1582,6 +1615,7 @@ impl LocalEnvironment {
         let _applied = self.apply_ceilings(session)?;
         let agent = self.sandboxed_agent(&sandbox, &state, session)?;
         let link = agent.connect().await?;
+        self.serve_egress(session, &agent.socket).await?;
         link.files(request)
             .await
             .map_err(|err| BackendError::Unavailable {

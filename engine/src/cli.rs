@@ -130,6 +130,12 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The egress proxy of a state directory (started detached by the engine).
+    #[command(name = "__egress-proxy", hide = true)]
+    EgressProxy {
+        #[arg(long)]
+        home: PathBuf,
+    },
     /// The local backend's sandbox: confine, then exec the command.
     #[command(name = "__sandbox-exec", hide = true)]
     SandboxExec {
@@ -287,6 +293,10 @@ pub fn run_main(bench: BenchRunner) -> ExitCode {
             u8::try_from(paddock_sandbox_worker::confine::shell::main(args)).unwrap_or(125),
         );
     }
+    if let Command::EgressProxy { home } = &cli.command {
+        init_logging();
+        return egress_proxy(home);
+    }
     if let Command::DockerWarm { spec } = &cli.command {
         init_logging();
         return paddock_backends::docker::warm_main(spec);
@@ -430,8 +440,32 @@ async fn dispatch(command: Command, bench: BenchRunner) -> ExitCode {
         | Command::Supervise { .. }
         | Command::DockerAttach { .. }
         | Command::DockerWarm { .. }
+        | Command::EgressProxy { .. }
         | Command::SandboxExec { .. }
         | Command::Agent { .. } => ExitCode::from(2),
+    }
+}
+
+/// `paddock __egress-proxy --home H`: the state directory's egress proxy, until it has nothing
+/// left to serve.
+fn egress_proxy(home: &std::path::Path) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            tracing::error!(%err, "egress proxy: no runtime");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(paddock_network::daemon::run(home)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(%err, "egress proxy failed");
+            ExitCode::from(1)
+        }
     }
 }
 

@@ -265,7 +265,18 @@ impl Engine {
                 "idle sessions swept before listing"
             );
         }
-        Ok(sessions.list_live())
+        let mut live = sessions.list_live();
+        let totals = crate::network::Egress::totals(&crate::tools::environment::state_root()).await;
+        for summary in &mut live {
+            for line in totals.iter().filter(|t| t.session == summary.id) {
+                let sum = summary.network.get_or_insert_with(Default::default);
+                sum.requests += line.totals.requests;
+                sum.refused += line.totals.refused;
+                sum.bytes_up += line.totals.bytes_up;
+                sum.bytes_down += line.totals.bytes_down;
+            }
+        }
+        Ok(live)
     }
 
     /// Ends session `id` now: its notebook state, environments, background processes, state,

@@ -12,6 +12,8 @@
 //! - [`registry`] — what tools exist, dispatch, argument checks, events (approvals through
 //!   [`vocabulary::ToolApprovals`]);
 //! - [`approval`] — dangerous-command rules, approvers, the audit log;
+//! - [`network`] — the engine's side of the egress proxy (`network = "proxy"`): starting it,
+//!   registering environments, answering its questions about unknown hosts;
 //! - [`codemode`] — `run_tools_script`: script preparation, the sandbox pool, limits, results;
 //! - [`tools`] — the built-in tools, and the registry holding them;
 //! - [`sessions`] — session records, closing a session, sweeping idle ones;
@@ -33,6 +35,7 @@ pub mod embed;
 pub mod engine;
 pub mod events;
 pub mod mcp;
+pub mod network;
 pub mod policy;
 pub mod registry;
 pub mod sessions;

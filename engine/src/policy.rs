@@ -798,6 +798,12 @@ impl Policy {
                 ],
             };
             // Said why, before the generic "does not apply".
+            if let Some(network) = config.network.as_ref().filter(|n| n.get_ref() == "proxy")
+                && let Some(why) = proxy_refusal(kind, config)
+            {
+                // Never a silent downgrade (nor, on docker, a network of that name).
+                return Err(invalid(network.span(), &key("network"), why));
+            }
             if kind == "apptainer"
                 && let Some(tmp) = &config.tmp_size_mb
             {
@@ -1007,21 +1013,10 @@ impl Policy {
                     &["yes", "accept-new", "no"],
                 )?;
             }
-            if let Some(network) = config.network.as_ref().filter(|n| n.get_ref() == "proxy") {
-                // Never a silent downgrade (nor, on docker, a network of that name).
-                return Err(invalid(
-                    network.span(),
-                    &key("network"),
-                    "\"proxy\" (commands reaching the network only through Paddock's egress \
-                     proxy, as [network] allows) is not in this build yet; use \"none\" (no \
-                     network) or \"host\""
-                        .into(),
-                ));
-            }
             if (kind == "apptainer" || kind == "local" || kind == "slurm")
                 && let Some(network) = &config.network
             {
-                one_of(network, &key("network"), &["none", "host"])?;
+                one_of(network, &key("network"), &["none", "host", "proxy"])?;
             }
             if let Some(sandbox) = &config.sandbox {
                 one_of(
@@ -1364,6 +1359,38 @@ impl ToolFilter {
     pub fn is_excluded_from_scripts(&self, tool: &str) -> bool {
         self.exclude.is_match(tool)
     }
+}
+
+/// Why `network = "proxy"` cannot be had on a backend of `kind` as configured: where Paddock
+/// cannot take the environment's own route away, or where no agent inside carries connections
+/// to the proxy. `None`: it can.
+fn proxy_refusal(kind: &str, config: &BackendConfig) -> Option<String> {
+    let sandbox = config.sandbox.as_ref().map(|s| s.get_ref().as_str());
+    let agent_off = config.agent.as_ref().is_some_and(|a| !*a.get_ref());
+    let why = match kind {
+        "ssh" => {
+            "an ssh host keeps its own network, which Paddock cannot take away from its \
+             commands; use a docker, apptainer or sandboxed local backend for proxied commands"
+        }
+        "slurm" if config.image.is_none() => {
+            "a bare slurm job runs on the compute node's own network, which Paddock cannot take \
+             away; give the backend an `image` (commands in Apptainer) or use another backend"
+        }
+        "slurm" => {
+            "slurm with an `image` is not served by the egress proxy in this build yet; use \
+             \"none\" or \"host\", or an apptainer backend on this machine"
+        }
+        "local" if sandbox == Some("none") => {
+            "with sandbox = \"none\" commands run on this machine's own network, which Paddock \
+             cannot take away; keep the sandbox (read-only or workspace-write)"
+        }
+        _ if agent_off => {
+            "the proxy is reached through the agent inside the environment, and this backend \
+             has agent = false; remove it"
+        }
+        _ => return None,
+    };
+    Some(format!("\"proxy\" cannot be had here: {why}"))
 }
 
 #[cfg(test)]

@@ -79,6 +79,10 @@ pub struct SessionSummary {
     pub idle_seconds: u64,
     /// Background processes of the session still running.
     pub background_processes: usize,
+    /// What its proxied environments sent through the egress proxy (`network = "proxy"`),
+    /// counted since the proxy started serving them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<paddock_network::proxy::Totals>,
 }
 
 /// What closing one backend's part of a session did.
@@ -389,6 +393,7 @@ impl Sessions {
                 idle_seconds: r.idle_seconds(now),
                 backends: r.backends.into_iter().collect(),
                 id: r.id,
+                network: None,
             })
             .collect()
     }

@@ -8,12 +8,16 @@
 //! - [`egress`] — the decision for one destination: the name's rules first, then the addresses
 //!   it resolved to (a public name pointing at a private address is refused unless pinned);
 //! - [`proxy`] — the proxy's core over those decisions: HTTP/1 and `CONNECT` (hyper, tokio),
-//!   403 naming host and rule, every decision to an observer.
+//!   403 naming host and rule, every decision to an observer;
+//! - [`daemon`] — the proxy as a process, one per state directory, serving each proxied
+//!   environment's socket under its session's policy; [`control`] — how engines talk to it.
 
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod address;
+pub mod control;
+pub mod daemon;
 pub mod egress;
 pub mod hosts;
 pub mod proxy;

@@ -4,14 +4,19 @@
 //! (pins, literals however spelled, or what the resolver answered). A refused request gets
 //! HTTP 403 with a body naming the host and the rule, and is reported to the [`Observer`].
 //!
-//! Not here yet (issue 30): the agent-side forwarder that makes this reachable from inside an
-//! environment with no route out, the SNI check of a tunnel's ClientHello, credentials
-//! injection (TLS termination with a per-home CA), the one-per-state-directory life cycle.
+//! A connection carried by an environment's agent is attributed to the command that opened it
+//! (the run id the agent found), and counted (requests, refusals, bytes) for
+//! `paddock sessions list`.
+//!
+//! Not here yet (issue 30): the SNI check of a tunnel's ClientHello, credentials injection
+//! (TLS termination with a per-home CA).
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -20,6 +25,7 @@ use hyper::body::Incoming;
 use hyper::header::{HOST, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::egress::{EgressPolicy, Refusal, Verdict};
@@ -37,6 +43,83 @@ pub struct Attempt {
     pub rule: String,
     /// `allow` or `deny`.
     pub decision: &'static str,
+    /// The run the client named in its proxy URL, when it did.
+    pub run_id: Option<String>,
+}
+
+/// What one proxy has carried, for `paddock sessions list`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// HTTP requests and `CONNECT` tunnels judged.
+    pub requests: AtomicU64,
+    pub refused: AtomicU64,
+    /// Bytes from the environment to the proxy, and back.
+    pub bytes_up: AtomicU64,
+    pub bytes_down: AtomicU64,
+}
+
+/// A snapshot of [`Counters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Totals {
+    pub requests: u64,
+    pub refused: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+}
+
+impl Counters {
+    pub fn totals(&self) -> Totals {
+        Totals {
+            requests: self.requests.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            bytes_up: self.bytes_up.load(Ordering::Relaxed),
+            bytes_down: self.bytes_down.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A client connection whose bytes are counted both ways.
+struct Counted<S> {
+    inner: S,
+    counters: Arc<Counters>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = buf.filled().len().saturating_sub(before) as u64;
+        self.counters.bytes_up.fetch_add(read, Ordering::Relaxed);
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = &polled {
+            self.counters
+                .bytes_down
+                .fetch_add(*n as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// Receives every decision the proxy makes.
@@ -50,6 +133,7 @@ pub trait HostApprover: Send + Sync {
         &'a self,
         host: &'a str,
         port: u16,
+        run_id: Option<&'a str>,
     ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
 }
 
@@ -58,6 +142,7 @@ pub struct Proxy {
     policy: EgressPolicy,
     observer: Option<Arc<dyn Observer>>,
     approver: Option<Arc<dyn HostApprover>>,
+    counters: Arc<Counters>,
 }
 
 fn full(text: String) -> Body {
@@ -76,6 +161,15 @@ fn answer(status: StatusCode, text: String) -> Response<Body> {
     );
     // A refused client (a CONNECT above all) gets nothing more on this connection.
     headers.insert("connection", HeaderValue::from_static("close"));
+    if status == StatusCode::FORBIDDEN {
+        // Clients that show only the status line (pip: "403 Client Error: ...") still say who
+        // refused.
+        response
+            .extensions_mut()
+            .insert(hyper::ext::ReasonPhrase::from_static(
+                b"Forbidden by the paddock egress proxy",
+            ));
+    }
     response
 }
 
@@ -114,7 +208,13 @@ impl Proxy {
             policy,
             observer: None,
             approver: None,
+            counters: Arc::default(),
         }
+    }
+
+    /// What this proxy has carried so far.
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
     }
 
     pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
@@ -131,43 +231,60 @@ impl Proxy {
     pub async fn serve(self: Arc<Self>, listener: TcpListener) -> std::io::Result<()> {
         loop {
             let (stream, _) = listener.accept().await?;
-            let this = self.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |request| {
-                    let this = this.clone();
-                    async move { Ok::<_, hyper::Error>(this.handle(request).await) }
-                });
-                if let Err(err) = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .with_upgrades()
-                    .await
-                {
-                    tracing::debug!(%err, "proxy connection ended");
-                }
-            });
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(self.clone().serve_connection(stream, None));
         }
     }
 
-    fn report(&self, host: &str, port: u16, method: &str, rule: &str, decision: &'static str) {
+    /// Serves one client connection (TCP, or a Unix stream an agent carried) to its end;
+    /// `run_id`: the command it was opened by, when known.
+    pub async fn serve_connection<S>(self: Arc<Self>, stream: S, run_id: Option<String>)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let stream = Counted {
+            inner: stream,
+            counters: self.counters.clone(),
+        };
+        let this = self.clone();
+        let run_id: Option<Arc<str>> = run_id.map(Into::into);
+        let service = hyper::service::service_fn(move |request| {
+            let this = this.clone();
+            let run_id = run_id.clone();
+            async move { Ok::<_, hyper::Error>(this.handle(request, run_id).await) }
+        });
+        if let Err(err) = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades()
+            .await
+        {
+            tracing::debug!(%err, "proxy connection ended");
+        }
+    }
+
+    fn report(&self, attempt: Attempt) {
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        if attempt.decision == "deny" {
+            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(observer) = &self.observer {
-            observer.attempt(&Attempt {
-                host: host.to_owned(),
-                port,
-                method: method.to_owned(),
-                rule: rule.to_owned(),
-                decision,
-            });
+            observer.attempt(&attempt);
         }
     }
 
     /// Where `host:port` may be reached, or why not.
-    async fn judge(&self, host: &str, port: u16) -> Result<(SocketAddr, String), Refusal> {
+    async fn judge(
+        &self,
+        host: &str,
+        port: u16,
+        run_id: Option<&str>,
+    ) -> Result<(SocketAddr, String), Refusal> {
         let rule = match self.policy.judge_name(host) {
             Verdict::Refuse(refusal) => return Err(refusal),
             Verdict::Allow { rule } => rule,
             Verdict::Ask => {
                 let approved = match &self.approver {
-                    Some(approver) => approver.approve(host, port).await,
+                    Some(approver) => approver.approve(host, port, run_id).await,
                     None => false,
                 };
                 if !approved {
@@ -197,7 +314,11 @@ impl Proxy {
         Ok((SocketAddr::new(first, port), rule))
     }
 
-    async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+    async fn handle(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+        run_id: Option<Arc<str>>,
+    ) -> Response<Body> {
         let method = request.method().to_string();
         let Some((host, port)) = destination_of(&request) else {
             return answer(
@@ -207,10 +328,19 @@ impl Proxy {
                     .into(),
             );
         };
-        let (target, rule) = match self.judge(&host, port).await {
+        let run_id = run_id.map(|id| id.to_string());
+        let attempt = |rule: &str, decision| Attempt {
+            host: host.clone(),
+            port,
+            method: method.clone(),
+            rule: rule.to_owned(),
+            decision,
+            run_id: run_id.clone(),
+        };
+        let (target, rule) = match self.judge(&host, port, run_id.as_deref()).await {
             Ok(allowed) => allowed,
             Err(refusal) => {
-                self.report(&host, port, &method, &refusal.rule, "deny");
+                self.report(attempt(&refusal.rule, "deny"));
                 return answer(
                     StatusCode::FORBIDDEN,
                     format!(
@@ -220,9 +350,12 @@ impl Proxy {
                 );
             }
         };
-        self.report(&host, port, &method, &rule, "allow");
+        self.report(attempt(&rule, "allow"));
         let upstream = match TcpStream::connect(target).await {
-            Ok(stream) => stream,
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                stream
+            }
             Err(err) => {
                 return answer(
                     StatusCode::BAD_GATEWAY,

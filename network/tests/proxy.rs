@@ -67,6 +67,7 @@ impl HostApprover for Answer {
         &'a self,
         _: &'a str,
         _: u16,
+        _: Option<&'a str>,
     ) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
         Box::pin(async move { self.0 })
     }

@@ -138,16 +138,25 @@ pub trait AgentHost: Transport {
         Some(AGENT_PATH_INSIDE.to_owned())
     }
 
+    /// `network = "proxy"`: the environment's only way out is the agent's egress port.
+    fn egress(&self) -> bool {
+        false
+    }
+
     /// The program, run through this transport's own client, that starts the agent detached.
     fn agent_start_argv(&self, session: &str) -> Vec<String> {
         let _ = session;
-        vec![
+        let mut argv = vec![
             AGENT_PATH_INSIDE.to_owned(),
             "serve".to_owned(),
             "--socket".to_owned(),
             format!("{AGENT_DIR_INSIDE}/{SOCKET_NAME}"),
             "--daemon".to_owned(),
-        ]
+        ];
+        if self.egress() {
+            argv.extend(crate::egress::agent_args());
+        }
+        argv
     }
 }
 
@@ -251,6 +260,8 @@ pub struct AgentTransport<T: AgentHost> {
     /// (`PADDOCK_STATE_COMMIT`, read by the wrapper of runs outside a connection); made on
     /// first use (finding the path may read the binary).
     env: std::sync::OnceLock<BTreeMap<String, String>>,
+    /// Serves the egress socket of a `network = "proxy"` environment.
+    egress: Option<Arc<dyn crate::egress::EgressHost>>,
 }
 
 impl<T: AgentHost> AgentTransport<T> {
@@ -259,7 +270,28 @@ impl<T: AgentHost> AgentTransport<T> {
             inner,
             binary,
             env: std::sync::OnceLock::new(),
+            egress: None,
         }
+    }
+
+    /// Who serves the environment's egress socket when the inner transport is proxied.
+    pub fn with_egress(mut self, egress: Arc<dyn crate::egress::EgressHost>) -> Self {
+        self.egress = Some(egress);
+        self
+    }
+
+    /// Before a command on a proxied environment: its way out is served.
+    async fn serve_egress(&self, session: &str, socket: &Path) -> Result<()> {
+        if !self.inner.egress() {
+            return Ok(());
+        }
+        let Some(egress) = &self.egress else {
+            return Err(self.unavailable(
+                "network = \"proxy\" needs the engine's egress proxy, and this engine has none",
+            ));
+        };
+        let listen = socket.with_file_name(crate::egress::EGRESS_SOCKET);
+        egress.serve(session, &listen).await
     }
 
     pub fn inner(&self) -> &T {
@@ -286,7 +318,10 @@ impl<T: AgentHost> AgentTransport<T> {
         let mut tried_warm = false;
         loop {
             match Link::open(&socket).await {
-                Ok((link, Ok(()))) => return Ok(link),
+                Ok((link, Ok(()))) => {
+                    self.serve_egress(session, &socket).await?;
+                    return Ok(link);
+                }
                 Ok((link, Err(LinkError::Version { found, agent }))) => {
                     old_versions += 1;
                     tracing::info!(backend = self.inner.name(), found, %agent, "replacing an agent of another protocol version");
@@ -549,6 +584,11 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
             };
             if let Some(socket) = &socket {
                 shutdown_agent(socket).await;
+                if let Some(egress) = self.egress.as_ref().filter(|_| self.inner.egress()) {
+                    let _ = egress
+                        .release(&socket.with_file_name(crate::egress::EGRESS_SOCKET))
+                        .await;
+                }
             }
             let closed = self.inner.close_session(session).await;
             // The agent's directory (its socket, lock and log) goes with it; for a claimed warm

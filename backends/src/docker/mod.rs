@@ -69,6 +69,10 @@ pub struct DockerConfig {
     pub image: String,
     /// `none` (default) or the name of a docker network (`bridge`, `host`, ...).
     pub network: String,
+    /// `network = "proxy"`: no network (`network` is `none`), the agent carrying connections
+    /// to the egress proxy ([`crate::egress`]).
+    #[serde(default)]
+    pub egress: bool,
     pub memory_mb: Option<u64>,
     pub cpus: Option<f64>,
     pub pids_limit: i64,
@@ -570,6 +574,10 @@ impl DockerTransport {
 pub use warm::{WARM_SUBCOMMAND, warm_main};
 
 impl AgentHost for DockerTransport {
+    fn egress(&self) -> bool {
+        self.config.egress
+    }
+
     fn claim_warm<'a>(&'a self, session: &'a str) -> BackendFuture<'a, bool> {
         Box::pin(self.claim_warm(session))
     }

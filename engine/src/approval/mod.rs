@@ -38,6 +38,28 @@ pub struct Explanation {
     pub pack: Option<String>,
 }
 
+/// A human's answer about a host ([`ApprovalGate::check_host`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostDecision {
+    Once,
+    /// For the rest of the session.
+    Session,
+    /// From now on (kept in the state directory).
+    Always,
+    Deny,
+}
+
+impl HostDecision {
+    pub fn allows(self) -> bool {
+        self != HostDecision::Deny
+    }
+
+    /// The proxy need not ask again in this session.
+    pub fn remembered(self) -> bool {
+        matches!(self, HostDecision::Session | HostDecision::Always)
+    }
+}
+
 /// The approval machinery of one engine.
 pub struct ApprovalGate {
     /// Built (regexes compiled, examples checked) on first use: most of an engine's start-up
@@ -261,6 +283,53 @@ impl ApprovalGate {
         };
         let answer = self.ask(&request, ctx).await;
         self.finish(answer, &request, &explanation, &subject, ctx)
+    }
+
+    /// A host in neither `[network]` list, reached by a proxied environment of `session`
+    /// (`unknown = "ask"`): asked through the same chain as a command, the script's clock paused,
+    /// audited; no when nobody can answer.
+    pub async fn check_host(
+        &self,
+        host: &str,
+        port: u16,
+        backend: &str,
+        ctx: &CallContext,
+    ) -> HostDecision {
+        let subject = format!("{host}:{port}");
+        let explanation = Explanation {
+            decision: Decision::Ask,
+            reason: format!(
+                "{host}:{port} (from backend {backend}) is in neither [network] allow nor deny"
+            ),
+            rule: Some("network.unknown".into()),
+            pack: None,
+        };
+        let request = ApprovalRequest {
+            kind: "host_approval",
+            tool: "network".to_owned(),
+            subject: subject.clone(),
+            rule: explanation.rule.clone(),
+            description: explanation.reason.clone(),
+            session: ctx.session.clone(),
+            timeout_seconds: self.timeout.as_secs_f64(),
+        };
+        let (answer, who, waited) = self.ask(&request, ctx).await;
+        let (decision, word) = match &answer {
+            Ok(Answer::Once) => (HostDecision::Once, "once"),
+            Ok(Answer::Session) => (HostDecision::Session, "session"),
+            Ok(Answer::Always) => (HostDecision::Always, "always"),
+            Ok(Answer::Deny) | Err(_) => (HostDecision::Deny, "deny"),
+        };
+        self.audit(
+            "network",
+            &subject,
+            &explanation,
+            &who,
+            word,
+            waited,
+            &ctx.session,
+        );
+        decision
     }
 
     async fn ask(

@@ -9,6 +9,7 @@ use paddock_backends::agent::binary as agent_binary;
 use paddock_backends::agent::{AgentPlacement, AgentTransport};
 use paddock_backends::apptainer::{ApptainerConfig, ApptainerTransport};
 use paddock_backends::docker::{DockerConfig, DockerTransport};
+use paddock_backends::egress::EgressHost;
 use paddock_backends::local::{
     LocalCeilings, LocalEnvironment, LocalSandbox, PROTECTED_PATHS, SandboxMode,
 };
@@ -47,10 +48,17 @@ fn remote<T: paddock_backends::agent::AgentHost>(
     agent: Option<Result<agent_binary::AgentBinary, agent_binary::NotFound>>,
     state_root: &Path,
     exe: &Path,
+    egress: Option<Arc<dyn EgressHost>>,
 ) -> Arc<dyn Environment> {
     match agent {
         Some(binary) => Arc::new(RemoteEnvironment::new(
-            AgentTransport::new(transport, binary),
+            {
+                let transport = AgentTransport::new(transport, binary);
+                match egress {
+                    Some(egress) => transport.with_egress(egress),
+                    None => transport,
+                }
+            },
             state_root.to_path_buf(),
             exe.to_path_buf(),
         )),
@@ -133,6 +141,23 @@ fn string(value: &Option<Spanned<String>>) -> Option<String> {
     value.as_ref().map(|v| v.get_ref().clone())
 }
 
+/// `network = "proxy"`: the environment itself gets no network; its agent carries connections
+/// to the egress proxy.
+fn proxied(config: &BackendConfig) -> bool {
+    config
+        .network
+        .as_ref()
+        .is_some_and(|n| n.get_ref() == "proxy")
+}
+
+/// The network a container or instance is made with: none when proxied.
+fn network_of(config: &BackendConfig) -> String {
+    match string(&config.network) {
+        Some(network) if network != "proxy" => network,
+        _ => "none".into(),
+    }
+}
+
 /// An apptainer backend's settings, or a slurm backend's with `image`.
 fn apptainer_config(
     policy: &Policy,
@@ -151,7 +176,8 @@ fn apptainer_config(
             .as_ref()
             .map(|v| host_path(policy, v.get_ref())),
         binds: config.binds.iter().map(|b| b.get_ref().clone()).collect(),
-        network: string(&config.network).unwrap_or_else(|| "none".into()),
+        network: network_of(config),
+        egress: proxied(config),
         writable_tmpfs: config.writable_tmpfs.as_ref().is_none_or(|v| *v.get_ref()),
         overlay: config
             .overlay
@@ -174,9 +200,17 @@ pub fn build(
     config: &BackendConfig,
     state_root: &Path,
     exe: &Path,
+    egress: Option<&Arc<crate::network::Egress>>,
 ) -> Arc<dyn Environment> {
     let kind = config.kind.get_ref().as_str();
-    let env = config.env.clone();
+    let mut env = config.env.clone();
+    let egress = egress
+        .filter(|_| proxied(config))
+        .map(|egress| egress.for_backend(name));
+    if egress.is_some() {
+        // Every way a command starts (the agent, a background supervisor) exports these.
+        env.extend(paddock_backends::egress::proxy_env());
+    }
     // Container and instance backends go through the in-environment agent unless told not to.
     let agent = matches!(
         kind,
@@ -191,7 +225,8 @@ pub fn build(
                 DockerConfig {
                     name: name.to_owned(),
                     image: string(&config.image).unwrap_or_default(),
-                    network: string(&config.network).unwrap_or_else(|| "none".into()),
+                    network: network_of(config),
+                    egress: proxied(config),
                     memory_mb: config.memory_mb.as_ref().map(|v| *v.get_ref()),
                     cpus: config.cpus.as_ref().map(|v| *v.get_ref()),
                     // `max_processes`, or its older name.
@@ -221,7 +256,7 @@ pub fn build(
                 },
                 exe.to_path_buf(),
             );
-            remote(transport, agent, state_root, exe)
+            remote(transport, agent, state_root, exe, egress)
         }
         "ssh" => {
             let transport = SshTransport::new(
@@ -254,7 +289,7 @@ pub fn build(
                 },
                 state_root,
             );
-            remote(transport, agent, state_root, exe)
+            remote(transport, agent, state_root, exe, egress)
         }
         "slurm" => {
             let placement = agent
@@ -308,7 +343,7 @@ pub fn build(
                 home: std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()),
                 owner: paddock_backends::naming::owner_of(state_root),
             });
-            remote(transport, agent, state_root, exe)
+            remote(transport, agent, state_root, exe, egress)
         }
         "apptainer" | "singularity" => {
             let image = string(&config.image).unwrap_or_default();
@@ -319,7 +354,7 @@ pub fn build(
             let transport = ApptainerTransport::new(apptainer_config(
                 policy, name, config, &image, env, placement, state_root,
             ));
-            remote(transport, agent, state_root, exe)
+            remote(transport, agent, state_root, exe, egress)
         }
         _ => {
             // An MCP client's roots name each session's workspace unless the policy names one.
@@ -354,6 +389,10 @@ pub fn build(
             // A sandboxed session's commands share one confined environment, served by an
             // agent, unless the policy says `agent = false`.
             let agent = config.agent.as_ref().is_none_or(|v| *v.get_ref());
+            let local = match egress {
+                Some(egress) => local.with_egress(egress),
+                None => local,
+            };
             Arc::new(local.with_agent(agent).with_sandbox(LocalSandbox {
                 mode,
                 workspace,

@@ -45,6 +45,15 @@ pub struct Environments {
     approvals: Arc<crate::approval::ApprovalGate>,
     skip_approval_in_containers: bool,
     sessions: Arc<Sessions>,
+    /// The egress proxy's link, when a backend is proxied.
+    egress: Option<Arc<crate::network::Egress>>,
+}
+
+/// A call at work in a session: its activity (for the idle sweep) and, on a proxied policy,
+/// the context the proxy's questions about unknown hosts are asked through.
+pub(super) struct CallActivity {
+    _session: ActivityGuard,
+    _egress: Option<crate::network::TrackedCall>,
 }
 
 /// The state directory: `$PADDOCK_HOME`, else `$XDG_STATE_HOME/paddock`, else
@@ -71,9 +80,18 @@ impl Environments {
         let state_root = state_root();
         // The declared backends, and `local` when none is named so: the workspace-write
         // sandbox of `policies/default.toml`, built the same way.
+        let egress =
+            crate::network::Egress::of_policy(policy, &state_root, &exe, approvals.clone());
         let mut backends = BTreeMap::new();
         for (name, config) in super::backend_config::backends_of(policy) {
-            let env = super::backend_config::build(policy, &name, &config, &state_root, &exe);
+            let env = super::backend_config::build(
+                policy,
+                &name,
+                &config,
+                &state_root,
+                &exe,
+                egress.as_ref(),
+            );
             backends.insert(name, env);
         }
         if let Some(forced) = &forced
@@ -124,6 +142,7 @@ impl Environments {
             approvals,
             skip_approval_in_containers,
             sessions,
+            egress,
         })
     }
 
@@ -139,6 +158,18 @@ impl Environments {
         env: Option<&Arc<dyn Environment>>,
     ) -> ActivityGuard {
         self.sessions.activity(session, env.map(|e| e.name()))
+    }
+
+    /// As [`Environments::activity`], for a tool call.
+    pub(super) fn call_activity(
+        &self,
+        ctx: &CallContext,
+        env: Option<&Arc<dyn Environment>>,
+    ) -> CallActivity {
+        CallActivity {
+            _session: self.activity(&ctx.session, env),
+            _egress: self.egress.as_ref().map(|egress| egress.track(ctx)),
+        }
     }
 
     /// The approval a file tool needs: that of `line`, the command that would do the same run
@@ -254,7 +285,7 @@ impl Tool for Terminal {
         Box::pin(paddock_backends::progress::scope(progress, async move {
             let args: TerminalArgs = super::parse_args("terminal", args)?;
             let env = envs.backend_for("terminal")?;
-            let _active = envs.activity(&ctx.session, Some(env));
+            let _active = envs.call_activity(&ctx, Some(env));
             let container = env.is_container();
             if !(container && envs.skip_approval_in_containers) {
                 envs.approvals
@@ -367,7 +398,7 @@ impl Tool for Process {
         Box::pin(paddock_backends::progress::scope(progress, async move {
             let args: ProcessArgs = super::parse_args("process", args)?;
             let registry = &envs.registry;
-            let _active = envs.activity(&ctx.session, None);
+            let _active = envs.call_activity(&ctx, None);
             if args.action == "list" {
                 let list: Vec<Value> = registry
                     .list(&ctx.session)
@@ -493,7 +524,7 @@ impl Tool for PythonExecute {
         Box::pin(paddock_backends::progress::scope(progress, async move {
             let args: PythonArgs = super::parse_args("python_execute", args)?;
             let env = envs.backend_for("python_execute")?;
-            let _active = envs.activity(&ctx.session, Some(env));
+            let _active = envs.call_activity(&ctx, Some(env));
             // Named by its session (`@` is never in a session id): closing the session removes
             // the run's directory, artifacts included.
             let run_id = format!("{}@{}", ctx.session, crate::registry::new_call_id());
@@ -655,7 +686,7 @@ impl Tool for PythonEnvironmentInfo {
         let envs = self.0.clone();
         Box::pin(async move {
             let env = envs.backend_for("python_execute")?;
-            let _active = envs.activity(&ctx.session, Some(env));
+            let _active = envs.call_activity(&ctx, Some(env));
             let quoted = INFO_SCRIPT.replace('\'', "'\"'\"'");
             let out = env
                 .exec(ExecRequest {

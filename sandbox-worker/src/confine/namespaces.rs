@@ -108,3 +108,34 @@ pub fn isolate() -> Result<&'static str, ConfineError> {
         "mount+net+ipc+uts, empty read-only root"
     })
 }
+
+/// Brings up `lo` in the network namespace this process just entered (a new one has it down):
+/// the egress proxy's port on 127.0.0.1 is the only way out of a `network = "proxy"` sandbox.
+pub fn bring_loopback_up() -> io::Result<()> {
+    // SAFETY: a plain socket(2) call; the descriptor is owned below and closed on drop.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nothing else owns.
+    let socket = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&socket);
+    // SAFETY: `ifreq` is plain old data; all-zero is a valid value.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (slot, byte) in request.ifr_name.iter_mut().zip(b"lo\0") {
+        *slot = *byte as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads into the `ifreq` we own, whose name is NUL-terminated.
+    if unsafe { libc::ioctl(raw, libc::SIOCGIFFLAGS, &mut request) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the union's flags member is what SIOCGIFFLAGS just filled in.
+    unsafe {
+        request.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    }
+    // SAFETY: SIOCSIFFLAGS reads the `ifreq` we own.
+    if unsafe { libc::ioctl(raw, libc::SIOCSIFFLAGS, &request) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

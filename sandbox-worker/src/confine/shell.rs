@@ -74,6 +74,10 @@ pub struct ShellProfile {
     /// Keep the host's network (default: none, loopback only, down).
     #[serde(default)]
     pub network: bool,
+    /// `network = "proxy"`: no network either, but loopback up and TCP to and from this one
+    /// port allowed, where the session's agent carries connections to the egress proxy.
+    #[serde(default)]
+    pub egress_port: Option<u16>,
     /// A host directory shown as /tmp (the session's own, kept between commands); without
     /// one, /tmp is an empty tmpfs of `tmp_mb` MiB.
     #[serde(default)]
@@ -216,6 +220,9 @@ fn run(profile: &ShellProfile, argv: &[String]) -> StepResult<i32> {
         .canonicalize()
         .map_err(at("the workspace"))?;
     enter_namespaces(profile.network)?;
+    if !profile.network && profile.egress_port.is_some() {
+        super::namespaces::bring_loopback_up().map_err(at("bring loopback up"))?;
+    }
     let tmp_dir = match &profile.tmp_dir {
         Some(dir) => Some(
             nix::fcntl::open(
@@ -539,11 +546,20 @@ fn confine_command(profile: &ShellProfile, workspace: &Path) -> StepResult<()> {
             .handle_access(AccessNet::from_all(ABI::V4))
             .map_err(at("landlock"))?;
     }
-    let status = ruleset
+    let mut created = ruleset
         .scope(Scope::from_all(ABI::V6))
         .map_err(at("landlock"))?
         .create()
-        .map_err(at("landlock"))?
+        .map_err(at("landlock"))?;
+    if let (false, Some(port)) = (profile.network, profile.egress_port) {
+        created = created
+            .add_rule(landlock::NetPort::new(
+                port,
+                AccessNet::BindTcp | AccessNet::ConnectTcp,
+            ))
+            .map_err(at("landlock"))?;
+    }
+    let status = created
         .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))
         .map_err(at("landlock"))?
         .add_rules(path_beneath_rules(&writable, AccessFs::from_all(abi)))

@@ -15,6 +15,7 @@ mod failure_log;
 mod file_tools;
 mod hostile_script;
 mod hostile_shell;
+mod network_proxy;
 mod notebook;
 mod policies;
 mod python_compat;

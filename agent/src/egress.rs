@@ -1,0 +1,187 @@
+//! The environment's end of the egress proxy (`serve --egress-port PORT`, for backends with
+//! `network = "proxy"`): a listener on `127.0.0.1:PORT` in the environment's own network
+//! namespace, which has no other way out, carrying each connection to the engine's proxy
+//! through `egress.sock` beside the agent's socket (a directory the host shares with the
+//! environment). Commands find it through `HTTP_PROXY` and its twins.
+//!
+//! Each carried connection starts with one line naming the command that opened it
+//! (`paddock-egress run=ID`, or `run=-` when unknown), found through the connection's socket in
+//! `/proc` and `PADDOCK_RUN` in its owner's environment, so that the proxy's log says which
+//! command a refusal was for.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+/// The name of the proxy's socket beside the agent's.
+pub const EGRESS_SOCKET: &str = "egress.sock";
+
+/// What a command reads when the proxy is not there.
+fn no_proxy_answer() -> String {
+    let body = "paddock: the egress proxy is not running; the next paddock command in this \
+                session starts it\n";
+    format!(
+        "HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/plain\r\nconnection: close\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Starts the listener; its thread serves until the agent exits.
+pub fn start(port: u16, agent_socket: &Path) -> std::io::Result<()> {
+    let listener = TcpListener::bind(("127.0.0.1", port))?;
+    let proxy = agent_socket
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join(EGRESS_SOCKET);
+    std::thread::Builder::new()
+        .name("egress".into())
+        .spawn(move || {
+            for client in listener.incoming().flatten() {
+                let proxy = proxy.clone();
+                let _ = std::thread::Builder::new()
+                    .name("egress-conn".into())
+                    .spawn(move || carry(client, &proxy));
+            }
+        })?;
+    Ok(())
+}
+
+/// One connection: the preamble, then bytes both ways until each side is done.
+fn carry(mut client: TcpStream, proxy: &PathBuf) {
+    let _ = client.set_nodelay(true);
+    let run = client
+        .peer_addr()
+        .ok()
+        .and_then(|peer| run_of_port(peer.port()));
+    let mut upstream = match UnixStream::connect(proxy) {
+        Ok(upstream) => upstream,
+        Err(_) => {
+            let _ = client.write_all(no_proxy_answer().as_bytes());
+            return;
+        }
+    };
+    let preamble = format!("paddock-egress run={}\n", run.as_deref().unwrap_or("-"));
+    if upstream.write_all(preamble.as_bytes()).is_err() {
+        return;
+    }
+    let (Ok(mut client_in), Ok(mut upstream_out)) = (client.try_clone(), upstream.try_clone())
+    else {
+        return;
+    };
+    let up = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut client_in, &mut upstream_out);
+        let _ = upstream_out.shutdown(Shutdown::Write);
+    });
+    let _ = copy_back(&mut upstream, &mut client);
+    let _ = client.shutdown(Shutdown::Write);
+    let _ = up.join();
+}
+
+fn copy_back(from: &mut UnixStream, to: &mut TcpStream) -> std::io::Result<u64> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0;
+    loop {
+        let n = from.read(&mut buf)?;
+        if n == 0 {
+            return Ok(total);
+        }
+        to.write_all(&buf[..n])?;
+        total += n as u64;
+    }
+}
+
+/// The run (`PADDOCK_RUN`) of the process that owns the client end of a connection from
+/// `127.0.0.1:port`: its socket's inode in `/proc/net/tcp`, the process holding that inode,
+/// its environment. `None` when any step does not find it.
+fn run_of_port(port: u16) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let wanted = format!("0100007F:{port:04X}");
+    let inode = table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(1) == Some(&wanted.as_str()))
+            .then(|| fields.get(9).map(|s| (*s).to_owned()))
+            .flatten()
+    })?;
+    let target = format!("socket:[{inode}]");
+    let own = std::process::id().to_string();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        if pid == own {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target.as_str())
+        });
+        if holds {
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+            return environ
+                .split(|&b| b == 0)
+                .find_map(|v| v.strip_prefix(b"PADDOCK_RUN="))
+                .and_then(|id| std::str::from_utf8(id).ok())
+                .map(str::to_owned);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_is_carried_with_its_preamble_and_both_directions() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent_socket = dir.path().join("agent.sock");
+        let proxy = std::os::unix::net::UnixListener::bind(dir.path().join(EGRESS_SOCKET)).unwrap();
+        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = probe.local_addr().unwrap().port();
+        drop(probe);
+        start(port, &agent_socket).unwrap();
+        let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let (mut carried, _) = proxy.accept().unwrap();
+        let mut seen = String::new();
+        carried.read_to_string(&mut seen).unwrap();
+        // This test process has no PADDOCK_RUN: the run is unknown, said as such.
+        assert_eq!(seen, "paddock-egress run=-\nGET / HTTP/1.1\r\n\r\n");
+        carried.write_all(b"HTTP/1.1 200 OK\r\n\r\nhi").unwrap();
+        drop(carried);
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).unwrap();
+        assert_eq!(answer, "HTTP/1.1 200 OK\r\n\r\nhi");
+    }
+
+    #[test]
+    fn without_the_proxy_a_command_reads_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = probe.local_addr().unwrap().port();
+        drop(probe);
+        start(port, &dir.path().join("agent.sock")).unwrap();
+        let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+        assert!(answer.ends_with("starts it\n"), "{answer}");
+        let declared: usize = answer
+            .split("content-length: ")
+            .nth(1)
+            .and_then(|r| r.split("\r\n").next())
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(declared, answer.split("\r\n\r\n").nth(1).unwrap().len());
+    }
+}

@@ -1,0 +1,685 @@
+//! `network = "proxy"` end to end, through the real binary: commands in the default-style
+//! sandbox (and in docker with `--network none`) reach origins on this machine's loopback only
+//! through the engine's egress proxy, under `[network]`; everything else fails. Origins are
+//! real servers (a plain HTTP one here, an HTTPS one with a test certificate and a package
+//! index in Python), their names pinned to 127.0.0.1 in `[network.resolve]`. No traffic leaves
+//! loopback: refused destinations are refused before any connection is made.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use paddock_tests::{Run, paddock_at};
+use serde_json::{Value, json};
+
+/// Whether the test command was told to leave `backend` out.
+fn skipped(backend: &str) -> bool {
+    std::env::var("PADDOCK_SKIP_BACKENDS")
+        .unwrap_or_default()
+        .split(',')
+        .any(|b| b.trim() == backend)
+}
+
+/// A plain HTTP origin on 127.0.0.1: answers `origin saw <request line>`, counts connections.
+struct Origin {
+    port: u16,
+    connections: Arc<AtomicUsize>,
+}
+
+fn origin() -> Origin {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            counted.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&seen);
+                let line = text.lines().next().unwrap_or_default().to_owned();
+                let auth = text
+                    .lines()
+                    .find(|l| l.to_ascii_lowercase().starts_with("proxy-authorization"))
+                    .map_or("", |_| " with proxy-authorization");
+                let body = format!("origin saw {line}{auth}\n");
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    Origin { port, connections }
+}
+
+/// Servers written in Python: an HTTPS origin (`tls CERT KEY`) and a package index with one
+/// small wheel (`index DIR`). Each prints its port, then serves.
+const HELPER: &str = r#"
+import http.server, os, ssl, sys, zipfile
+
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+class Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("tls origin saw " + self.path + "\n").encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+
+if sys.argv[1] == "tls":
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(sys.argv[2], sys.argv[3])
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+else:
+    root = sys.argv[2]
+    wheel = "paddock_probe-1.0-py3-none-any.whl"
+    os.makedirs(os.path.join(root, "simple", "paddock-probe"), exist_ok=True)
+    os.makedirs(os.path.join(root, "packages"), exist_ok=True)
+    with zipfile.ZipFile(os.path.join(root, "packages", wheel), "w") as z:
+        z.writestr("paddock_probe.py", "VALUE = 42\n")
+        info = "paddock_probe-1.0.dist-info/"
+        z.writestr(info + "METADATA", "Metadata-Version: 2.1\nName: paddock-probe\nVersion: 1.0\n")
+        z.writestr(info + "WHEEL", "Wheel-Version: 1.0\nGenerator: paddock-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(info + "RECORD", "paddock_probe.py,,\n" + info + "METADATA,,\n" + info + "WHEEL,,\n" + info + "RECORD,,\n")
+    with open(os.path.join(root, "simple", "paddock-probe", "index.html"), "w") as f:
+        f.write('<html><body><a href="../../packages/%s">%s</a></body></html>\n' % (wheel, wheel))
+    os.chdir(root)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// A Python server of [`HELPER`], ended when dropped.
+struct PythonServer {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for PythonServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn python_server(dir: &Path, args: &[&str]) -> PythonServer {
+    let helper = dir.join("servers.py");
+    std::fs::write(&helper, HELPER).unwrap();
+    let mut child = Command::new("python3")
+        .arg(&helper)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("python3 for the test servers: {e}"));
+    let mut line = String::new();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut byte = [0u8; 1];
+    while stdout.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
+        line.push(byte[0] as char);
+    }
+    let port = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("no port from {args:?}: {line:?}"));
+    PythonServer { child, port }
+}
+
+/// The host's Python itself (not a pyenv shim, which may want to write under its root).
+fn host_python() -> String {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A state directory, a workspace and a policy whose `sandboxed` local backend (and `docker`,
+/// when asked) is proxied under `network`.
+struct Setup {
+    dir: tempfile::TempDir,
+    policy: String,
+}
+
+impl Setup {
+    fn new(network: &str, extra: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+        let policy = dir.path().join("policy.toml");
+        std::fs::write(
+            &policy,
+            format!(
+                "[backends.sandboxed]\nkind = \"local\"\nsandbox = \"workspace-write\"\n\
+                 workspace = \"{ws}\"\nnetwork = \"proxy\"\n\n{extra}\n{network}\n",
+                ws = dir.path().join("ws").display()
+            ),
+        )
+        .unwrap();
+        Setup {
+            policy: policy.display().to_string(),
+            dir,
+        }
+    }
+
+    fn home(&self) -> String {
+        self.dir.path().join("home").display().to_string()
+    }
+
+    fn paddock(&self, args: &[&str]) -> Run {
+        let home = self.home();
+        let mut all = args.to_vec();
+        all.extend(["--policy", &self.policy]);
+        paddock_at(
+            Some(&self.dir.path().join("ws")),
+            &all,
+            &[("PADDOCK_HOME", home.as_str())],
+            None,
+            Duration::from_secs(180),
+        )
+    }
+
+    /// One command on `backend` in `session`; its output (a failure to run is a test failure).
+    fn sh(&self, backend: &str, session: &str, command: &str) -> String {
+        let args = json!({ "command": command }).to_string();
+        let run = self.paddock(&[
+            "call",
+            "terminal",
+            "--backend",
+            backend,
+            "--session",
+            session,
+            "--args",
+            &args,
+        ]);
+        let v: Value = run.json();
+        assert!(
+            v.get("output").is_some(),
+            "{backend}: {command}: {v}\n{}",
+            run.stderr
+        );
+        v["output"].as_str().unwrap_or_default().to_owned()
+    }
+
+    fn refusals(&self) -> Vec<Value> {
+        std::fs::read_to_string(Path::new(&self.home()).join("logs/network.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn close(&self, session: &str) {
+        let run = self.paddock(&["sessions", "close", session]);
+        assert_eq!(run.code, 0, "close {session}: {}{}", run.stdout, run.stderr);
+    }
+}
+
+fn pins(names: &[&str]) -> String {
+    let mut out = String::from("[network.resolve]\n");
+    for name in names {
+        out.push_str(&format!("\"{name}\" = \"127.0.0.1\"\n"));
+    }
+    out
+}
+
+#[test]
+fn the_sandbox_reaches_allowed_names_only_and_each_refusal_is_logged() {
+    let o = origin();
+    let network = format!(
+        "[network]\nallow = [\"*.allowed.test\", \"origin.test\"]\ndeny = [\"blocked.allowed.test\"]\n{}",
+        pins(&[
+            "origin.test",
+            "api.allowed.test",
+            "blocked.allowed.test",
+            "other.test"
+        ])
+    );
+    let s = Setup::new(&network, "");
+    let p = o.port;
+    let out = s.sh(
+        "sandboxed",
+        "n1",
+        &format!(
+            "curl -sS http://origin.test:{p}/a; curl -sS http://api.allowed.test:{p}/b; \
+             curl -sS http://blocked.allowed.test:{p}/c; curl -sS http://other.test:{p}/d"
+        ),
+    );
+    assert!(out.contains("origin saw GET /a HTTP/1.1\n"), "{out}");
+    // The origin sees origin-form, and never the proxy's own headers.
+    assert!(out.contains("origin saw GET /b HTTP/1.1\n"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "paddock proxy: blocked.allowed.test:{p} refused by network.deny: blocked.allowed.test"
+        )),
+        "deny wins over allow: {out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "paddock proxy: other.test:{p} refused by network.unknown"
+        )),
+        "{out}"
+    );
+    assert_eq!(
+        o.connections.load(Ordering::SeqCst),
+        2,
+        "only the allowed two"
+    );
+    let refusals = s.refusals();
+    assert_eq!(refusals.len(), 2, "{refusals:?}");
+    let hosts: Vec<&str> = refusals
+        .iter()
+        .map(|r| r["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts, ["blocked.allowed.test", "other.test"]);
+    for r in &refusals {
+        assert_eq!(r["session"], "n1", "{r}");
+        assert_eq!(r["backend"], "sandboxed", "{r}");
+        assert_eq!(r["port"], p, "{r}");
+        assert_eq!(r["method"], "GET", "{r}");
+        assert_eq!(r["decision"], "deny", "{r}");
+        assert!(r["timestamp_ms"].as_u64().unwrap() > 0, "{r}");
+        // The command that made the request, found by the agent from the connection.
+        assert!(r["run_id"].as_str().is_some_and(|id| !id.is_empty()), "{r}");
+    }
+    assert_eq!(refusals[0]["rule"], "network.deny: blocked.allowed.test");
+    assert_eq!(refusals[1]["rule"], "network.unknown");
+    // The session's traffic is counted.
+    let list = s.paddock(&["sessions", "list"]);
+    let line = list
+        .json_lines()
+        .into_iter()
+        .find(|l| l["id"] == "n1")
+        .unwrap_or_else(|| panic!("{}", list.stdout));
+    assert_eq!(line["network"]["requests"], 4, "{line}");
+    assert_eq!(line["network"]["refused"], 2, "{line}");
+    assert!(
+        line["network"]["bytes_down"].as_u64().unwrap() > 100,
+        "{line}"
+    );
+    s.close("n1");
+}
+
+#[test]
+fn nothing_leaves_the_sandbox_around_the_proxy() {
+    let o = origin();
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let u = udp.local_addr().unwrap().port();
+    let network = format!("[network]\nallow = [\"*\"]\n{}", pins(&["origin.test"]));
+    let s = Setup::new(&network, "");
+    let p = o.port;
+    let py = host_python();
+    let out = s.sh(
+        "sandboxed",
+        "n2",
+        &format!(
+            "curl -sS --max-time 5 --noproxy '*' http://127.0.0.1:{p}/bypass; echo curl=$?; \
+             {py} -c 'import socket; s=socket.socket(); s.settimeout(3); print(\"tcp\", s.connect_ex((\"127.0.0.1\", {p})))'; \
+             {py} -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b\"x\", (\"127.0.0.1\", {u})); print(\"udp sent\")'; \
+             {py} -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b\"\\x12\\x34\\x01\\x00\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x07example\\x03com\\x00\\x00\\x01\\x00\\x01\", (\"127.0.0.1\", {u})); print(\"dns sent\")'; \
+             getent hosts origin.test; echo getent=$?"
+        ),
+    );
+    assert!(
+        out.contains("curl=7"),
+        "curl --noproxy cannot connect: {out}"
+    );
+    assert!(
+        out.contains("tcp 111") || out.contains("tcp 13"),
+        "a raw TCP connection is refused: {out}"
+    );
+    // A datagram sent to "127.0.0.1" stays in the sandbox's own loopback.
+    let mut buf = [0u8; 512];
+    assert!(
+        udp.recv_from(&mut buf).is_err(),
+        "a datagram left the sandbox: {out}"
+    );
+    // The pin is the proxy's, not a resolver the sandbox can use.
+    assert!(out.contains("getent=2"), "{out}");
+    assert_eq!(o.connections.load(Ordering::SeqCst), 0, "{out}");
+    s.close("n2");
+}
+
+#[test]
+fn private_literals_and_names_resolving_to_loopback_are_refused_unless_pinned() {
+    let o = origin();
+    let network = "[network]\nallow = [\"*\"]\n";
+    let s = Setup::new(network, "");
+    let p = o.port;
+    let py = host_python();
+    // `--noproxy ''`: the proxy for every name, loopback ones too (NO_PROXY would send those
+    // straight to the sandbox's own loopback, where nothing listens).
+    let out = s.sh(
+        "sandboxed",
+        "n3",
+        &format!(
+            "for u in http://localhost:{p}/ http://2130706433:{p}/ http://0x7f.1:{p}/ \
+             http://10.1.2.3:{p}/ http://169.254.169.254/latest/meta-data/ http://[::1]:{p}/; \
+             do curl -sS --max-time 5 --noproxy '' \"$u\"; done; \
+             for h in 2130706433 0x7f.1 0177.0.0.1; do {py} -c 'import socket, sys; s=socket.create_connection((\"127.0.0.1\", 3128)); s.sendall(sys.argv[1].encode()); print(s.recv(4096).decode().split(\"\\r\\n\\r\\n\")[1])' \"GET http://$h:{p}/ HTTP/1.1\r\nHost: $h:{p}\r\n\r\n\"; done"
+        ),
+    );
+    // curl writes 2130706433 and 0x7f.1 as 127.0.0.1; the raw requests keep their spelling.
+    for host in [
+        "localhost",
+        "127.0.0.1",
+        "10.1.2.3",
+        "169.254.169.254",
+        "[::1]",
+        "2130706433",
+        "0x7f.1",
+        "0177.0.0.1",
+    ] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&format!("paddock proxy: {host}:")) && l.contains("refused")),
+            "{host} must be refused: {out}"
+        );
+    }
+    assert_eq!(o.connections.load(Ordering::SeqCst), 0, "{out}");
+    s.close("n3");
+}
+
+#[test]
+fn https_goes_through_a_connect_tunnel_untouched() {
+    let network = "[network]\nallow = [\"secure.test\"]\n[network.resolve]\n\
+                   \"secure.test\" = \"127.0.0.1\"\n\"elsewhere.test\" = \"127.0.0.1\"\n";
+    let s = Setup::new(network, "");
+    // In the workspace: the sandbox has a /tmp of its own.
+    let dir = s.dir.path().join("ws");
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .args([
+            "-subj",
+            "/CN=secure.test",
+            "-addext",
+            "subjectAltName=DNS:secure.test",
+        ])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("openssl: {e}"));
+    assert!(made.success());
+    let tls = python_server(
+        s.dir.path(),
+        &[
+            "tls",
+            &cert.display().to_string(),
+            &key.display().to_string(),
+        ],
+    );
+    let p = tls.port;
+    let py = host_python();
+    let c = cert.display();
+    let out = s.sh(
+        "sandboxed",
+        "n4",
+        &format!(
+            "curl -sS --cacert {c} https://secure.test:{p}/curl; \
+             SSL_CERT_FILE={c} {py} -c 'import urllib.request; print(urllib.request.urlopen(\"https://secure.test:{p}/python\").read().decode())'; \
+             curl -sS --cacert {c} https://elsewhere.test:{p}/no; echo curl=$?"
+        ),
+    );
+    assert!(out.contains("tls origin saw /curl\n"), "{out}");
+    assert!(out.contains("tls origin saw /python\n"), "{out}");
+    // curl reports a refused CONNECT as the proxy's status.
+    assert!(out.contains("curl=56"), "{out}");
+    let refusals = s.refusals();
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert_eq!(refusals[0]["method"], "CONNECT");
+    assert_eq!(refusals[0]["host"], "elsewhere.test");
+    s.close("n4");
+}
+
+/// An approver program answering `decision`, noting each host it was asked about.
+fn approver(dir: &Path, decision: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(format!("approver-{decision}.sh"));
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\ncat >> \"$(dirname \"$0\")/asked.jsonl\"\necho '{{\"decision\": \"{decision}\"}}'\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn unknown_hosts_are_asked_and_nobody_to_ask_is_a_no() {
+    let o = origin();
+    let p = o.port;
+    for (decision, reached) in [("once", true), ("deny", false), ("session", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let program = approver(dir.path(), decision);
+        let network = format!("[network]\nunknown = \"ask\"\n{}", pins(&["new.test"]));
+        let s = Setup::new(
+            &network,
+            &format!("[approval]\napprover = \"{program}\"\ntimeout_seconds = 30\n"),
+        );
+        let out = s.sh(
+            "sandboxed",
+            "ask",
+            &format!("curl -sS http://new.test:{p}/1; curl -sS http://new.test:{p}/2"),
+        );
+        assert_eq!(
+            out.contains("origin saw GET /1"),
+            reached,
+            "{decision}: {out}"
+        );
+        let asked = std::fs::read_to_string(dir.path().join("asked.jsonl")).unwrap_or_default();
+        let questions: Vec<Value> = asked
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        // "session" is asked once for the whole session; "once" every time.
+        let expected = if decision == "session" { 1 } else { 2 };
+        assert_eq!(questions.len(), expected, "{decision}: {asked}");
+        assert_eq!(questions[0]["type"], "host_approval");
+        assert_eq!(questions[0]["subject"], format!("new.test:{p}"));
+        assert_eq!(questions[0]["session"], "ask");
+        s.close("ask");
+    }
+    // With nobody to ask (no approver, no terminal): denied, and said so.
+    let network = format!("[network]\nunknown = \"ask\"\n{}", pins(&["new.test"]));
+    let s = Setup::new(&network, "[approval]\napprover = \"none\"\n");
+    let out = s.sh(
+        "sandboxed",
+        "nobody",
+        &format!("curl -sS http://new.test:{p}/3"),
+    );
+    assert!(out.contains("nobody approved"), "{out}");
+    s.close("nobody");
+}
+
+#[test]
+fn pip_installs_from_a_pinned_index_through_the_proxy_and_not_from_a_host_not_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = python_server(
+        dir.path(),
+        &["index", &dir.path().join("www").display().to_string()],
+    );
+    let py = host_python();
+    // Refused: an https index, as pypi.org's, whose refused CONNECT pip reports (with a retry)
+    // with the status line; a refused plain-http page it logs only with -v.
+    let pip = |allow: &str, scheme: &str| {
+        let network = format!("[network]\nallow = [{allow}]\n{}", pins(&["pypi.test"]));
+        let s = Setup::new(&network, "");
+        let out = s.sh(
+            "sandboxed",
+            "pip",
+            &format!(
+                "{py} -m pip install --disable-pip-version-check --no-cache-dir --no-input \
+                 --retries 1 --timeout 10 --target pkgs --index-url {scheme}://pypi.test:{p}/simple/ \
+                 --trusted-host pypi.test paddock-probe 2>&1; \
+                 PYTHONPATH=pkgs {py} -c 'import paddock_probe; print(\"probe\", paddock_probe.VALUE)' 2>&1",
+                p = index.port
+            ),
+        );
+        s.close("pip");
+        out
+    };
+    let installed = pip("\"pypi.test\"", "http");
+    assert!(
+        installed.contains("Successfully installed paddock-probe-1.0"),
+        "{installed}"
+    );
+    assert!(installed.contains("probe 42"), "{installed}");
+    let refused = pip("\"pypi.org\"", "https");
+    assert!(!refused.contains("probe 42"), "{refused}");
+    assert!(
+        refused.contains("Forbidden by the paddock egress proxy"),
+        "pip's output names the proxy: {refused}"
+    );
+}
+
+#[test]
+fn closing_the_session_stops_serving_it_and_the_proxy_then_exits() {
+    let o = origin();
+    let network = format!(
+        "[network]\nallow = [\"origin.test\"]\n{}",
+        pins(&["origin.test"])
+    );
+    let s = Setup::new(&network, "");
+    let out = s.sh(
+        "sandboxed",
+        "gone",
+        &format!("curl -sS http://origin.test:{}/", o.port),
+    );
+    assert!(out.contains("origin saw GET /"), "{out}");
+    let home = s.home();
+    let pid_of_proxy = || {
+        let out = Command::new("pgrep")
+            .args(["-f", &format!("__egress-proxy --home {home}$")])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert!(
+        !pid_of_proxy().is_empty(),
+        "the proxy runs while its session lives"
+    );
+    s.close("gone");
+    let list = s.paddock(&["sessions", "list"]);
+    assert!(!list.stdout.contains("\"gone\""), "{}", list.stdout);
+    // Nothing outlives its session: with nothing left to serve the proxy exits (30 s after).
+    let until = Instant::now() + Duration::from_secs(60);
+    while !pid_of_proxy().is_empty() {
+        assert!(
+            Instant::now() < until,
+            "the egress proxy outlived its last session"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(!Path::new(&home).join("network/proxy.sock").exists());
+}
+
+#[test]
+fn docker_with_the_proxy_reaches_allowed_names_only() {
+    if skipped("docker") {
+        return;
+    }
+    let o = origin();
+    let p = o.port;
+    let network = format!(
+        "[network]\nallow = [\"origin.test\"]\ndeny = [\"evil.test\"]\n{}",
+        pins(&["origin.test", "evil.test", "other.test"])
+    );
+    let s = Setup::new(
+        &network,
+        "[backends.docker]\nkind = \"docker\"\nimage = \"paddock-test:latest\"\nnetwork = \"proxy\"\n\
+         memory_mb = 512\npids_limit = 256\n",
+    );
+    let fetch = |url: String| {
+        format!(
+            "python3 -c 'import urllib.request, urllib.error\ntry:\n    print(urllib.request.urlopen(\"{url}\", timeout=10).read().decode().strip())\nexcept urllib.error.HTTPError as e:\n    print(e.code, e.read().decode().strip())'"
+        )
+    };
+    let out = s.sh(
+        "docker",
+        "d1",
+        &format!(
+            "{}; {}; {}; python3 -c 'import socket; s=socket.socket(); s.settimeout(3); print(\"tcp\", s.connect_ex((\"127.0.0.1\", {p})))'",
+            fetch(format!("http://origin.test:{p}/in-docker")),
+            fetch(format!("http://evil.test:{p}/")),
+            fetch(format!("http://other.test:{p}/")),
+        ),
+    );
+    assert!(out.contains("origin saw GET /in-docker HTTP/1.1"), "{out}");
+    assert!(out.contains("403 paddock proxy: evil.test"), "{out}");
+    assert!(out.contains("403 paddock proxy: other.test"), "{out}");
+    assert!(out.contains("tcp 111"), "no way around the proxy: {out}");
+    assert_eq!(o.connections.load(Ordering::SeqCst), 1, "{out}");
+    let refusals = s.refusals();
+    assert_eq!(refusals.len(), 2, "{refusals:?}");
+    assert!(
+        refusals
+            .iter()
+            .all(|r| r["backend"] == "docker" && r["session"] == "d1")
+    );
+    s.close("d1");
+}
+
+#[test]
+fn policy_check_refuses_the_proxy_where_the_route_cannot_be_taken_away() {
+    let dir = tempfile::tempdir().unwrap();
+    for (section, expected) in [
+        (
+            "[backends.remote]\nkind = \"ssh\"\nhost = \"127.0.0.1\"\nnetwork = \"proxy\"\n",
+            "backends.remote.network: \"proxy\" cannot be had here: an ssh host keeps its own network",
+        ),
+        (
+            "[backends.hpc]\nkind = \"slurm\"\nnetwork = \"proxy\"\n",
+            "backends.hpc.network: \"proxy\" cannot be had here: a bare slurm job",
+        ),
+        (
+            "[backends.open]\nkind = \"local\"\nsandbox = \"none\"\nnetwork = \"proxy\"\n",
+            "backends.open.network: \"proxy\" cannot be had here: with sandbox = \"none\"",
+        ),
+        (
+            "[backends.box]\nkind = \"docker\"\nimage = \"x\"\nagent = false\nnetwork = \"proxy\"\n",
+            "backends.box.network: \"proxy\" cannot be had here: the proxy is reached through the agent",
+        ),
+    ] {
+        let file = dir.path().join("p.toml");
+        std::fs::write(&file, section).unwrap();
+        let run = paddock_at(
+            None,
+            &["policy", "check", &file.display().to_string()],
+            &[],
+            None,
+            Duration::from_secs(30),
+        );
+        assert_eq!(run.code, 2, "{section}: {}", run.stderr);
+        assert!(run.stderr.contains(expected), "{section}: {}", run.stderr);
+        assert!(run.stdout.is_empty());
+    }
+}
