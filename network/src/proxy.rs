@@ -8,8 +8,11 @@
 //! (the run id the agent found), and counted (requests, refusals, bytes) for
 //! `paddock sessions list`.
 //!
-//! Not here yet (issue 30): the SNI check of a tunnel's ClientHello, credentials injection
-//! (TLS termination with a per-home CA).
+//! A `CONNECT` tunnel carries TLS only, and its ClientHello must name the host the tunnel was
+//! allowed for (rustls reads the hello; the bytes go on unchanged): no domain fronting, no
+//! other protocol through an allowed name.
+//!
+//! Not here yet (issue 30): credentials injection (TLS termination with a per-home CA).
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -364,19 +367,113 @@ impl Proxy {
             }
         };
         if request.method() == Method::CONNECT {
+            let tunnel = attempt("", "allow");
             tokio::spawn(async move {
                 match hyper::upgrade::on(request).await {
-                    Ok(upgraded) => {
-                        let mut client = TokioIo::new(upgraded);
-                        let mut upstream = upstream;
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-                    }
+                    Ok(upgraded) => self.tunnel(TokioIo::new(upgraded), upstream, tunnel).await,
                     Err(err) => tracing::debug!(%err, "proxy: CONNECT upgrade failed"),
                 }
             });
             return Response::new(full(String::new()));
         }
         forward(request, upstream, &host, port).await
+    }
+}
+
+/// How long a tunnel's client may take to send its TLS ClientHello.
+const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// What a ClientHello may span before the tunnel is refused.
+const HELLO_MAX_BYTES: usize = 64 * 1024;
+
+/// The server name of the TLS ClientHello a tunnel's client sends first, and the bytes read to
+/// find it (sent on to the origin unchanged). `Err`: not TLS, or no hello in time.
+async fn client_hello<S: AsyncRead + Unpin>(
+    client: &mut S,
+) -> Result<(Option<String>, Vec<u8>), String> {
+    use tokio::io::AsyncReadExt;
+    let mut acceptor = rustls::server::Acceptor::default();
+    let mut seen = Vec::new();
+    let mut chunk = vec![0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(HELLO_TIMEOUT, client.read(&mut chunk))
+            .await
+            .map_err(|_| "no TLS ClientHello in time".to_owned())?
+            .map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("the client closed the tunnel before a TLS ClientHello".into());
+        }
+        seen.extend_from_slice(&chunk[..n]);
+        let mut fed = &chunk[..n];
+        while !fed.is_empty() {
+            acceptor.read_tls(&mut fed).map_err(|e| e.to_string())?;
+        }
+        match acceptor.accept() {
+            Ok(Some(accepted)) => {
+                let name = accepted.client_hello().server_name().map(str::to_owned);
+                return Ok((name, seen));
+            }
+            Ok(None) if seen.len() < HELLO_MAX_BYTES => {}
+            Ok(None) => return Err("the ClientHello is too large".into()),
+            Err((err, _)) => return Err(format!("not a TLS ClientHello ({err})")),
+        }
+    }
+}
+
+/// Whether a ClientHello's server name is the CONNECT host's: the same name (an IP literal
+/// host needs none: clients send no name for an address).
+fn sni_matches(host: &str, sni: Option<&str>) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if bare.parse::<IpAddr>().is_ok() {
+        return sni.is_none_or(|name| name.eq_ignore_ascii_case(bare));
+    }
+    sni.is_some_and(|name| {
+        name.trim_end_matches('.')
+            .eq_ignore_ascii_case(host.trim_end_matches('.'))
+    })
+}
+
+impl Proxy {
+    /// A CONNECT tunnel once allowed: the client's ClientHello must name the host it asked
+    /// for (no domain fronting, no other protocol through an allowed name); then bytes both
+    /// ways, untouched.
+    async fn tunnel<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        mut client: S,
+        mut upstream: TcpStream,
+        attempt: Attempt,
+    ) {
+        use tokio::io::AsyncWriteExt;
+        let refusal = match client_hello(&mut client).await {
+            Ok((name, _)) if !sni_matches(&attempt.host, name.as_deref()) => Some((
+                "network.sni",
+                format!(
+                    "the TLS ClientHello names {}, not {}",
+                    name.as_deref().unwrap_or("no server"),
+                    attempt.host
+                ),
+            )),
+            Ok((_, hello)) => {
+                if upstream.write_all(&hello).await.is_err() {
+                    return;
+                }
+                None
+            }
+            Err(why) => Some(("network.tls", why)),
+        };
+        if let Some((rule, why)) = refusal {
+            tracing::info!(host = %attempt.host, %why, "tunnel refused");
+            // The tunnel was counted when allowed; its refusal is one more decision.
+            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            if let Some(observer) = &self.observer {
+                observer.attempt(&Attempt {
+                    rule: rule.to_owned(),
+                    decision: "deny",
+                    ..attempt
+                });
+            }
+            return;
+        }
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
     }
 }
 
@@ -432,5 +529,22 @@ async fn forward(
             StatusCode::BAD_GATEWAY,
             format!("paddock proxy: {host}:{port}: {err}\n"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sni_matches;
+
+    #[test]
+    fn a_tunnel_s_server_name_must_be_its_host() {
+        assert!(sni_matches("pypi.org", Some("pypi.org")));
+        assert!(sni_matches("PyPI.org", Some("pypi.org.")));
+        assert!(!sni_matches("pypi.org", Some("evil.example")));
+        assert!(!sni_matches("pypi.org", None), "a name needs its SNI");
+        // Clients send no server name for an address.
+        assert!(sni_matches("10.1.2.3", None));
+        assert!(sni_matches("[::1]", None));
+        assert!(!sni_matches("10.1.2.3", Some("evil.example")));
     }
 }

@@ -444,17 +444,23 @@ fn https_goes_through_a_connect_tunnel_untouched() {
         &format!(
             "curl -sS --cacert {c} https://secure.test:{p}/curl; \
              SSL_CERT_FILE={c} {py} -c 'import urllib.request; print(urllib.request.urlopen(\"https://secure.test:{p}/python\").read().decode())'; \
-             curl -sS --cacert {c} https://elsewhere.test:{p}/no; echo curl=$?"
+             curl -sS --cacert {c} https://elsewhere.test:{p}/no; echo curl=$?; \
+             curl -sS --cacert {c} --connect-to fronted.test:443:secure.test:{p} https://fronted.test/; echo fronted=$?"
         ),
     );
+    // A tunnel to an allowed name whose ClientHello names another (domain fronting) is cut.
+    assert!(out.contains("fronted=35"), "{out}");
+    assert!(!out.contains("tls origin saw /\n"), "{out}");
     assert!(out.contains("tls origin saw /curl\n"), "{out}");
     assert!(out.contains("tls origin saw /python\n"), "{out}");
     // curl reports a refused CONNECT as the proxy's status.
     assert!(out.contains("curl=56"), "{out}");
     let refusals = s.refusals();
-    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert_eq!(refusals.len(), 2, "{refusals:?}");
     assert_eq!(refusals[0]["method"], "CONNECT");
     assert_eq!(refusals[0]["host"], "elsewhere.test");
+    assert_eq!(refusals[1]["host"], "secure.test");
+    assert_eq!(refusals[1]["rule"], "network.sni");
     s.close("n4");
 }
 
@@ -602,29 +608,61 @@ fn closing_the_session_stops_serving_it_and_the_proxy_then_exits() {
     assert!(!Path::new(&home).join("network/proxy.sock").exists());
 }
 
+/// The test services' apptainer image and program (scripts/test-services.sh).
+fn apptainer_section() -> String {
+    let services = std::env::var("PADDOCK_TEST_POLICY")
+        .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned());
+    let text = std::fs::read_to_string(services).unwrap_or_default();
+    let value = |key: &str| {
+        text.lines()
+            .skip_while(|l| *l != "[backends.apptainer]")
+            .find_map(|l| l.strip_prefix(&format!("{key} = ")).map(str::to_owned))
+            .unwrap_or_else(|| panic!("no apptainer {key} in the services policy"))
+    };
+    format!(
+        "[backends.apptainer]\nkind = \"apptainer\"\nimage = {}\nbinary = {}\nnetwork = \"proxy\"\n",
+        value("image"),
+        value("binary")
+    )
+}
+
 #[test]
 fn docker_with_the_proxy_reaches_allowed_names_only() {
     if skipped("docker") {
         return;
     }
+    a_container_reaches_allowed_names_only(
+        "docker",
+        "[backends.docker]\nkind = \"docker\"\nimage = \"paddock-test:latest\"\nnetwork = \"proxy\"\n\
+         memory_mb = 512\npids_limit = 256\n",
+    );
+}
+
+#[test]
+fn apptainer_with_the_proxy_reaches_allowed_names_only() {
+    if skipped("apptainer") {
+        return;
+    }
+    a_container_reaches_allowed_names_only("apptainer", &apptainer_section());
+}
+
+/// Allowed, denied and unknown names, and a raw connection around the proxy, from a container
+/// or instance made with no network (`section` declares `backend` with `network = "proxy"`).
+fn a_container_reaches_allowed_names_only(backend: &str, section: &str) {
     let o = origin();
     let p = o.port;
     let network = format!(
         "[network]\nallow = [\"origin.test\"]\ndeny = [\"evil.test\"]\n{}",
         pins(&["origin.test", "evil.test", "other.test"])
     );
-    let s = Setup::new(
-        &network,
-        "[backends.docker]\nkind = \"docker\"\nimage = \"paddock-test:latest\"\nnetwork = \"proxy\"\n\
-         memory_mb = 512\npids_limit = 256\n",
-    );
+    let s = Setup::new(&network, section);
     let fetch = |url: String| {
         format!(
             "python3 -c 'import urllib.request, urllib.error\ntry:\n    print(urllib.request.urlopen(\"{url}\", timeout=10).read().decode().strip())\nexcept urllib.error.HTTPError as e:\n    print(e.code, e.read().decode().strip())'"
         )
     };
     let out = s.sh(
-        "docker",
+        backend,
         "d1",
         &format!(
             "{}; {}; {}; python3 -c 'import socket; s=socket.socket(); s.settimeout(3); print(\"tcp\", s.connect_ex((\"127.0.0.1\", {p})))'",
@@ -643,7 +681,8 @@ fn docker_with_the_proxy_reaches_allowed_names_only() {
     assert!(
         refusals
             .iter()
-            .all(|r| r["backend"] == "docker" && r["session"] == "d1")
+            .all(|r| r["backend"] == backend && r["session"] == "d1"),
+        "{refusals:?}"
     );
     s.close("d1");
 }
