@@ -4,10 +4,12 @@
 //! through `egress.sock` beside the agent's socket (a directory the host shares with the
 //! environment). Commands find it through `HTTP_PROXY` and its twins.
 //!
-//! Each carried connection starts with one line naming the command that opened it
-//! (`paddock-egress run=ID`, or `run=-` when unknown), found through the connection's socket in
-//! `/proc` and `PADDOCK_RUN` in its owner's environment, so that the proxy's log says which
-//! command a refusal was for.
+//! Each carried connection starts with one line naming the client's port
+//! (`paddock-egress port=PORT`): for a refusal's log line the proxy asks the agent which run
+//! owns that connection ([`crate::protocol::Request::ConnectionOwner`], answered by
+//! [`run_of_port`]). The lookup reads `/proc/net/tcp`, which costs milliseconds on a busy
+//! machine (the kernel walks every socket), so it is done only when asked, never on the way of
+//! an allowed request.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -51,10 +53,7 @@ pub fn start(port: u16, agent_socket: &Path) -> std::io::Result<()> {
 /// One connection: the preamble, then bytes both ways until each side is done.
 fn carry(mut client: TcpStream, proxy: &PathBuf) {
     let _ = client.set_nodelay(true);
-    let run = client
-        .peer_addr()
-        .ok()
-        .and_then(|peer| run_of_port(peer.port()));
+    let port = client.peer_addr().map_or(0, |peer| peer.port());
     let mut upstream = match UnixStream::connect(proxy) {
         Ok(upstream) => upstream,
         Err(_) => {
@@ -62,7 +61,7 @@ fn carry(mut client: TcpStream, proxy: &PathBuf) {
             return;
         }
     };
-    let preamble = format!("paddock-egress run={}\n", run.as_deref().unwrap_or("-"));
+    let preamble = format!("paddock-egress port={port}\n");
     if upstream.write_all(preamble.as_bytes()).is_err() {
         return;
     }
@@ -71,16 +70,18 @@ fn carry(mut client: TcpStream, proxy: &PathBuf) {
         return;
     };
     let up = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut client_in, &mut upstream_out);
+        let _ = pump(&mut client_in, &mut upstream_out);
         let _ = upstream_out.shutdown(Shutdown::Write);
     });
-    let _ = copy_back(&mut upstream, &mut client);
+    let _ = pump(&mut upstream, &mut client);
     let _ = client.shutdown(Shutdown::Write);
     let _ = up.join();
 }
 
-fn copy_back(from: &mut UnixStream, to: &mut TcpStream) -> std::io::Result<u64> {
-    let mut buf = vec![0u8; 64 * 1024];
+/// Bytes from one side to the other in large reads (a download is a few system calls per
+/// megabyte, not a few hundred).
+fn pump(from: &mut impl Read, to: &mut impl Write) -> std::io::Result<u64> {
+    let mut buf = vec![0u8; 256 * 1024];
     let mut total = 0;
     loop {
         let n = from.read(&mut buf)?;
@@ -95,7 +96,7 @@ fn copy_back(from: &mut UnixStream, to: &mut TcpStream) -> std::io::Result<u64> 
 /// The run (`PADDOCK_RUN`) of the process that owns the client end of a connection from
 /// `127.0.0.1:port`: its socket's inode in `/proc/net/tcp`, the process holding that inode,
 /// its environment. `None` when any step does not find it.
-fn run_of_port(port: u16) -> Option<String> {
+pub fn run_of_port(port: u16) -> Option<String> {
     let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
     let wanted = format!("0100007F:{port:04X}");
     let inode = table.lines().skip(1).find_map(|line| {
@@ -154,8 +155,13 @@ mod tests {
         let (mut carried, _) = proxy.accept().unwrap();
         let mut seen = String::new();
         carried.read_to_string(&mut seen).unwrap();
-        // This test process has no PADDOCK_RUN: the run is unknown, said as such.
-        assert_eq!(seen, "paddock-egress run=-\nGET / HTTP/1.1\r\n\r\n");
+        let port = client.local_addr().unwrap().port();
+        assert_eq!(
+            seen,
+            format!("paddock-egress port={port}\nGET / HTTP/1.1\r\n\r\n")
+        );
+        // This test process has no PADDOCK_RUN: its connection belongs to no run.
+        assert_eq!(run_of_port(port), None);
         carried.write_all(b"HTTP/1.1 200 OK\r\n\r\nhi").unwrap();
         drop(carried);
         let mut answer = String::new();

@@ -77,6 +77,9 @@ pub enum Request {
     /// One file operation (read, write, edit, patch, search...), done by the agent in the
     /// environment (since protocol 4).
     Files(FilesRequest),
+    /// Which run opened the connection from `127.0.0.1:port` to the agent's egress port
+    /// (asked by the egress proxy for a refusal's log line; since protocol 5).
+    ConnectionOwner { port: u16 },
     /// Frozen: the agent ends its runs and exits.
     Shutdown,
 }
@@ -154,6 +157,8 @@ pub enum Reply {
     Files { answer: String },
     /// A [`Request::Files`] that failed: what a file tool reports (`file:not_found`, ...).
     FileFailed { error: paddock_files::FileError },
+    /// The answer of a [`Request::ConnectionOwner`]: the run, when found.
+    Owner { run_id: Option<String> },
     /// `Shutdown` accepted.
     Bye,
 }

@@ -182,7 +182,10 @@ fn conversation(mut stream: UnixStream, spares: &Arc<SparePool>) -> Result<Next,
             write_message(&mut stream, &Reply::Bye)?;
             Ok(Next::Exit)
         }
-        Request::Run(_) | Request::Files(_) | Request::Hello { .. }
+        Request::Run(_)
+        | Request::Files(_)
+        | Request::ConnectionOwner { .. }
+        | Request::Hello { .. }
             if version != PROTOCOL_VERSION =>
         {
             reply_error(
@@ -206,6 +209,11 @@ fn conversation(mut stream: UnixStream, spares: &Arc<SparePool>) -> Result<Next,
         }
         Request::Files(files) => {
             crate::files::serve_files(stream, files)?;
+            Ok(Next::Continue)
+        }
+        Request::ConnectionOwner { port } => {
+            let run_id = crate::egress::run_of_port(port);
+            write_message(&mut stream, &Reply::Owner { run_id })?;
             Ok(Next::Continue)
         }
         Request::Hello { .. } => {

@@ -26,7 +26,7 @@ use crate::control::{
     SessionTotals, WirePolicy, network_dir,
 };
 use crate::egress::{EgressPolicy, Unknown};
-use crate::proxy::{Attempt, HostApprover, Observer, Proxy};
+use crate::proxy::{Attempt, HostApprover, Observer, Proxy, RunLookup};
 
 /// How often registrations are checked against their directories.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -298,14 +298,25 @@ impl Daemon {
                 .with_approver(approver),
         );
         let serving = proxy.clone();
+        let agent_socket = registration
+            .listen
+            .with_file_name(paddock_agent::protocol::SOCKET_NAME);
         let task = tokio::spawn(async move {
             loop {
                 match listener.accept().await {
                     Ok((stream, _)) => {
                         let serving = serving.clone();
+                        let agent_socket = agent_socket.clone();
                         tokio::spawn(async move {
-                            let (stream, run_id) = read_preamble(stream).await;
-                            serving.serve_connection(stream, run_id).await;
+                            let (stream, port) = read_preamble(stream).await;
+                            let owner = port.map(|port| {
+                                Arc::new(AgentOwner {
+                                    agent_socket,
+                                    port,
+                                    found: tokio::sync::OnceCell::new(),
+                                }) as Arc<dyn RunLookup>
+                            });
+                            serving.serve_connection(stream, owner).await;
                         });
                     }
                     Err(err) => {
@@ -471,10 +482,10 @@ impl Daemon {
     }
 }
 
-/// The agent's first line on a carried connection (`paddock-egress run=ID`), and the stream
-/// after it. A connection without one (a command that dialled the socket itself) is served
-/// all the same, its run unknown.
-async fn read_preamble(stream: UnixStream) -> (BufReader<UnixStream>, Option<String>) {
+/// The agent's first line on a carried connection (`paddock-egress port=PORT`, the client's
+/// port in the environment), and the stream after it. A connection without one (a command
+/// that dialled the socket itself) is served all the same, its run unknown.
+async fn read_preamble(stream: UnixStream) -> (BufReader<UnixStream>, Option<u16>) {
     let mut reader = BufReader::new(stream);
     let starts = matches!(reader.fill_buf().await, Ok(buf) if buf.starts_with(b"paddock-egress "));
     if !starts {
@@ -485,19 +496,58 @@ async fn read_preamble(stream: UnixStream) -> (BufReader<UnixStream>, Option<Str
     if limited.read_until(b'\n', &mut line).await.is_err() {
         return (reader, None);
     }
-    let text = String::from_utf8_lossy(&line);
-    let run = text
+    let port = String::from_utf8_lossy(&line)
         .trim_end()
-        .strip_prefix("paddock-egress run=")
-        .filter(|id| {
-            *id != "-"
-                && !id.is_empty()
-                && id
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        .strip_prefix("paddock-egress port=")
+        .and_then(|p| p.parse().ok());
+    (reader, port)
+}
+
+/// Asks the agent beside an environment's egress socket which run owns a connection, once.
+struct AgentOwner {
+    agent_socket: PathBuf,
+    port: u16,
+    found: tokio::sync::OnceCell<Option<String>>,
+}
+
+impl RunLookup for AgentOwner {
+    fn run_id(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + '_>> {
+        Box::pin(async move {
+            self.found
+                .get_or_init(|| async {
+                    let socket = self.agent_socket.clone();
+                    let port = self.port;
+                    tokio::task::spawn_blocking(move || ask_owner(&socket, port))
+                        .await
+                        .ok()
+                        .flatten()
+                })
+                .await
+                .clone()
         })
-        .map(str::to_owned);
-    (reader, run)
+    }
+}
+
+/// `ConnectionOwner` over the agent's own protocol (a short blocking conversation).
+fn ask_owner(socket: &Path, port: u16) -> Option<String> {
+    use paddock_agent::protocol::{PROTOCOL_VERSION, Reply, Request, read_message, write_message};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+    write_message(
+        &mut stream,
+        &Request::Hello {
+            version: PROTOCOL_VERSION,
+        },
+    )
+    .ok()?;
+    let _: Reply = read_message(&mut stream, "hello").ok()?;
+    write_message(&mut stream, &Request::ConnectionOwner { port }).ok()?;
+    match read_message(&mut stream, "the owner").ok()? {
+        Reply::Owner { run_id } => run_id,
+        _ => None,
+    }
 }
 
 async fn send(

@@ -130,6 +130,24 @@ pub trait Observer: Send + Sync {
     fn attempt(&self, attempt: &Attempt);
 }
 
+/// Finds the command a client connection was opened by, when a decision needs it (a refusal's
+/// log line, a question to a human): the agent that carried it knows.
+pub trait RunLookup: Send + Sync {
+    fn run_id(&self) -> Pin<Box<dyn Future<Output = Option<String>> + Send + '_>>;
+}
+
+async fn run_of(owner: Option<&dyn RunLookup>) -> Option<String> {
+    match owner {
+        Some(owner) => owner.run_id().await,
+        None => None,
+    }
+}
+
+/// The upstream connection of a client connection's last plain request: reused for the next
+/// one to the same destination (a kept client connection costs no new upstream connection).
+type Upstream = Arc<tokio::sync::Mutex<Option<((String, u16), UpstreamSender)>>>;
+type UpstreamSender = hyper::client::conn::http1::SendRequest<Incoming>;
+
 /// Decides a host in neither list when `unknown = "ask"`; without one such hosts are denied.
 pub trait HostApprover: Send + Sync {
     fn approve<'a>(
@@ -240,8 +258,8 @@ impl Proxy {
     }
 
     /// Serves one client connection (TCP, or a Unix stream an agent carried) to its end;
-    /// `run_id`: the command it was opened by, when known.
-    pub async fn serve_connection<S>(self: Arc<Self>, stream: S, run_id: Option<String>)
+    /// `owner`: who finds the command it was opened by.
+    pub async fn serve_connection<S>(self: Arc<Self>, stream: S, owner: Option<Arc<dyn RunLookup>>)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -250,11 +268,12 @@ impl Proxy {
             counters: self.counters.clone(),
         };
         let this = self.clone();
-        let run_id: Option<Arc<str>> = run_id.map(Into::into);
+        let upstream: Upstream = Arc::default();
         let service = hyper::service::service_fn(move |request| {
             let this = this.clone();
-            let run_id = run_id.clone();
-            async move { Ok::<_, hyper::Error>(this.handle(request, run_id).await) }
+            let owner = owner.clone();
+            let upstream = upstream.clone();
+            async move { Ok::<_, hyper::Error>(this.handle(request, owner, upstream).await) }
         });
         if let Err(err) = hyper::server::conn::http1::Builder::new()
             .serve_connection(TokioIo::new(stream), service)
@@ -280,14 +299,17 @@ impl Proxy {
         &self,
         host: &str,
         port: u16,
-        run_id: Option<&str>,
+        owner: Option<&dyn RunLookup>,
     ) -> Result<(SocketAddr, String), Refusal> {
         let rule = match self.policy.judge_name(host) {
             Verdict::Refuse(refusal) => return Err(refusal),
             Verdict::Allow { rule } => rule,
             Verdict::Ask => {
                 let approved = match &self.approver {
-                    Some(approver) => approver.approve(host, port, run_id).await,
+                    Some(approver) => {
+                        let run_id = run_of(owner).await;
+                        approver.approve(host, port, run_id.as_deref()).await
+                    }
                     None => false,
                 };
                 if !approved {
@@ -320,7 +342,8 @@ impl Proxy {
     async fn handle(
         self: Arc<Self>,
         request: Request<Incoming>,
-        run_id: Option<Arc<str>>,
+        owner: Option<Arc<dyn RunLookup>>,
+        upstream: Upstream,
     ) -> Response<Body> {
         let method = request.method().to_string();
         let Some((host, port)) = destination_of(&request) else {
@@ -331,19 +354,21 @@ impl Proxy {
                     .into(),
             );
         };
-        let run_id = run_id.map(|id| id.to_string());
-        let attempt = |rule: &str, decision| Attempt {
+        let attempt = |rule: &str, decision, run_id| Attempt {
             host: host.clone(),
             port,
             method: method.clone(),
             rule: rule.to_owned(),
             decision,
-            run_id: run_id.clone(),
+            run_id,
         };
-        let (target, rule) = match self.judge(&host, port, run_id.as_deref()).await {
+        let (target, rule) = match self.judge(&host, port, owner.as_deref()).await {
             Ok(allowed) => allowed,
             Err(refusal) => {
-                self.report(attempt(&refusal.rule, "deny"));
+                // Found before the answer: the client's connection (and its owner) is still
+                // there while it waits for it.
+                let run_id = run_of(owner.as_deref()).await;
+                self.report(attempt(&refusal.rule, "deny", run_id));
                 return answer(
                     StatusCode::FORBIDDEN,
                     format!(
@@ -353,7 +378,10 @@ impl Proxy {
                 );
             }
         };
-        self.report(attempt(&rule, "allow"));
+        self.report(attempt(&rule, "allow", None));
+        if request.method() != Method::CONNECT {
+            return forward(request, target, &host, port, &upstream).await;
+        }
         let upstream = match TcpStream::connect(target).await {
             Ok(stream) => {
                 let _ = stream.set_nodelay(true);
@@ -366,18 +394,35 @@ impl Proxy {
                 );
             }
         };
-        if request.method() == Method::CONNECT {
-            let tunnel = attempt("", "allow");
-            tokio::spawn(async move {
-                match hyper::upgrade::on(request).await {
-                    Ok(upgraded) => self.tunnel(TokioIo::new(upgraded), upstream, tunnel).await,
-                    Err(err) => tracing::debug!(%err, "proxy: CONNECT upgrade failed"),
+        let tunnel = attempt("", "allow", None);
+        tokio::spawn(async move {
+            match hyper::upgrade::on(request).await {
+                Ok(upgraded) => {
+                    self.tunnel(TokioIo::new(upgraded), upstream, tunnel, owner.as_deref())
+                        .await;
                 }
-            });
-            return Response::new(full(String::new()));
-        }
-        forward(request, upstream, &host, port).await
+                Err(err) => tracing::debug!(%err, "proxy: CONNECT upgrade failed"),
+            }
+        });
+        Response::new(full(String::new()))
     }
+}
+
+/// A new HTTP/1 connection to the origin, its driver a task of its own.
+async fn connect_upstream(target: SocketAddr) -> Result<UpstreamSender, String> {
+    let stream = TcpStream::connect(target)
+        .await
+        .map_err(|e| e.to_string())?;
+    let _ = stream.set_nodelay(true);
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        if let Err(err) = connection.await {
+            tracing::debug!(%err, "proxy: upstream connection ended");
+        }
+    });
+    Ok(sender)
 }
 
 /// How long a tunnel's client may take to send its TLS ClientHello.
@@ -441,6 +486,7 @@ impl Proxy {
         mut client: S,
         mut upstream: TcpStream,
         attempt: Attempt,
+        owner: Option<&dyn RunLookup>,
     ) {
         use tokio::io::AsyncWriteExt;
         let refusal = match client_hello(&mut client).await {
@@ -468,21 +514,26 @@ impl Proxy {
                 observer.attempt(&Attempt {
                     rule: rule.to_owned(),
                     decision: "deny",
+                    run_id: run_of(owner).await,
                     ..attempt
                 });
             }
             return;
         }
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        let _ =
+            tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, 1 << 18, 1 << 18)
+                .await;
     }
 }
 
-/// A plain HTTP request sent on to the origin in origin-form, its answer streamed back.
+/// A plain HTTP request sent on to the origin in origin-form, its answer streamed back, over
+/// the client connection's upstream connection when it goes to the same place.
 async fn forward(
     request: Request<Incoming>,
-    upstream: TcpStream,
+    target: SocketAddr,
     host: &str,
     port: u16,
+    upstream: &Upstream,
 ) -> Response<Body> {
     let (mut parts, body) = request.into_parts();
     let path = parts
@@ -508,22 +559,29 @@ async fn forward(
             parts.headers.insert(HOST, value);
         }
     }
-    let (mut sender, connection) =
-        match hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await {
-            Ok(pair) => pair,
+    let destination = (host.to_owned(), port);
+    let mut kept = upstream.lock().await;
+    let reusable = match kept.take() {
+        Some((to, mut sender)) if to == destination => {
+            sender.ready().await.is_ok().then_some(sender)
+        }
+        _ => None,
+    };
+    let mut sender = match reusable {
+        Some(sender) => sender,
+        None => match connect_upstream(target).await {
+            Ok(sender) => sender,
             Err(err) => {
                 return answer(
                     StatusCode::BAD_GATEWAY,
-                    format!("paddock proxy: {host}:{port}: {err}\n"),
+                    format!("paddock proxy: cannot connect to {host}:{port} ({target}): {err}\n"),
                 );
             }
-        };
-    tokio::spawn(async move {
-        if let Err(err) = connection.await {
-            tracing::debug!(%err, "proxy: upstream connection ended");
-        }
-    });
-    match sender.send_request(Request::from_parts(parts, body)).await {
+        },
+    };
+    let sent = sender.send_request(Request::from_parts(parts, body)).await;
+    *kept = Some((destination, sender));
+    match sent {
         Ok(response) => response.map(BodyExt::boxed),
         Err(err) => answer(
             StatusCode::BAD_GATEWAY,

@@ -13,6 +13,7 @@ mod files;
 mod growth;
 mod mcp;
 mod memory;
+mod network;
 mod notebook;
 mod scale;
 mod scripts;
@@ -100,6 +101,11 @@ pub const SCENARIOS: &[(&str, &str)] = &[
          each docker/ssh/apptainer backend of --backends, against cat and rg/grep there",
     ),
     (
+        "network",
+        "the egress proxy: a 10 MiB download and small requests (new and kept connections) \
+         from the sandbox and each docker backend of --backends, against this machine direct",
+    ),
+    (
         "backends",
         "`terminal` on each docker/ssh/apptainer backend, with and without the agent, and \
          `paddock call terminal` on docker, against the bare tool (--backends POLICY)",
@@ -161,6 +167,7 @@ pub async fn run(name: &'static str, b: &Bench) -> Vec<ScenarioReport> {
         "approval" => one(approval::approval(b).await),
         "backends" => return backends::backends(b).await,
         "files" => files::files(b).await,
+        "network" => network::network(b).await,
         "scale" => return scale::scale(b).await,
         other => Err(BenchError::UnknownScenario {
             name: other.into(),
