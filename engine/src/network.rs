@@ -54,6 +54,9 @@ impl Drop for TrackedCall {
 pub struct Egress {
     client: ProxyClient,
     policy: WirePolicy,
+    /// `[[network.credentials]]` as written (host, header, value with `${VAR}`): expanded
+    /// from the engine's environment when an environment is registered.
+    credentials: Vec<(String, String, String)>,
     gate: Arc<ApprovalGate>,
     state_root: PathBuf,
     in_flight: Arc<InFlight>,
@@ -104,10 +107,23 @@ impl Egress {
                 .iter()
                 .map(|(name, ip)| (name.clone(), ip.get_ref().clone()))
                 .collect(),
+            credentials: Vec::new(),
         };
+        let credentials = net
+            .credentials
+            .iter()
+            .map(|c| {
+                (
+                    c.host.get_ref().clone(),
+                    c.header.get_ref().clone(),
+                    c.value.get_ref().clone(),
+                )
+            })
+            .collect();
         Some(Arc::new(Self {
             client: ProxyClient::new(state_root.to_path_buf(), exe.to_path_buf()),
             policy: wire,
+            credentials,
             gate,
             state_root: state_root.to_path_buf(),
             in_flight: Arc::default(),
@@ -153,8 +169,18 @@ impl Egress {
             .unwrap_or_default()
     }
 
-    fn policy_with_always(&self) -> WirePolicy {
+    /// The policy sent to the proxy: hosts answered "always" allowed, credentials expanded.
+    fn policy_to_send(&self) -> Result<WirePolicy, String> {
         let mut policy = self.policy.clone();
+        for (host, header, value) in &self.credentials {
+            policy
+                .credentials
+                .push(paddock_network::control::WireCredential {
+                    host: host.clone(),
+                    header: header.clone(),
+                    value: crate::policy::expand_credential(value)?,
+                });
+        }
         let always: Vec<String> = std::fs::read(always_file(&self.state_root))
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
@@ -164,7 +190,7 @@ impl Egress {
                 policy.allow.push(host);
             }
         }
-        policy
+        Ok(policy)
     }
 
     async fn serve(
@@ -185,7 +211,13 @@ impl Egress {
             session: session.to_owned(),
             backend: backend.to_owned(),
             listen: listen.to_path_buf(),
-            policy: self.policy_with_always(),
+            policy: self
+                .policy_to_send()
+                .map_err(|reason| BackendError::Unavailable {
+                    kind: "network".into(),
+                    name: backend.to_owned(),
+                    reason,
+                })?,
             build: String::new(),
         };
         self.client

@@ -303,6 +303,22 @@ impl NetworkConfig {
 }
 
 /// The `${NAME}` references of a credential value; `Err` names what is malformed.
+/// `value` with each `${NAME}` replaced by the engine's environment variable `NAME`; an error
+/// names a variable that is not set.
+pub fn expand_credential(value: &str) -> Result<String, String> {
+    let names = credential_variables(value)?;
+    let mut out = value.to_owned();
+    for name in names {
+        let found = std::env::var(name).map_err(|_| {
+            format!(
+                "${{{name}}} is not set in the engine's environment (network.credentials.value)"
+            )
+        })?;
+        out = out.replace(&format!("${{{name}}}"), &found);
+    }
+    Ok(out)
+}
+
 fn credential_variables(value: &str) -> Result<Vec<&str>, String> {
     let mut names = Vec::new();
     let mut rest = value;

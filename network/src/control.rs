@@ -40,6 +40,27 @@ pub struct WirePolicy {
     pub unknown: String,
     pub allow_private: bool,
     pub resolve: BTreeMap<String, String>,
+    /// Headers added for hosts, their values expanded from the engine's environment.
+    #[serde(default)]
+    pub credentials: Vec<WireCredential>,
+}
+
+/// One `[[network.credentials]]` entry with its value resolved. Never printed.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireCredential {
+    pub host: String,
+    pub header: String,
+    pub value: String,
+}
+
+impl std::fmt::Debug for WireCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WireCredential")
+            .field("host", &self.host)
+            .field("header", &self.header)
+            .field("value", &"<redacted>")
+            .finish()
+    }
 }
 
 /// One environment's proxy socket and whose it is.

@@ -292,10 +292,15 @@ impl Daemon {
             approvers: self.approvers.clone(),
             remembered: Mutex::default(),
         });
+        let credentials = match crate::proxy::Credential::all(&registration.policy.credentials) {
+            Ok(credentials) => credentials,
+            Err(err) => return ControlReply::failed(format!("bad [[network.credentials]]: {err}")),
+        };
         let proxy = Arc::new(
             Proxy::new(policy)
                 .with_observer(observer)
-                .with_approver(approver),
+                .with_approver(approver)
+                .with_credentials(credentials),
         );
         let serving = proxy.clone();
         let agent_socket = registration

@@ -304,26 +304,23 @@ pub async fn network(b: &Bench) -> Result<Vec<ScenarioReport>> {
             )
         }
     };
-    let report = |id: &str,
-                  title: &str,
-                  unit: &str,
-                  better: Better,
-                  value: &dyn Fn(&Sample) -> f64| {
-        let mut r = ScenarioReport::new(id, title, unit, better);
-        for (i, list) in samples.iter().enumerate() {
-            let role = if i == 0 { Role::Peer } else { Role::Paddock };
-            r.push(
-                &names[i],
-                role,
-                None,
-                Outcome::measured(method(i), None, list.iter().map(value).collect()),
-            );
-        }
-        r.note(
+    let report =
+        |id: &str, title: &str, unit: &str, better: Better, value: &dyn Fn(&Sample) -> f64| {
+            let mut r = ScenarioReport::new(id, title, unit, better);
+            for (i, list) in samples.iter().enumerate() {
+                let role = if i == 0 { Role::Peer } else { Role::Paddock };
+                r.push(
+                    &names[i],
+                    role,
+                    None,
+                    Outcome::measured(method(i), None, list.iter().map(value).collect()),
+                );
+            }
+            r.note(
             "The places alternate round by round in one loop; the origin is in the bench process.",
         );
-        r
-    };
+            r
+        };
     let mb = BIG_BYTES as f64 / (1024.0 * 1024.0);
     let mut out = vec![
         report(

@@ -52,8 +52,10 @@ fn origin() -> Origin {
                 let line = text.lines().next().unwrap_or_default().to_owned();
                 let auth = text
                     .lines()
-                    .find(|l| l.to_ascii_lowercase().starts_with("proxy-authorization"))
-                    .map_or("", |_| " with proxy-authorization");
+                    .find(|l| l.to_ascii_lowercase().starts_with("authorization:"))
+                    .map_or(String::new(), |l| {
+                        format!(" with {}", l.to_ascii_lowercase())
+                    });
                 let body = format!("origin saw {line}{auth}\n");
                 let _ = write!(
                     stream,
@@ -462,6 +464,81 @@ fn https_goes_through_a_connect_tunnel_untouched() {
     assert_eq!(refusals[1]["host"], "secure.test");
     assert_eq!(refusals[1]["rule"], "network.sni");
     s.close("n4");
+}
+
+#[test]
+fn credentials_reach_the_origin_and_never_the_environment() {
+    let o = origin();
+    let p = o.port;
+    let network = format!(
+        "[network]\nallow = [\"origin.test\", \"tls.test\"]\n{}\n\
+         [[network.credentials]]\nhost = \"origin.test\"\nheader = \"Authorization\"\n\
+         value = \"Bearer ${{PADDOCK_TEST_EGRESS_TOKEN}}\"\n\
+         [[network.credentials]]\nhost = \"tls.test\"\nheader = \"X-Key\"\nvalue = \"k\"\n",
+        pins(&["origin.test", "tls.test"])
+    );
+    let s = Setup::new(&network, "");
+    let token = "sekrit-7f3a9c";
+    // A pattern for the token that is not the token itself (grep's own command line).
+    let pattern = "'sekrit-7f3a[9]c'";
+    let args = json!({
+        "command": format!(
+            "curl -sS -H 'Authorization: Bearer forged' http://origin.test:{p}/c; \
+             env | grep -c {pattern}; grep -rl {pattern} /proc/*/environ /proc/*/cmdline . 2>/dev/null | wc -l; \
+             curl -sS -x http://127.0.0.1:3128 -p https://tls.test:{p}/ -o /dev/null -w '%{{http_code}}\\n' 2>&1"
+        )
+    })
+    .to_string();
+    let home = s.home();
+    let run = paddock_at(
+        Some(&s.dir.path().join("ws")),
+        &[
+            "call",
+            "terminal",
+            "--backend",
+            "sandboxed",
+            "--session",
+            "cred",
+            "--args",
+            &args,
+            "--policy",
+            &s.policy,
+        ],
+        &[
+            ("PADDOCK_HOME", home.as_str()),
+            ("PADDOCK_TEST_EGRESS_TOKEN", token),
+        ],
+        None,
+        Duration::from_secs(120),
+    );
+    let out = run.json()["output"].as_str().unwrap_or_default().to_owned();
+    // The operator's value replaces the one the command tried.
+    assert!(
+        out.contains(&format!(
+            "origin saw GET /c HTTP/1.1 with authorization: bearer {token}"
+        )),
+        "{out}\n{}",
+        run.stderr
+    );
+    let counts: Vec<&str> = out.lines().skip(1).take(2).collect();
+    assert_eq!(
+        counts,
+        ["0", "0"],
+        "the token is nowhere in the sandbox: {out}"
+    );
+    // Over HTTPS it would need TLS termination: refused, never sent without it.
+    assert!(out.contains("403"), "{out}");
+    let refusals = s.refusals();
+    assert!(
+        refusals
+            .iter()
+            .any(|r| r["rule"] == "network.credentials" && r["host"] == "tls.test"),
+        "{refusals:?}"
+    );
+    // Nothing secret in the log.
+    let log = std::fs::read_to_string(Path::new(&home).join("logs/network.jsonl")).unwrap();
+    assert!(!log.contains(token));
+    s.close("cred");
 }
 
 /// An approver program answering `decision`, noting each host it was asked about.
