@@ -1484,19 +1484,33 @@ value = "Bearer ${GITHUB_TOKEN}"
     }
 
     #[test]
-    fn network_proxy_is_refused_until_the_proxy_exists_never_downgraded() {
-        for (kind, image) in [
+    fn network_proxy_is_had_where_the_route_can_be_taken_away_and_refused_elsewhere() {
+        for (kind, extra) in [
             ("local", ""),
             ("docker", "image = \"x\"\n"),
             ("apptainer", "image = \"x.sif\"\n"),
         ] {
+            let text = format!("[backends.b]\nkind = \"{kind}\"\nnetwork = \"proxy\"\n{extra}");
+            assert!(Policy::parse(&text, "p.toml").is_ok(), "{kind}");
+        }
+        for (kind, extra, why) in [
+            ("ssh", "host = \"h\"\n", "an ssh host keeps its own network"),
+            ("slurm", "", "a bare slurm job"),
+            (
+                "slurm",
+                "image = \"x.sif\"\n",
+                "not served by the egress proxy in this build",
+            ),
+            ("local", "sandbox = \"none\"\n", "with sandbox = \"none\""),
+            ("docker", "image = \"x\"\nagent = false\n", "agent = false"),
+        ] {
             let e = err(&format!(
-                "[backends.b]\nkind = \"{kind}\"\nnetwork = \"proxy\"\n{image}"
+                "[backends.b]\nkind = \"{kind}\"\nnetwork = \"proxy\"\n{extra}"
             ));
             assert!(
-                e.starts_with("p.toml:3: backends.b.network: \"proxy\"")
-                    && e.contains("not in this build yet"),
-                "{kind}: {e}"
+                e.starts_with("p.toml:3: backends.b.network: \"proxy\" cannot be had here: ")
+                    && e.contains(why),
+                "{kind} {extra}: {e}"
             );
         }
     }
