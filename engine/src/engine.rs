@@ -115,6 +115,13 @@ impl Engine {
             // A library user's own tool of the same name wins.
             let _ = registry.register(tool);
         }
+        // Offered where [network] lets something through; elsewhere it could only refuse.
+        if let Some(egress) = envs.egress().filter(|e| e.offers_web()) {
+            let _ = registry.register(Arc::new(crate::tools::http_request::HttpRequest::new(
+                envs.clone(),
+                egress.clone(),
+            )));
+        }
         let pool = PoolConfig {
             exe,
             prefork: *policy.codemode.prefork.get_ref(),

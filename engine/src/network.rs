@@ -73,7 +73,8 @@ fn always_file(state_root: &Path) -> PathBuf {
 }
 
 impl Egress {
-    /// The egress of `policy`'s `[network]`, when any backend of it is proxied.
+    /// The egress of `policy`'s `[network]`, when any backend of it is proxied or `[network]`
+    /// lets something through (then `http_request` is offered).
     pub fn of_policy(
         policy: &Policy,
         state_root: &Path,
@@ -87,10 +88,12 @@ impl Egress {
                 .as_ref()
                 .is_some_and(|n| n.get_ref() == "proxy")
         });
-        if !proxied {
+        let net = &policy.network;
+        let opens =
+            !net.allow.is_empty() || net.unknown.as_ref().is_some_and(|u| u.get_ref() == "ask");
+        if !proxied && !opens {
             return None;
         }
-        let net = &policy.network;
         let strings = |list: &[toml::Spanned<String>]| {
             list.iter().map(|s| s.get_ref().clone()).collect::<Vec<_>>()
         };
@@ -158,6 +161,21 @@ impl Egress {
             session: ctx.session.clone(),
             id,
         }
+    }
+
+    /// Whether `[network]` lets anything through (else `http_request` would refuse every URL,
+    /// and is not offered).
+    pub fn offers_web(&self) -> bool {
+        !self.policy.allow.is_empty() || self.policy.unknown == "ask"
+    }
+
+    /// The socket through which `http_request` reaches the proxy for `session`, served under
+    /// the policy as `backend = "http_request"`; it goes with the session's directory.
+    pub async fn web_socket(self: &Arc<Self>, session: &str) -> Result<PathBuf, BackendError> {
+        let dir = paddock_backends::shell::session_dir(&self.state_root, session)?;
+        let listen = dir.join("egress-web.sock");
+        self.serve("http_request", session, &listen).await?;
+        Ok(listen)
     }
 
     /// Requests, refusals and bytes per session, from the proxy if one runs (none is started).

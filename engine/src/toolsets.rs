@@ -73,12 +73,18 @@ impl Default for Toolsets {
             &[],
             &[],
         );
+        add(
+            "web",
+            "http_request, under the policy's [network] rules (offered when they allow a host)",
+            &[],
+            &[],
+        );
         add("mcp", "Tools of the bridged MCP servers", &[], &[]);
         add(
             "core",
             "Everything Paddock itself provides",
             &[],
-            &["builtin", "codemode", "environment"],
+            &["builtin", "codemode", "environment", "web"],
         );
         let renamed = [
             ("basic", "builtin"),

@@ -10,17 +10,21 @@
 //! - [`proxy`] — the proxy's core over those decisions: HTTP/1 and `CONNECT` (hyper, tokio),
 //!   403 naming host and rule, every decision to an observer;
 //! - [`daemon`] — the proxy as a process, one per state directory, serving each proxied
-//!   environment's socket under its session's policy; [`control`] — how engines talk to it.
+//!   environment's socket under its session's policy; [`control`] — how engines talk to it;
+//! - [`client`] and [`render`] — `http_request`: one request through the same proxy, and HTML
+//!   as compact text.
 
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod address;
+pub mod client;
 pub mod control;
 pub mod daemon;
 pub mod egress;
 pub mod hosts;
 pub mod proxy;
+pub mod render;
 
 pub use address::{AddressClass, classify, parse_ip_literal};
 pub use egress::{EgressPolicy, PolicyEntryError, Refusal, Unknown, Verdict};

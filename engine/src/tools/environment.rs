@@ -147,6 +147,11 @@ impl Environments {
     }
 
     /// The session records and life cycle over these backends.
+    /// The egress proxy's link, when the policy has a proxied backend or opens `[network]`.
+    pub fn egress(&self) -> Option<&Arc<crate::network::Egress>> {
+        self.egress.as_ref()
+    }
+
     pub fn sessions(&self) -> &Arc<Sessions> {
         &self.sessions
     }

@@ -4,6 +4,7 @@ mod backend_config;
 mod datetime;
 pub mod environment;
 mod files;
+pub mod http_request;
 pub mod read_output;
 pub mod spill;
 pub mod transfer;

@@ -156,6 +156,77 @@ fn host_python() -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// A test CA and a certificate it signed for `name` (rustls wants a real chain: a
+/// self-signed CA certificate is no server certificate): (CA, certificate, key) files in `dir`.
+fn test_certificate(
+    dir: &Path,
+    name: &str,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let path = |f: &str| dir.join(f);
+    let openssl = |args: &[&str]| {
+        let status = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap_or_else(|e| panic!("openssl: {e}"));
+        assert!(status.success(), "openssl {args:?}");
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-subj",
+        "/CN=paddock test CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "key.pem",
+        "-out",
+        "leaf.csr",
+        "-subj",
+        &format!("/CN={name}"),
+    ]);
+    std::fs::write(
+        path("leaf.ext"),
+        format!(
+            "subjectAltName=DNS:{name}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+        ),
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-out",
+        "cert.pem",
+        "-extfile",
+        "leaf.ext",
+    ]);
+    (path("ca.pem"), path("cert.pem"), path("key.pem"))
+}
+
 /// A state directory, a workspace and a policy whose `sandboxed` local backend (and `docker`,
 /// when asked) is proxied under `network`.
 struct Setup {
@@ -410,25 +481,7 @@ fn https_goes_through_a_connect_tunnel_untouched() {
     let s = Setup::new(network, "");
     // In the workspace: the sandbox has a /tmp of its own.
     let dir = s.dir.path().join("ws");
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let made = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .args([
-            "-subj",
-            "/CN=secure.test",
-            "-addext",
-            "subjectAltName=DNS:secure.test",
-        ])
-        .stderr(Stdio::null())
-        .status()
-        .unwrap_or_else(|e| panic!("openssl: {e}"));
-    assert!(made.success());
+    let (ca, cert, key) = test_certificate(&dir, "secure.test");
     let tls = python_server(
         s.dir.path(),
         &[
@@ -439,7 +492,7 @@ fn https_goes_through_a_connect_tunnel_untouched() {
     );
     let p = tls.port;
     let py = host_python();
-    let c = cert.display();
+    let c = ca.display();
     let out = s.sh(
         "sandboxed",
         "n4",
@@ -539,6 +592,134 @@ fn credentials_reach_the_origin_and_never_the_environment() {
     let log = std::fs::read_to_string(Path::new(&home).join("logs/network.jsonl")).unwrap();
     assert!(!log.contains(token));
     s.close("cred");
+}
+
+#[test]
+fn http_request_goes_through_the_same_policy_and_renders_what_it_fetches() {
+    let network_dir = tempfile::tempdir().unwrap();
+    let www = network_dir.path().join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(
+        www.join("page.html"),
+        "<html><head><title>T</title><script>steal()</script></head><body><h2>Docs</h2>\
+         <p>See <a href=\"/next.html\">next</a>.</p><ul><li>x</li></ul></body></html>",
+    )
+    .unwrap();
+    std::fs::write(www.join("data.json"), "{\"n\": 12345678901234567890}").unwrap();
+    std::fs::write(www.join("pic.png"), [0x89, b'P', b'N', b'G']).unwrap();
+    std::fs::write(www.join("long.txt"), "y".repeat(5000)).unwrap();
+    let server = python_server(network_dir.path(), &["index", &www.display().to_string()]);
+    let p = server.port;
+    let network = format!(
+        "[network]\nallow = [\"web.test\"]\n{}",
+        pins(&["web.test", "other.test"])
+    );
+    let s = Setup::new(&network, "");
+    let call = |args: Value| {
+        let run = s.paddock(&[
+            "call",
+            "http_request",
+            "--session",
+            "w",
+            "--args",
+            &args.to_string(),
+        ]);
+        run.json()
+    };
+    let page = call(json!({"url": format!("http://web.test:{p}/page.html")}));
+    assert_eq!(page["status"], 200, "{page}");
+    assert_eq!(
+        page["content"],
+        format!("Title: T\n\n## Docs\n\nSee [next](http://web.test:{p}/next.html).\n- x\n"),
+        "{page}"
+    );
+    let data = call(json!({"url": format!("http://web.test:{p}/data.json")}));
+    assert_eq!(data["content"], "{\"n\": 12345678901234567890}", "{data}");
+    let pic = call(json!({"url": format!("http://web.test:{p}/pic.png")}));
+    assert_eq!(pic["error_code"], "tool:failed", "{pic}");
+    assert!(
+        pic["error"].as_str().unwrap().contains("of type image/png"),
+        "{pic}"
+    );
+    let long = call(json!({"url": format!("http://web.test:{p}/long.txt"), "max_bytes": 100}));
+    assert_eq!(long["truncated"], true, "{long}");
+    assert!(
+        long["content"]
+            .as_str()
+            .unwrap()
+            .ends_with("[truncated: the first 100 bytes of 5000; raise max_bytes for more]"),
+        "{long}"
+    );
+    let refused = call(json!({"url": format!("http://other.test:{p}/page.html")}));
+    assert_eq!(refused["error_code"], "tool_approval:denied", "{refused}");
+    assert!(
+        refused["error"].as_str().unwrap().contains(&format!(
+            "paddock proxy: other.test:{p} refused by network.unknown"
+        )),
+        "{refused}"
+    );
+    let logged = s.refusals();
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert_eq!(logged[0]["backend"], "http_request");
+    assert_eq!(logged[0]["session"], "w");
+    s.close("w");
+}
+
+#[test]
+fn http_request_speaks_https_through_a_tunnel_and_verifies_the_certificate() {
+    let network = "[network]\nallow = [\"secure.test\"]\n[network.resolve]\n\
+                   \"secure.test\" = \"127.0.0.1\"\n";
+    let s = Setup::new(network, "");
+    let dir = s.dir.path().to_path_buf();
+    let (ca, cert, key) = test_certificate(&dir, "secure.test");
+    let tls = python_server(
+        &dir,
+        &[
+            "tls",
+            &cert.display().to_string(),
+            &key.display().to_string(),
+        ],
+    );
+    let url = format!("https://secure.test:{}/hello", tls.port);
+    let args = json!({ "url": url }).to_string();
+    let home = s.home();
+    let call = |trust: Option<&Path>| {
+        let mut env = vec![("PADDOCK_HOME", home.clone())];
+        if let Some(cert) = trust {
+            env.push(("SSL_CERT_FILE", cert.display().to_string()));
+        }
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        paddock_at(
+            None,
+            &[
+                "call",
+                "http_request",
+                "--session",
+                "h",
+                "--args",
+                &args,
+                "--policy",
+                &s.policy,
+            ],
+            &env,
+            None,
+            Duration::from_secs(60),
+        )
+        .json()
+    };
+    let trusted = call(Some(&ca));
+    assert_eq!(trusted["content"], "tls origin saw /hello\n", "{trusted}");
+    // The same test certificate, not trusted: the request fails, saying why.
+    let untrusted = call(None);
+    assert_eq!(untrusted["error_code"], "tool:failed", "{untrusted}");
+    assert!(
+        untrusted["error"]
+            .as_str()
+            .unwrap()
+            .contains("TLS with secure.test"),
+        "{untrusted}"
+    );
+    s.close("h");
 }
 
 /// An approver program answering `decision`, noting each host it was asked about.
