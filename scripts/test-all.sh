@@ -29,6 +29,11 @@ step "test prerequisites"
 command -v python3 >/dev/null || need_root_apt python3 python3-pip
 command -v tmux >/dev/null || need_root_apt tmux          # the terminal approver's tests
 command -v rg >/dev/null || need_root_apt ripgrep         # grep's answers checked against rg's
+# The egress proxy's tests: curl and pip through it, a test CA, pgrep for the proxy process.
+command -v curl >/dev/null || need_root_apt curl
+command -v openssl >/dev/null || need_root_apt openssl
+command -v pgrep >/dev/null || need_root_apt procps
+python3 -m pip --version >/dev/null 2>&1 || need_root_apt python3-pip
 if ! python3 -c 'import jsonschema' 2>/dev/null; then
     python3 -m pip install --quiet jsonschema 2>/dev/null \
         || python3 -m pip install --quiet --break-system-packages jsonschema 2>/dev/null \
