@@ -359,7 +359,7 @@ impl Read for TerminalReader {
 pub fn end_run(pgid: u32, run_id: Option<&str>) {
     signal_run(pgid, run_id, rustix::process::Signal::TERM);
     std::thread::sleep(KILL_GRACE);
-    signal_run(pgid, run_id, rustix::process::Signal::KILL);
+    kill_leftovers(pgid, run_id);
 }
 
 /// Ends every process that carries `run_id`, for a caller outside the agent (the engine, when
@@ -370,17 +370,42 @@ pub fn end_tagged(run_id: &str) {
     kill_leftovers(0, Some(run_id));
 }
 
-/// KILLs a finished run's leftovers until none is left: a process caught between two forks
-/// (`(nohup sleep &)`) can make a child after the scan that listed it, so one pass is not
-/// enough. Bounded: a run cannot keep the agent here.
+/// KILLs a run's leftovers until none is left. The group goes at once (the kernel signals a
+/// group as one, forks in flight included). Processes that left the group, found by their run
+/// id, are stopped first, scan after scan, until a scan finds no new one: a stopped process
+/// cannot fork, and a stopped fork bomb at its session's process ceiling frees no slot for
+/// another fork, so the set stops growing; then they are killed. Killing them one by one
+/// instead frees a slot per kill that a running sibling fills at once: a bomb that escaped its
+/// group (`timeout` makes a group of its own) outran the scans and held the run for minutes.
+/// Bounded: a run cannot keep the agent here.
 fn kill_leftovers(pgid: u32, run_id: Option<&str>) {
+    use rustix::process::Signal;
+    signal_run(pgid, None, Signal::KILL);
+    let Some(run_id) = run_id else {
+        return;
+    };
+    let mut stopped = HashSet::new();
     for _ in 0..LEFTOVER_ROUNDS {
-        signal_run(pgid, run_id, rustix::process::Signal::KILL);
-        let Some(run_id) = run_id else {
+        let found = processes_of_run(run_id);
+        if found.is_empty() {
             return;
-        };
-        if processes_of_run(run_id).is_empty() {
+        }
+        let running: Vec<i32> = found.difference(&stopped).copied().collect();
+        if running.is_empty() {
+            break;
+        }
+        for pid in running {
+            signal_pid(pid, Signal::STOP);
+            stopped.insert(pid);
+        }
+    }
+    for _ in 0..LEFTOVER_ROUNDS {
+        let found = processes_of_run(run_id);
+        if found.is_empty() {
             return;
+        }
+        for pid in found {
+            signal_pid(pid, Signal::KILL);
         }
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -398,10 +423,14 @@ fn signal_run(pgid: u32, run_id: Option<&str>, signal: rustix::process::Signal) 
     }
     if let Some(run_id) = run_id {
         for pid in processes_of_run(run_id) {
-            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-                let _ = rustix::process::kill_process(pid, signal);
-            }
+            signal_pid(pid, signal);
         }
+    }
+}
+
+fn signal_pid(pid: i32, signal: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process(pid, signal);
     }
 }
 

@@ -363,6 +363,9 @@ fn the_default_policy_bounds_a_fork_bomb() {
     );
     let output = result["output"].as_str().unwrap_or_default();
     assert!(output.contains("max_processes = 1024"), "{result}");
+    // The bomb left its run's process group (`timeout` makes one of its own); it went with
+    // the run all the same, or the session would still be at its ceiling.
+    assert_eq!(call("dflt", "echo after")["output"], "after\n");
     let run = paddock_at(
         Some(dir.path()),
         &["sessions", "close", "dflt"],
