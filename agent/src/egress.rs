@@ -18,6 +18,11 @@ use std::path::{Path, PathBuf};
 
 /// The name of the proxy's socket beside the agent's.
 pub const EGRESS_SOCKET: &str = "egress.sock";
+/// Beside it when the proxy terminates TLS for some hosts (an `https://` host with a
+/// credential): the system's roots and the proxy's CA, named by `SSL_CERT_FILE` and its twins.
+pub const CA_BUNDLE: &str = "egress-ca.pem";
+/// The proxy's CA alone (for `NODE_EXTRA_CA_CERTS`, which adds to Node's own roots).
+pub const CA_CERT: &str = "egress-ca.crt";
 
 /// What a command reads when the proxy is not there.
 fn no_proxy_answer() -> String {

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use crate::BackendFuture;
 
-pub use paddock_agent::egress::EGRESS_SOCKET;
+pub use paddock_agent::egress::{CA_BUNDLE, CA_CERT, EGRESS_SOCKET};
 
 /// The port of the proxy inside every proxied environment (each has its own network
 /// namespace, so one number serves all).
@@ -22,6 +22,12 @@ pub trait EgressHost: Send + Sync {
     fn serve<'a>(&'a self, session: &'a str, listen: &'a Path) -> BackendFuture<'a, ()>;
     /// The session closed: nothing needs `listen` any more.
     fn release<'a>(&'a self, listen: &'a Path) -> BackendFuture<'a, ()>;
+    /// Whether the proxy terminates TLS for some hosts (an `https://` host with a credential):
+    /// then [`EgressHost::serve`] places the proxy's CA beside `listen` ([`CA_BUNDLE`],
+    /// [`CA_CERT`]) and commands must be told to trust it ([`ca_env`]).
+    fn terminates_tls(&self) -> bool {
+        false
+    }
 }
 
 /// What commands of a proxied environment get: the proxy for every tool that reads these
@@ -42,6 +48,26 @@ pub fn proxy_env() -> BTreeMap<String, String> {
     for name in ["NO_PROXY", "no_proxy"] {
         env.insert(name.to_owned(), "localhost,127.0.0.1".to_owned());
     }
+    env
+}
+
+/// What commands of an environment whose proxy terminates TLS get: the bundle (the system's
+/// roots and the proxy's CA) for every tool that replaces its roots with a file, the CA alone
+/// for Node, which adds it to its own. `dir`: the agent's directory as the environment sees it.
+pub fn ca_env(dir: &str) -> BTreeMap<String, String> {
+    let bundle = format!("{dir}/{CA_BUNDLE}");
+    let mut env = BTreeMap::new();
+    for name in [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "PIP_CERT",
+        "GIT_SSL_CAINFO",
+        "CARGO_HTTP_CAINFO",
+    ] {
+        env.insert(name.to_owned(), bundle.clone());
+    }
+    env.insert("NODE_EXTRA_CA_CERTS".to_owned(), format!("{dir}/{CA_CERT}"));
     env
 }
 

@@ -803,6 +803,13 @@ impl LocalEnvironment {
         let agent = self.sandboxed_agent(sandbox, state, &request.session)?;
         let link = agent.connect().await?;
         self.serve_egress(&request.session, &agent.socket).await?;
+        if let Some(dir) = agent.socket.parent()
+            && self.egress.as_ref().is_some_and(|e| e.terminates_tls())
+        {
+            // The proxy placed its CA beside the agent's socket, a directory the sandbox sees
+            // at the same path.
+            env.extend(crate::egress::ca_env(&dir.display().to_string()));
+        }
         let tag = crate::ids::new_run_id("t");
         // Daemons the command starts carry the id: a timeout ends them too.
         env.insert("PADDOCK_RUN".into(), tag.clone());

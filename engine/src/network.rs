@@ -376,4 +376,9 @@ impl EgressHost for BackendEgress {
             Ok(())
         })
     }
+
+    /// A credential may be for an `https://` host, whose TLS the proxy then terminates.
+    fn terminates_tls(&self) -> bool {
+        !self.shared.credentials.is_empty()
+    }
 }

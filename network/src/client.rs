@@ -2,7 +2,8 @@
 //! proxy serves for the session, as it serves an environment's), so that the same policy,
 //! pins, credentials, questions and log apply. Plain HTTP goes in absolute-form; HTTPS through
 //! a `CONNECT` tunnel and TLS verified against the system's roots (`SSL_CERT_FILE` and
-//! `SSL_CERT_DIR` honoured), the body read up to a limit.
+//! `SSL_CERT_DIR` honoured) and, where the proxy terminates TLS to add a credential, its CA;
+//! the body read up to a limit.
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -57,32 +58,51 @@ fn failed(what: &str) -> impl Fn(String) -> FetchError + '_ {
     move |e| FetchError::Failed(format!("{what}: {e}"))
 }
 
-/// The system's roots, loaded once.
-fn tls_config() -> Result<Arc<rustls::ClientConfig>, FetchError> {
-    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
-    CONFIG
+/// The system's roots (`SSL_CERT_FILE` and `SSL_CERT_DIR` honoured), loaded once.
+fn system_roots() -> Result<&'static [rustls::pki_types::CertificateDer<'static>], String> {
+    static ROOTS: OnceLock<Result<Vec<rustls::pki_types::CertificateDer<'static>>, String>> =
+        OnceLock::new();
+    ROOTS
         .get_or_init(|| {
-            let mut roots = rustls::RootCertStore::empty();
             let found = rustls_native_certs::load_native_certs();
-            for cert in found.certs {
-                let _ = roots.add(cert);
-            }
-            if roots.is_empty() {
+            if found.certs.is_empty() {
                 return Err(format!(
                     "no trusted root certificates found ({:?}); set SSL_CERT_FILE",
                     found.errors
                 ));
             }
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .map_err(|e| e.to_string())?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            Ok(Arc::new(config))
+            Ok(found.certs)
         })
-        .clone()
-        .map_err(FetchError::Failed)
+        .as_deref()
+        .map_err(Clone::clone)
+}
+
+/// A client configuration trusting the system's roots and the certificates in `extra` (the
+/// proxy's CA, for the hosts whose TLS it terminates), speaking HTTP/1.1.
+pub(crate) fn tls_config(extra: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in system_roots()? {
+        let _ = roots.add(cert.clone());
+    }
+    if let Some(path) = extra {
+        use rustls::pki_types::pem::PemObject;
+        let certs = rustls::pki_types::CertificateDer::pem_file_iter(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        for cert in certs {
+            let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
 }
 
 /// Sends `request` through the proxy socket `proxy`.
@@ -149,7 +169,11 @@ async fn fetch_inner(proxy: &Path, request: Fetch) -> Result<Fetched, FetchError
         let tunnel = open_tunnel(stream, &host, port).await?;
         let name = rustls::pki_types::ServerName::try_from(host.clone())
             .map_err(|e| FetchError::BadRequest(format!("host {host:?}: {e}")))?;
-        let tls = tokio_rustls::TlsConnector::from(tls_config()?)
+        // The proxy terminates TLS for hosts it adds a credential to, with the CA it placed
+        // beside the socket.
+        let ca = proxy.with_file_name(paddock_agent::egress::CA_CERT);
+        let config = tls_config(ca.exists().then_some(ca.as_path())).map_err(FetchError::Failed)?;
+        let tls = tokio_rustls::TlsConnector::from(config)
             .connect(name, TokioIo::new(tunnel))
             .await
             .map_err(|e| failed(&format!("TLS with {host}"))(e.to_string()))?;

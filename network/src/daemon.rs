@@ -21,6 +21,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::authority::Authority;
 use crate::control::{
     CONTROL_SOCKET, ControlReply, ControlRequest, HostAnswer, HostQuestion, Registration,
     SessionTotals, WirePolicy, network_dir,
@@ -225,9 +226,24 @@ struct Daemon {
     build: String,
     /// An engine of another build registered: this proxy gives way to a new one.
     retire: tokio::sync::Notify,
+    /// `$PADDOCK_HOME/network`, where the home's CA lives.
+    dir: PathBuf,
+    /// The home's CA, loaded (or made) by the first registration with a credential.
+    authority: tokio::sync::OnceCell<Arc<Authority>>,
 }
 
 impl Daemon {
+    /// The home's CA, made on first use.
+    fn authority(&self) -> Result<Arc<Authority>, String> {
+        if let Some(authority) = self.authority.get() {
+            return Ok(authority.clone());
+        }
+        let authority = Arc::new(Authority::load_or_create(&self.dir).map_err(|e| e.to_string())?);
+        // Registrations are handled one at a time under `served`'s lock: no other is made.
+        let _ = self.authority.set(authority.clone());
+        Ok(authority)
+    }
+
     fn now(&self) -> u64 {
         self.started.elapsed().as_secs()
     }
@@ -296,12 +312,29 @@ impl Daemon {
             Ok(credentials) => credentials,
             Err(err) => return ControlReply::failed(format!("bad [[network.credentials]]: {err}")),
         };
-        let proxy = Arc::new(
-            Proxy::new(policy)
-                .with_observer(observer)
-                .with_approver(approver)
-                .with_credentials(credentials),
-        );
+        let mut proxy = Proxy::new(policy)
+            .with_observer(observer)
+            .with_approver(approver);
+        if !credentials.is_empty() {
+            // An https:// host with a credential is terminated with the home's CA, which the
+            // environment trusts through the files placed beside its socket.
+            let placed = self.authority().and_then(|authority| {
+                let dir = registration.listen.parent().unwrap_or(Path::new("/"));
+                authority
+                    .place_in(dir)
+                    .map(|()| authority)
+                    .map_err(|e| e.to_string())
+            });
+            match placed {
+                Ok(authority) => proxy = proxy.with_authority(authority),
+                Err(err) => {
+                    return ControlReply::failed(format!(
+                        "[[network.credentials]] needs the egress proxy's CA: {err}"
+                    ));
+                }
+            }
+        }
+        let proxy = Arc::new(proxy.with_credentials(credentials));
         let serving = proxy.clone();
         let agent_socket = registration
             .listen
@@ -608,6 +641,8 @@ pub async fn run(home: &Path) -> Result<(), DaemonError> {
             .map(|exe| crate::control::build_identity(&exe))
             .unwrap_or_default(),
         retire: tokio::sync::Notify::new(),
+        dir: dir.clone(),
+        authority: tokio::sync::OnceCell::new(),
     });
     let mut sweep = tokio::time::interval(SWEEP_EVERY);
     loop {

@@ -9,6 +9,8 @@
 //!   it resolved to (a public name pointing at a private address is refused unless pinned);
 //! - [`proxy`] — the proxy's core over those decisions: HTTP/1 and `CONNECT` (hyper, tokio),
 //!   403 naming host and rule, every decision to an observer;
+//! - [`authority`] — the per-home CA with which the proxy terminates TLS for the hosts it
+//!   adds a credential to, and what an environment needs to trust it;
 //! - [`daemon`] — the proxy as a process, one per state directory, serving each proxied
 //!   environment's socket under its session's policy; [`control`] — how engines talk to it;
 //! - [`client`] and [`render`] — `http_request`: one request through the same proxy, and HTML
@@ -18,6 +20,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod address;
+pub mod authority;
 pub mod client;
 pub mod control;
 pub mod daemon;

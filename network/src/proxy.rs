@@ -12,7 +12,11 @@
 //! allowed for (rustls reads the hello; the bytes go on unchanged): no domain fronting, no
 //! other protocol through an allowed name.
 //!
-//! Not here yet (issue 30): credentials injection (TLS termination with a per-home CA).
+//! A host the policy adds a credential to is the exception: its tunnel is terminated with a
+//! leaf certificate of the home's CA ([`crate::authority`]), each request inside gets the
+//! header, and goes on over a new TLS connection to the origin, whose certificate is verified
+//! against the system's roots. Without a CA such a tunnel is refused, never opened without the
+//! credential.
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -194,6 +198,8 @@ pub struct Proxy {
     approver: Option<Arc<dyn HostApprover>>,
     counters: Arc<Counters>,
     credentials: Vec<Credential>,
+    /// Terminates the tunnels of hosts with a credential.
+    authority: Option<Arc<crate::authority::Authority>>,
 }
 
 fn full(text: String) -> Body {
@@ -261,7 +267,14 @@ impl Proxy {
             approver: None,
             counters: Arc::default(),
             credentials: Vec::new(),
+            authority: None,
         }
+    }
+
+    /// The CA with which tunnels to hosts with a credential are terminated.
+    pub fn with_authority(mut self, authority: Arc<crate::authority::Authority>) -> Self {
+        self.authority = Some(authority);
+        self
     }
 
     pub fn with_credentials(mut self, credentials: Vec<Credential>) -> Self {
@@ -422,22 +435,48 @@ impl Proxy {
         if request.method() != Method::CONNECT {
             self.report(attempt(&rule, "allow", None));
             let added = credential.map(|c| (c.name.clone(), c.value.clone()));
-            return forward(request, target, &host, port, &upstream, added).await;
+            let origin = Origin {
+                target,
+                host: &host,
+                port,
+                tls: false,
+            };
+            return forward(request, origin, &upstream, added).await;
         }
-        if credential.is_some() {
-            // Adding a header inside TLS means terminating it (a per-home CA the environment
-            // trusts): not in this build. Refused, never tunnelled without the credential.
-            let rule = "network.credentials";
-            let run_id = run_of(owner.as_deref()).await;
-            self.report(attempt(rule, "deny", run_id));
-            return answer(
-                StatusCode::FORBIDDEN,
-                format!(
-                    "paddock proxy: {host}:{port} refused by {rule}: the policy adds a credential \
-                     for this host, which over HTTPS needs TLS termination by the proxy, not in \
-                     this build yet; use http:// for it or remove the credential\n"
-                ),
-            );
+        if let Some(credential) = credential {
+            // A header inside TLS: the tunnel is terminated with the home's CA. Without one it
+            // is refused, never opened without the credential.
+            let Some(authority) = self.authority.clone() else {
+                let rule = "network.credentials";
+                let run_id = run_of(owner.as_deref()).await;
+                self.report(attempt(rule, "deny", run_id));
+                return answer(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "paddock proxy: {host}:{port} refused by {rule}: the policy adds a \
+                         credential for this host, and this proxy has no CA to terminate its \
+                         TLS with\n"
+                    ),
+                );
+            };
+            self.report(attempt(&rule, "allow", None));
+            let added = (credential.name.clone(), credential.value.clone());
+            let tunnel = attempt("", "allow", None);
+            tokio::spawn(async move {
+                match hyper::upgrade::on(request).await {
+                    Ok(upgraded) => {
+                        let terminated = Terminated {
+                            target,
+                            authority,
+                            credential: added,
+                        };
+                        self.terminate(TokioIo::new(upgraded), terminated, tunnel, owner)
+                            .await;
+                    }
+                    Err(err) => tracing::debug!(%err, "proxy: CONNECT upgrade failed"),
+                }
+            });
+            return Response::new(full(String::new()));
         }
         self.report(attempt(&rule, "allow", None));
         let upstream = match TcpStream::connect(target).await {
@@ -466,13 +505,45 @@ impl Proxy {
     }
 }
 
+/// Where a forwarded request goes.
+#[derive(Clone, Copy)]
+struct Origin<'a> {
+    target: SocketAddr,
+    host: &'a str,
+    port: u16,
+    /// Over TLS (a terminated tunnel's requests), the origin's certificate verified.
+    tls: bool,
+}
+
 /// A new HTTP/1 connection to the origin, its driver a task of its own.
-async fn connect_upstream(target: SocketAddr) -> Result<UpstreamSender, String> {
-    let stream = TcpStream::connect(target)
+async fn connect_upstream(origin: Origin<'_>) -> Result<UpstreamSender, String> {
+    let stream = TcpStream::connect(origin.target)
         .await
         .map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    if !origin.tls {
+        return drive(TokioIo::new(stream)).await;
+    }
+    let name = rustls::pki_types::ServerName::try_from(
+        origin
+            .host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned(),
+    )
+    .map_err(|e| e.to_string())?;
+    let tls = tokio_rustls::TlsConnector::from(crate::client::tls_config(None)?)
+        .connect(name, stream)
+        .await
+        .map_err(|e| format!("TLS with the origin: {e}"))?;
+    drive(TokioIo::new(tls)).await
+}
+
+async fn drive<T>(io: T) -> Result<UpstreamSender, String>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http1::handshake(io)
         .await
         .map_err(|e| e.to_string())?;
     tokio::spawn(async move {
@@ -565,35 +636,139 @@ impl Proxy {
             Err(why) => Some(("network.tls", why)),
         };
         if let Some((rule, why)) = refusal {
-            tracing::info!(host = %attempt.host, %why, "tunnel refused");
-            // The tunnel was counted when allowed; its refusal is one more decision.
-            self.counters.refused.fetch_add(1, Ordering::Relaxed);
-            if let Some(observer) = &self.observer {
-                observer.attempt(&Attempt {
-                    rule: rule.to_owned(),
-                    decision: "deny",
-                    run_id: run_of(owner).await,
-                    ..attempt
-                });
-            }
+            self.refuse_tunnel(attempt, rule, &why, owner).await;
             return;
         }
         let _ =
             tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, 1 << 18, 1 << 18)
                 .await;
     }
+
+    /// A tunnel allowed by its CONNECT, refused by what came through it.
+    async fn refuse_tunnel(
+        &self,
+        attempt: Attempt,
+        rule: &str,
+        why: &str,
+        owner: Option<&dyn RunLookup>,
+    ) {
+        tracing::info!(host = %attempt.host, %why, "tunnel refused");
+        // The tunnel was counted when allowed; its refusal is one more decision.
+        self.counters.refused.fetch_add(1, Ordering::Relaxed);
+        if let Some(observer) = &self.observer {
+            observer.attempt(&Attempt {
+                rule: rule.to_owned(),
+                decision: "deny",
+                run_id: run_of(owner).await,
+                ..attempt
+            });
+        }
+    }
+
+    /// A tunnel to a host with a credential: TLS ends here with a leaf of the home's CA (the
+    /// ClientHello must name the CONNECT host, as for any tunnel); each request inside gets
+    /// the credential and goes to the origin over TLS verified against the system's roots.
+    async fn terminate<S>(
+        self: Arc<Self>,
+        client: S,
+        terminated: Terminated,
+        attempt: Attempt,
+        owner: Option<Arc<dyn RunLookup>>,
+    ) where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let acceptor =
+            tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), client);
+        let start = match tokio::time::timeout(HELLO_TIMEOUT, acceptor).await {
+            Ok(Ok(start)) => start,
+            Ok(Err(err)) => {
+                let why = format!("not a TLS ClientHello ({err})");
+                return self
+                    .refuse_tunnel(attempt, "network.tls", &why, owner.as_deref())
+                    .await;
+            }
+            Err(_) => {
+                return self
+                    .refuse_tunnel(
+                        attempt,
+                        "network.tls",
+                        "no TLS ClientHello in time",
+                        owner.as_deref(),
+                    )
+                    .await;
+            }
+        };
+        let name = start.client_hello().server_name().map(str::to_owned);
+        if !sni_matches(&attempt.host, name.as_deref()) {
+            let why = format!(
+                "the TLS ClientHello names {}, not {}",
+                name.as_deref().unwrap_or("no server"),
+                attempt.host
+            );
+            return self
+                .refuse_tunnel(attempt, "network.sni", &why, owner.as_deref())
+                .await;
+        }
+        let config = match terminated.authority.server_config(&attempt.host) {
+            Ok(config) => config,
+            Err(err) => {
+                tracing::warn!(%err, "cannot terminate a tunnel");
+                return;
+            }
+        };
+        let tls = match start.into_stream(config).await {
+            Ok(tls) => tls,
+            Err(err) => {
+                // The client did not trust the CA, most often: its side says so.
+                tracing::info!(host = %attempt.host, %err, "terminated tunnel: handshake failed");
+                return;
+            }
+        };
+        let upstream: Upstream = Arc::default();
+        let host = attempt.host.clone();
+        let port = attempt.port;
+        let service = hyper::service::service_fn(move |request| {
+            let upstream = upstream.clone();
+            let host = host.clone();
+            let credential = terminated.credential.clone();
+            let target = terminated.target;
+            async move {
+                let origin = Origin {
+                    target,
+                    host: &host,
+                    port,
+                    tls: true,
+                };
+                Ok::<_, hyper::Error>(forward(request, origin, &upstream, Some(credential)).await)
+            }
+        });
+        if let Err(err) = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(tls), service)
+            .await
+        {
+            tracing::debug!(%err, "terminated tunnel ended");
+        }
+    }
+}
+
+/// What a terminated tunnel needs besides its client.
+struct Terminated {
+    target: SocketAddr,
+    authority: Arc<crate::authority::Authority>,
+    credential: (hyper::header::HeaderName, HeaderValue),
 }
 
 /// A plain HTTP request sent on to the origin in origin-form, its answer streamed back, over
 /// the client connection's upstream connection when it goes to the same place.
 async fn forward(
     request: Request<Incoming>,
-    target: SocketAddr,
-    host: &str,
-    port: u16,
+    origin: Origin<'_>,
     upstream: &Upstream,
     credential: Option<(hyper::header::HeaderName, HeaderValue)>,
 ) -> Response<Body> {
+    let Origin {
+        target, host, port, ..
+    } = origin;
     let (mut parts, body) = request.into_parts();
     let path = parts
         .uri
@@ -613,7 +788,7 @@ async fn forward(
         parts.headers.insert(name, value);
     }
     if !parts.headers.contains_key(HOST) {
-        let value = if port == 80 {
+        let value = if port == default_port(Some(if origin.tls { "https" } else { "http" })) {
             host.to_owned()
         } else {
             format!("{host}:{port}")
@@ -632,7 +807,7 @@ async fn forward(
     };
     let mut sender = match reusable {
         Some(sender) => sender,
-        None => match connect_upstream(target).await {
+        None => match connect_upstream(origin).await {
             Ok(sender) => sender,
             Err(err) => {
                 return answer(

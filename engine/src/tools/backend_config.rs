@@ -207,9 +207,16 @@ pub fn build(
     let egress = egress
         .filter(|_| proxied(config))
         .map(|egress| egress.for_backend(name));
-    if egress.is_some() {
+    if let Some(egress) = &egress {
         // Every way a command starts (the agent, a background supervisor) exports these.
         env.extend(paddock_backends::egress::proxy_env());
+        if egress.terminates_tls() && kind != "local" {
+            // Containers and instances see their agent's directory at one path; the local
+            // sandbox's is per session, added where its commands start.
+            env.extend(paddock_backends::egress::ca_env(
+                paddock_backends::agent::AGENT_DIR_INSIDE,
+            ));
+        }
     }
     // Container and instance backends go through the in-environment agent unless told not to.
     let agent = matches!(

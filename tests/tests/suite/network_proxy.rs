@@ -79,7 +79,8 @@ class Quiet(http.server.SimpleHTTPRequestHandler):
 
 class Hello(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        body = ("tls origin saw " + self.path + "\n").encode()
+        auth = self.headers.get("Authorization")
+        body = ("tls origin saw " + self.path + (" with " + auth if auth else "") + "\n").encode()
         self.send_response(200)
         self.send_header("content-length", str(len(body)))
         self.end_headers()
@@ -232,6 +233,8 @@ fn test_certificate(
 struct Setup {
     dir: tempfile::TempDir,
     policy: String,
+    /// More of the engine's environment (a credential's value, the roots it trusts).
+    env: Vec<(String, String)>,
 }
 
 impl Setup {
@@ -251,6 +254,7 @@ impl Setup {
         Setup {
             policy: policy.display().to_string(),
             dir,
+            env: Vec::new(),
         }
     }
 
@@ -262,10 +266,12 @@ impl Setup {
         let home = self.home();
         let mut all = args.to_vec();
         all.extend(["--policy", &self.policy]);
+        let mut env = vec![("PADDOCK_HOME", home.as_str())];
+        env.extend(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         paddock_at(
             Some(&self.dir.path().join("ws")),
             &all,
-            &[("PADDOCK_HOME", home.as_str())],
+            &env,
             None,
             Duration::from_secs(180),
         )
@@ -524,21 +530,40 @@ fn credentials_reach_the_origin_and_never_the_environment() {
     let o = origin();
     let p = o.port;
     let network = format!(
-        "[network]\nallow = [\"origin.test\", \"tls.test\"]\n{}\n\
+        "[network]\nallow = [\"origin.test\", \"tls.test\", \"plain-tls.test\"]\n{}\n\
          [[network.credentials]]\nhost = \"origin.test\"\nheader = \"Authorization\"\n\
          value = \"Bearer ${{PADDOCK_TEST_EGRESS_TOKEN}}\"\n\
-         [[network.credentials]]\nhost = \"tls.test\"\nheader = \"X-Key\"\nvalue = \"k\"\n",
-        pins(&["origin.test", "tls.test"])
+         [[network.credentials]]\nhost = \"tls.test\"\nheader = \"Authorization\"\n\
+         value = \"Bearer ${{PADDOCK_TEST_EGRESS_TOKEN}}\"\n",
+        pins(&["origin.test", "tls.test", "plain-tls.test"])
     );
     let s = Setup::new(&network, "");
+    // An HTTPS origin with a certificate of a test CA the engine trusts, as it would a public
+    // one (plain-tls.test, not named in it, is fetched with -k to see whose certificate came).
+    let (ca, cert, key) = test_certificate(s.dir.path(), "tls.test");
+    let tls = python_server(
+        s.dir.path(),
+        &[
+            "tls",
+            &cert.display().to_string(),
+            &key.display().to_string(),
+        ],
+    );
+    let t = tls.port;
     let token = "sekrit-7f3a9c";
     // A pattern for the token that is not the token itself (grep's own command line).
     let pattern = "'sekrit-7f3a[9]c'";
+    let py = host_python();
     let args = json!({
         "command": format!(
             "curl -sS -H 'Authorization: Bearer forged' http://origin.test:{p}/c; \
              env | grep -c {pattern}; grep -rl {pattern} /proc/*/environ /proc/*/cmdline . 2>/dev/null | wc -l; \
-             curl -sS -x http://127.0.0.1:3128 -p https://tls.test:{p}/ -o /dev/null -w '%{{http_code}}\\n' 2>&1"
+             curl -sS https://tls.test:{t}/curl; echo; \
+             {py} -c 'import urllib.request; print(urllib.request.urlopen(\"https://tls.test:{t}/python\").read().decode())'; \
+             curl -sSv https://tls.test:{t}/issuer 2>&1 | grep -i 'issuer:'; \
+             curl -sSvk https://plain-tls.test:{t}/untouched 2>&1 | grep -i -e 'issuer:' -e 'origin saw'; \
+             grep -c 'PRIVATE KEY' \"$SSL_CERT_FILE\" \"$NODE_EXTRA_CA_CERTS\"; \
+             echo vars=$REQUESTS_CA_BUNDLE,$CURL_CA_BUNDLE"
         )
     })
     .to_string();
@@ -560,6 +585,7 @@ fn credentials_reach_the_origin_and_never_the_environment() {
         &[
             ("PADDOCK_HOME", home.as_str()),
             ("PADDOCK_TEST_EGRESS_TOKEN", token),
+            ("SSL_CERT_FILE", &ca.display().to_string()),
         ],
         None,
         Duration::from_secs(120),
@@ -579,17 +605,59 @@ fn credentials_reach_the_origin_and_never_the_environment() {
         ["0", "0"],
         "the token is nowhere in the sandbox: {out}"
     );
-    // Over HTTPS it would need TLS termination: refused, never sent without it.
-    assert!(out.contains("403"), "{out}");
-    let refusals = s.refusals();
+    // Over HTTPS the proxy terminates TLS with the home's CA, which curl and Python trust
+    // through the variables set for commands, and adds the credential inside.
     assert!(
-        refusals
-            .iter()
-            .any(|r| r["rule"] == "network.credentials" && r["host"] == "tls.test"),
-        "{refusals:?}"
+        out.contains(&format!("tls origin saw /curl with Bearer {token}\n")),
+        "{out}\n{}",
+        run.stderr
     );
-    // Nothing secret in the log.
-    let log = std::fs::read_to_string(Path::new(&home).join("logs/network.jsonl")).unwrap();
+    assert!(
+        out.contains(&format!("tls origin saw /python with Bearer {token}\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains("issuer: O=Paddock; CN=Paddock egress proxy CA")
+            || out.contains("issuer: O=Paddock, CN=Paddock egress proxy CA"),
+        "{out}"
+    );
+    // A host without a credential is tunnelled end to end: the origin's own certificate.
+    assert!(out.contains("issuer: CN=paddock test CA"), "{out}");
+    assert!(out.contains("tls origin saw /untouched\n"), "{out}");
+    // What the environment gets is certificates, never the CA's key.
+    assert!(out.contains(":0\n") && !out.contains(":1\n"), "{out}");
+    assert!(out.contains("/egress-ca.pem,"), "{out}");
+
+    // http_request goes through the same terminated tunnel.
+    let fetched = paddock_at(
+        None,
+        &[
+            "call",
+            "http_request",
+            "--session",
+            "cred",
+            "--args",
+            &json!({ "url": format!("https://tls.test:{t}/web") }).to_string(),
+            "--policy",
+            &s.policy,
+        ],
+        &[
+            ("PADDOCK_HOME", home.as_str()),
+            ("PADDOCK_TEST_EGRESS_TOKEN", token),
+            ("SSL_CERT_FILE", &ca.display().to_string()),
+        ],
+        None,
+        Duration::from_secs(60),
+    )
+    .json();
+    assert_eq!(
+        fetched["content"],
+        format!("tls origin saw /web with Bearer {token}\n"),
+        "{fetched}"
+    );
+    // Nothing secret in the log, nor in what the sandbox was given.
+    let log =
+        std::fs::read_to_string(Path::new(&home).join("logs/network.jsonl")).unwrap_or_default();
     assert!(!log.contains(token));
     s.close("cred");
 }
@@ -910,10 +978,29 @@ fn a_container_reaches_allowed_names_only(backend: &str, section: &str) {
     let o = origin();
     let p = o.port;
     let network = format!(
-        "[network]\nallow = [\"origin.test\"]\ndeny = [\"evil.test\"]\n{}",
-        pins(&["origin.test", "evil.test", "other.test"])
+        "[network]\nallow = [\"origin.test\", \"tls.test\"]\ndeny = [\"evil.test\"]\n{}\n\
+         [[network.credentials]]\nhost = \"tls.test\"\nheader = \"Authorization\"\n\
+         value = \"Bearer ${{PADDOCK_TEST_EGRESS_TOKEN}}\"\n",
+        pins(&["origin.test", "evil.test", "other.test", "tls.test"])
     );
-    let s = Setup::new(&network, section);
+    let mut s = Setup::new(&network, section);
+    // An HTTPS origin with a credential: the proxy terminates its TLS with the home's CA,
+    // which the container trusts through SSL_CERT_FILE (the bundle in its agent's directory).
+    let (ca, cert, key) = test_certificate(s.dir.path(), "tls.test");
+    let tls = python_server(
+        s.dir.path(),
+        &[
+            "tls",
+            &cert.display().to_string(),
+            &key.display().to_string(),
+        ],
+    );
+    s.env
+        .push(("SSL_CERT_FILE".into(), ca.display().to_string()));
+    s.env.push((
+        "PADDOCK_TEST_EGRESS_TOKEN".into(),
+        "tok-in-container".into(),
+    ));
     let fetch = |url: String| {
         format!(
             "python3 -c 'import urllib.request, urllib.error\ntry:\n    print(urllib.request.urlopen(\"{url}\", timeout=10).read().decode().strip())\nexcept urllib.error.HTTPError as e:\n    print(e.code, e.read().decode().strip())'"
@@ -928,6 +1015,17 @@ fn a_container_reaches_allowed_names_only(backend: &str, section: &str) {
             fetch(format!("http://evil.test:{p}/")),
             fetch(format!("http://other.test:{p}/")),
         ),
+    );
+    let https = s.sh(
+        backend,
+        "d1",
+        &fetch(format!("https://tls.test:{}/in-{backend}", tls.port)),
+    );
+    assert!(
+        https.contains(&format!(
+            "tls origin saw /in-{backend} with Bearer tok-in-container"
+        )),
+        "{https}"
     );
     assert!(out.contains("origin saw GET /in-docker HTTP/1.1"), "{out}");
     assert!(out.contains("403 paddock proxy: evil.test"), "{out}");
