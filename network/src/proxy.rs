@@ -105,6 +105,18 @@ impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
     }
 }
 
+impl<S> Counted<S> {
+    /// Counts what a write toward the client moved.
+    fn written(&self, polled: Poll<std::io::Result<usize>>) -> Poll<std::io::Result<usize>> {
+        if let Poll::Ready(Ok(n)) = &polled {
+            self.counters
+                .bytes_down
+                .fetch_add(*n as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
 impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
@@ -112,12 +124,22 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = &polled {
-            self.counters
-                .bytes_down
-                .fetch_add(*n as u64, Ordering::Relaxed);
-        }
-        polled
+        self.written(polled)
+    }
+
+    // Vectored writes pass through: without them hyper copies every body chunk behind its
+    // headers into one buffer before writing (a whole extra copy of a download).
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.written(polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
