@@ -14,6 +14,7 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 
 /// The name of the proxy's socket beside the agent's.
@@ -37,26 +38,52 @@ fn no_proxy_answer() -> String {
 
 /// Starts the listener; its thread serves until the agent exits.
 pub fn start(port: u16, agent_socket: &Path) -> std::io::Result<()> {
-    let listener = TcpListener::bind(("127.0.0.1", port))?;
     let proxy = agent_socket
         .parent()
         .unwrap_or(Path::new("/"))
         .join(EGRESS_SOCKET);
+    listen(port, proxy, None)
+}
+
+/// `egress-forward`: the listener for one program in a network namespace of its own (a
+/// background command of the sandboxed local backend, which runs outside the session agent's
+/// sandbox), then the program; returns its exit status. Every connection is the run's.
+pub fn forward_for(
+    port: u16,
+    proxy: PathBuf,
+    run: Option<String>,
+    argv: &[String],
+) -> std::io::Result<i32> {
+    let Some((program, args)) = argv.split_first() else {
+        return Err(std::io::Error::other("egress-forward: no program to run"));
+    };
+    listen(port, proxy, run)?;
+    let status = std::process::Command::new(program).args(args).status()?;
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}
+
+/// Serves `127.0.0.1:port` from a thread: each connection carried to `proxy`. `run` names the
+/// run of every connection (one program's listener); without it the proxy asks the agent.
+fn listen(port: u16, proxy: PathBuf, run: Option<String>) -> std::io::Result<()> {
+    let listener = TcpListener::bind(("127.0.0.1", port))?;
     std::thread::Builder::new()
         .name("egress".into())
         .spawn(move || {
             for client in listener.incoming().flatten() {
                 let proxy = proxy.clone();
+                let run = run.clone();
                 let _ = std::thread::Builder::new()
                     .name("egress-conn".into())
-                    .spawn(move || carry(client, &proxy));
+                    .spawn(move || carry(client, &proxy, run.as_deref()));
             }
         })?;
     Ok(())
 }
 
 /// One connection: the preamble, then bytes both ways until each side is done.
-fn carry(mut client: TcpStream, proxy: &PathBuf) {
+fn carry(mut client: TcpStream, proxy: &PathBuf, run: Option<&str>) {
     let _ = client.set_nodelay(true);
     let port = client.peer_addr().map_or(0, |peer| peer.port());
     let mut upstream = match UnixStream::connect(proxy) {
@@ -66,7 +93,10 @@ fn carry(mut client: TcpStream, proxy: &PathBuf) {
             return;
         }
     };
-    let preamble = format!("paddock-egress port={port}\n");
+    let preamble = match run {
+        Some(run) => format!("paddock-egress port={port} run={run}\n"),
+        None => format!("paddock-egress port={port}\n"),
+    };
     if upstream.write_all(preamble.as_bytes()).is_err() {
         return;
     }
@@ -172,6 +202,30 @@ mod tests {
         let mut answer = String::new();
         client.read_to_string(&mut answer).unwrap();
         assert_eq!(answer, "HTTP/1.1 200 OK\r\n\r\nhi");
+    }
+
+    #[test]
+    fn a_forwarded_program_s_connections_name_its_run_and_its_status_is_returned() {
+        let dir = tempfile::tempdir().unwrap();
+        let proxy_path = dir.path().join(EGRESS_SOCKET);
+        let proxy = std::os::unix::net::UnixListener::bind(&proxy_path).unwrap();
+        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = probe.local_addr().unwrap().port();
+        drop(probe);
+        let program = format!("exec 3<>/dev/tcp/127.0.0.1/{port}; echo hi >&3; exit 3");
+        let argv: Vec<String> = ["bash", "-c", &program].map(String::from).to_vec();
+        let forwarded =
+            std::thread::spawn(move || forward_for(port, proxy_path, Some("p-7".into()), &argv));
+        let (mut carried, _) = proxy.accept().unwrap();
+        let mut seen = String::new();
+        carried.read_to_string(&mut seen).unwrap();
+        let (preamble, rest) = seen.split_once('\n').unwrap();
+        assert!(
+            preamble.starts_with("paddock-egress port=") && preamble.ends_with(" run=p-7"),
+            "{preamble}"
+        );
+        assert_eq!(rest, "hi\n");
+        assert_eq!(forwarded.join().unwrap().unwrap(), 3);
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! - [`run`] — one program: pipes or a terminal, output frames, stdin frames, tree kills;
 //! - [`files`] — file operations (`paddock-files`) served in the environment, no process;
 //! - [`daemon`] — `serve --daemon`: start detached, answer once listening;
-//! - [`egress`] — `serve --egress-port PORT`: the environment's way to the egress proxy;
+//! - [`egress`] — `serve --egress-port PORT`: the environment's way to the egress proxy (and
+//!   `egress-forward ... -- PROGRAM`, the same for one program in a namespace of its own);
 //! - [`shell_state`] — a finished command's shell state put into place, merged with what
 //!   overlapping commands of the session saved meanwhile (also the engine's, for local runs);
 //! - [`terminal`] — `terminal -- PROGRAM...`: one program on a terminal allocated here (for
@@ -61,6 +62,8 @@ pub enum AgentError {
 const USAGE: &str = "paddock-agent serve --socket PATH [--daemon] [--idle-exit SECONDS] \
                      [--egress-port PORT] | \
                      paddock-agent terminal -- PROGRAM [ARGS...] | \
+                     paddock-agent egress-forward --socket EGRESS_SOCKET --port PORT [--run ID] \
+                     -- PROGRAM [ARGS...] | \
                      paddock-agent commit-state STATE_DIR TAG | paddock-agent version";
 
 /// The program: `serve`, `terminal`, `commit-state` or `version`. Returns the exit status (for `terminal`, the
@@ -71,6 +74,7 @@ pub fn run_main(args: Vec<String>) -> i32 {
             Some((dashes, argv)) if dashes == "--" => terminal::run_on_terminal(argv),
             _ => Err(AgentError::Usage(USAGE.into())),
         },
+        Some((first, rest)) if first == "egress-forward" => egress_forward(rest),
         _ => dispatch(&args).map(|()| 0),
     };
     match outcome {
@@ -93,6 +97,42 @@ pub fn run_main(args: Vec<String>) -> i32 {
             }
         }
     }
+}
+
+/// `egress-forward --socket PATH --port PORT [--run ID] -- PROGRAM [ARGS...]`.
+fn egress_forward(args: &[String]) -> Result<i32, AgentError> {
+    let mut socket = None;
+    let mut port = None;
+    let mut run = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let mut value = || rest.next().ok_or_else(|| AgentError::Usage(USAGE.into()));
+        match arg.as_str() {
+            "--socket" => socket = Some(PathBuf::from(value()?)),
+            "--port" => {
+                let given = value()?;
+                port = Some(
+                    given
+                        .parse::<u16>()
+                        .map_err(|_| AgentError::Usage(format!("--port {given}: not a port")))?,
+                );
+            }
+            "--run" => run = Some(value()?.clone()),
+            "--" => {
+                let (Some(socket), Some(port)) = (socket, port) else {
+                    return Err(AgentError::Usage(USAGE.into()));
+                };
+                let argv: Vec<String> = rest.cloned().collect();
+                return Ok(egress::forward_for(port, socket, run, &argv)?);
+            }
+            other => {
+                return Err(AgentError::Usage(format!(
+                    "unknown argument {other}; {USAGE}"
+                )));
+            }
+        }
+    }
+    Err(AgentError::Usage(USAGE.into()))
 }
 
 fn dispatch(args: &[String]) -> Result<(), AgentError> {

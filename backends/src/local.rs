@@ -638,15 +638,7 @@ impl LocalEnvironment {
         tag: &str,
     ) -> Result<(PathBuf, Vec<String>)> {
         let bash = crate::shell::bash_path().to_path_buf();
-        let shell_args = vec![
-            "-c".to_owned(),
-            WRAPPER.to_owned(),
-            "paddock".to_owned(),
-            state.display().to_string(),
-            command.to_owned(),
-            workdir.to_owned(),
-            tag.to_owned(),
-        ];
+        let shell_args = wrapper_args(state, command, workdir, tag);
         let Some(sandbox) = self.sandbox_of(session) else {
             return Ok(self.unconfined_argv(session, bash, shell_args));
         };
@@ -654,6 +646,66 @@ impl LocalEnvironment {
         args.push(bash.display().to_string());
         args.extend(shell_args);
         Ok((program, args))
+    }
+
+    /// A background command of a sandbox with `network = "proxy"`: it runs in a sandbox of its
+    /// own (a network namespace apart from the session agent's), so the agent's
+    /// `egress-forward` listens on the egress port there and carries its connections to the
+    /// session's `egress.sock`, as the session agent does for foreground commands.
+    async fn proxied_background_argv(
+        &self,
+        sandbox: &LocalSandbox,
+        state: &Path,
+        request: &BackgroundRequest,
+        workdir: &str,
+        tag: &str,
+        env: &mut BTreeMap<String, String>,
+    ) -> Result<Vec<String>> {
+        let agent = self.sandboxed_agent(sandbox, state, &request.session)?;
+        self.serve_egress(&request.session, &agent.socket).await?;
+        let dir = agent.socket.parent().unwrap_or(Path::new("/"));
+        if self.egress.as_ref().is_some_and(|e| e.terminates_tls()) {
+            env.extend(crate::egress::ca_env(&dir.display().to_string()));
+        }
+        let agent_argv = self.agent_argv();
+        let program_dir = Path::new(&agent_argv[0])
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .to_path_buf();
+        let (program, args) =
+            self.sandbox_launch(sandbox, state, &request.session, Some((dir, &program_dir)))?;
+        let forward = [
+            "egress-forward".to_owned(),
+            "--socket".to_owned(),
+            dir.join(crate::egress::EGRESS_SOCKET).display().to_string(),
+            "--port".to_owned(),
+            crate::egress::EGRESS_PORT.to_string(),
+            "--run".to_owned(),
+            tag.to_owned(),
+            "--".to_owned(),
+            crate::shell::bash_path().display().to_string(),
+        ];
+        Ok(std::iter::once(program.display().to_string())
+            .chain(args)
+            .chain(agent_argv)
+            .chain(forward)
+            .chain(wrapper_args(state, &request.command, workdir, tag))
+            .collect())
+    }
+
+    /// How the agent program is started here: the small `paddock-agent` beside the engine, or
+    /// the engine's own agent subcommand.
+    fn agent_argv(&self) -> Vec<String> {
+        // A dynamically linked agent is fine here: it runs on this machine.
+        let small = self.supervisor_exe.with_file_name("paddock-agent");
+        if small.is_file() {
+            vec![small.display().to_string()]
+        } else {
+            vec![
+                self.supervisor_exe.display().to_string(),
+                AGENT_SUBCOMMAND.to_owned(),
+            ]
+        }
     }
 
     /// The sandbox helper and its profile argument, before the program it confines.
@@ -729,16 +781,7 @@ impl LocalEnvironment {
         state: &std::path::Path,
         session: &str,
     ) -> Result<DetachedAgent> {
-        // A dynamically linked agent is fine here: it runs on this machine.
-        let small = self.supervisor_exe.with_file_name("paddock-agent");
-        let agent_argv = if small.is_file() {
-            vec![small.display().to_string()]
-        } else {
-            vec![
-                self.supervisor_exe.display().to_string(),
-                AGENT_SUBCOMMAND.to_owned(),
-            ]
-        };
+        let agent_argv = self.agent_argv();
         let program_dir = Path::new(&agent_argv[0])
             .parent()
             .unwrap_or(Path::new("/"))
@@ -814,23 +857,16 @@ impl LocalEnvironment {
         // Daemons the command starts carry the id: a timeout ends them too.
         env.insert("PADDOCK_RUN".into(), tag.clone());
         let run = RunRequest {
-            argv: vec![
-                crate::shell::bash_path().display().to_string(),
-                "-c".to_owned(),
-                WRAPPER.to_owned(),
-                "paddock".to_owned(),
-                state.display().to_string(),
-                request.command.clone(),
-                workdir,
-                tag.clone(),
-            ],
+            argv: std::iter::once(crate::shell::bash_path().display().to_string())
+                .chain(wrapper_args(state, &request.command, &workdir, &tag))
+                .collect(),
             env,
             clear_env: true,
             cwd: Some(self.start_dir(&request.session).display().to_string()),
             timeout_ms: Some(u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX)),
             renames: Vec::new(),
             run_id: Some(tag.clone()),
-            pty: false,
+            pty: request.pty,
             stdin: false,
         };
         let sink: OutputSink = Arc::new(Mutex::new(Utf8Capped::new(request.max_output_chars)));
@@ -873,7 +909,14 @@ impl LocalEnvironment {
             let mut out = sink
                 .lock()
                 .map_err(|_| BackendError::Io(std::io::Error::other("output buffer poisoned")))?;
-            (out.finish(), out.total_chars())
+            let text = out.finish();
+            // A terminal ends lines with \r\n; the result reads as plain lines either way.
+            let text = if request.pty {
+                text.replace("\r\n", "\n")
+            } else {
+                text
+            };
+            (text, out.total_chars())
         };
         let ended = Ended {
             pgid: None,
@@ -944,16 +987,9 @@ impl LocalEnvironment {
             return None;
         }
         let run = RunRequest {
-            argv: vec![
-                crate::shell::bash_path().display().to_string(),
-                "-c".to_owned(),
-                WRAPPER.to_owned(),
-                "paddock".to_owned(),
-                state.display().to_string(),
-                request.command.clone(),
-                workdir.to_owned(),
-                tag.to_owned(),
-            ],
+            argv: std::iter::once(crate::shell::bash_path().display().to_string())
+                .chain(wrapper_args(state, &request.command, workdir, tag))
+                .collect(),
             env: env.clone(),
             clear_env: true,
             cwd: Some(self.start_dir(&request.session).display().to_string()),
@@ -1076,10 +1112,9 @@ impl LocalEnvironment {
     ) -> Result<ExecOutput> {
         let request = request.clone();
         let state = state.to_path_buf();
-        if let Some(sandbox) = self
-            .sandbox_of(&request.session)
-            .filter(|_| self.agent && !request.pty)
-        {
+        // A terminal too is the session agent's: a PTY command shares the session's sandbox
+        // (its /tmp, its egress port) like any other.
+        if let Some(sandbox) = self.sandbox_of(&request.session).filter(|_| self.agent) {
             return self
                 .run_through_agent(&sandbox, &request, &state, workdir, env)
                 .await;
@@ -1281,6 +1316,19 @@ pub fn command_env(extra: &BTreeMap<String, String>, session: &str) -> BTreeMap<
     env
 }
 
+/// The state-keeping wrapper's arguments after `bash`: one command of a session.
+fn wrapper_args(state: &Path, command: &str, workdir: &str, tag: &str) -> Vec<String> {
+    vec![
+        "-c".to_owned(),
+        WRAPPER.to_owned(),
+        "paddock".to_owned(),
+        state.display().to_string(),
+        command.to_owned(),
+        workdir.to_owned(),
+        tag.to_owned(),
+    ]
+}
+
 async fn run_pty(
     request: &ExecRequest,
     state: &std::path::Path,
@@ -1380,16 +1428,26 @@ impl Environment for LocalEnvironment {
                     reason: "does not exist or is not a directory".into(),
                 });
             }
-            let env = self.sandbox_env(command_env(&request.env, &request.session));
+            let mut env = self.sandbox_env(command_env(&request.env, &request.session));
             self.apply_ceilings(&request.session)?;
             let id = ProcessRegistry::new_id();
+            let workdir = request
+                .workdir
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            let proxied = self
+                .sandbox_of(&request.session)
+                .filter(|_| self.egress.is_some());
             // Sandboxed, or under the session's ceilings: the supervisor runs this argv.
-            let local_argv = if self.sandbox.is_some() || self.ceilings.any_process_ceiling() {
-                let workdir = request
-                    .workdir
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default();
+            let local_argv = if let Some(sandbox) = proxied {
+                Some(
+                    self.proxied_background_argv(
+                        &sandbox, &state, &request, &workdir, &id, &mut env,
+                    )
+                    .await?,
+                )
+            } else if self.sandbox.is_some() || self.ceilings.any_process_ceiling() {
                 let (program, args) =
                     self.shell_argv(&state, &request.session, &request.command, &workdir, &id)?;
                 Some(

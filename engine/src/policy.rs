@@ -1392,10 +1392,6 @@ fn proxy_refusal(kind: &str, config: &BackendConfig) -> Option<String> {
             "a bare slurm job runs on the compute node's own network, which Paddock cannot take \
              away; give the backend an `image` (commands in Apptainer) or use another backend"
         }
-        "slurm" => {
-            "slurm with an `image` is not served by the egress proxy in this build yet; use \
-             \"none\" or \"host\", or an apptainer backend on this machine"
-        }
         "local" if sandbox == Some("none") => {
             "with sandbox = \"none\" commands run on this machine's own network, which Paddock \
              cannot take away; keep the sandbox (read-only or workspace-write)"
@@ -1489,6 +1485,7 @@ value = "Bearer ${GITHUB_TOKEN}"
             ("local", ""),
             ("docker", "image = \"x\"\n"),
             ("apptainer", "image = \"x.sif\"\n"),
+            ("slurm", "image = \"x.sif\"\n"),
         ] {
             let text = format!("[backends.b]\nkind = \"{kind}\"\nnetwork = \"proxy\"\n{extra}");
             assert!(Policy::parse(&text, "p.toml").is_ok(), "{kind}");
@@ -1498,8 +1495,8 @@ value = "Bearer ${GITHUB_TOKEN}"
             ("slurm", "", "a bare slurm job"),
             (
                 "slurm",
-                "image = \"x.sif\"\n",
-                "not served by the egress proxy in this build",
+                "image = \"x.sif\"\nagent = false\n",
+                "agent = false",
             ),
             ("local", "sandbox = \"none\"\n", "with sandbox = \"none\""),
             ("docker", "image = \"x\"\nagent = false\n", "agent = false"),

@@ -346,14 +346,19 @@ impl Daemon {
                         let serving = serving.clone();
                         let agent_socket = agent_socket.clone();
                         tokio::spawn(async move {
-                            let (stream, port) = read_preamble(stream).await;
-                            let owner = port.map(|port| {
-                                Arc::new(AgentOwner {
+                            let (stream, preamble) = read_preamble(stream).await;
+                            let owner = match preamble {
+                                Some(Preamble { run: Some(run), .. }) => {
+                                    Some(Arc::new(KnownRun(run)) as Arc<dyn RunLookup>)
+                                }
+                                Some(Preamble { port, run: None }) => Some(Arc::new(AgentOwner {
                                     agent_socket,
                                     port,
                                     found: tokio::sync::OnceCell::new(),
-                                }) as Arc<dyn RunLookup>
-                            });
+                                })
+                                    as Arc<dyn RunLookup>),
+                                None => None,
+                            };
                             serving.serve_connection(stream, owner).await;
                         });
                     }
@@ -520,10 +525,30 @@ impl Daemon {
     }
 }
 
-/// The agent's first line on a carried connection (`paddock-egress port=PORT`, the client's
-/// port in the environment), and the stream after it. A connection without one (a command
-/// that dialled the socket itself) is served all the same, its run unknown.
-async fn read_preamble(stream: UnixStream) -> (BufReader<UnixStream>, Option<u16>) {
+/// What the agent's first line on a carried connection says: the client's port in the
+/// environment, and the run when the listener served one program only
+/// (`paddock-egress port=PORT [run=ID]`).
+#[derive(Debug, PartialEq)]
+struct Preamble {
+    port: u16,
+    run: Option<String>,
+}
+
+impl Preamble {
+    fn parse(line: &str) -> Option<Self> {
+        let mut fields = line.trim_end().strip_prefix("paddock-egress ")?.split(' ');
+        let port = fields.next()?.strip_prefix("port=")?.parse().ok()?;
+        let run = match fields.next() {
+            Some(field) => Some(field.strip_prefix("run=")?.to_owned()),
+            None => None,
+        };
+        Some(Self { port, run })
+    }
+}
+
+/// The preamble and the stream after it. A connection without one (a command that dialled
+/// the socket itself) is served all the same, its run unknown.
+async fn read_preamble(stream: UnixStream) -> (BufReader<UnixStream>, Option<Preamble>) {
     let mut reader = BufReader::new(stream);
     let starts = matches!(reader.fill_buf().await, Ok(buf) if buf.starts_with(b"paddock-egress "));
     if !starts {
@@ -534,11 +559,19 @@ async fn read_preamble(stream: UnixStream) -> (BufReader<UnixStream>, Option<u16
     if limited.read_until(b'\n', &mut line).await.is_err() {
         return (reader, None);
     }
-    let port = String::from_utf8_lossy(&line)
-        .trim_end()
-        .strip_prefix("paddock-egress port=")
-        .and_then(|p| p.parse().ok());
-    (reader, port)
+    let preamble = Preamble::parse(&String::from_utf8_lossy(&line));
+    (reader, preamble)
+}
+
+/// A connection whose run the agent named in its preamble.
+struct KnownRun(String);
+
+impl RunLookup for KnownRun {
+    fn run_id(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + '_>> {
+        Box::pin(std::future::ready(Some(self.0.clone())))
+    }
 }
 
 /// Asks the agent beside an environment's egress socket which run owns a connection, once.
@@ -672,4 +705,35 @@ pub async fn run(home: &Path) -> Result<(), DaemonError> {
     tracing::info!("egress proxy exits: nothing left to serve");
     drop(lock);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Preamble;
+
+    #[test]
+    fn a_preamble_names_the_port_and_perhaps_the_run() {
+        assert_eq!(
+            Preamble::parse("paddock-egress port=41234\n"),
+            Some(Preamble {
+                port: 41234,
+                run: None
+            })
+        );
+        assert_eq!(
+            Preamble::parse("paddock-egress port=41234 run=p-1a2b\n"),
+            Some(Preamble {
+                port: 41234,
+                run: Some("p-1a2b".into())
+            })
+        );
+        for bad in [
+            "paddock-egress\n",
+            "paddock-egress port=x\n",
+            "paddock-egress port=1 who=me\n",
+            "GET / HTTP/1.1\r\n",
+        ] {
+            assert_eq!(Preamble::parse(bad), None, "{bad:?}");
+        }
+    }
 }

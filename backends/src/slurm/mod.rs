@@ -390,7 +390,13 @@ impl SlurmTransport {
                     r#"a=$1; n=$2; shift 2
 "$a" instance stop "$n" >/dev/null 2>&1
 "$a" "$@" >&2 || exit 1
-exec "$a" exec --cleanenv --pwd / "instance://$n" {AGENT_PATH_INSIDE} serve --socket {AGENT_DIR_INSIDE}/{SOCKET_NAME}"#
+exec "$a" exec --cleanenv --pwd / "instance://$n" {AGENT_PATH_INSIDE} serve --socket {AGENT_DIR_INSIDE}/{SOCKET_NAME}{egress}"#,
+                    // The instance has no network: the agent carries connections to the proxy.
+                    egress = if self.egress() {
+                        format!(" {}", crate::egress::agent_args().join(" "))
+                    } else {
+                        String::new()
+                    }
                 );
                 let mut argv = vec![
                     "/bin/bash".into(),
@@ -550,6 +556,11 @@ impl AgentHost for SlurmTransport {
 
     fn start_agent<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
         Box::pin(self.start_holder(session))
+    }
+
+    /// Proxied only in an image's instance, made with no network (a bare job keeps the node's).
+    fn egress(&self) -> bool {
+        self.apptainer.as_ref().is_some_and(AgentHost::egress)
     }
 
     fn agent_is_stale<'a>(

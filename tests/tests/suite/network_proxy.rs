@@ -299,6 +299,22 @@ impl Setup {
         v["output"].as_str().unwrap_or_default().to_owned()
     }
 
+    /// Any tool in `session` on the sandboxed backend; its JSON result.
+    fn call(&self, session: &str, tool: &str, args: Value) -> Value {
+        let args = args.to_string();
+        let run = self.paddock(&[
+            "call",
+            tool,
+            "--backend",
+            "sandboxed",
+            "--session",
+            session,
+            "--args",
+            &args,
+        ]);
+        run.json()
+    }
+
     fn refusals(&self) -> Vec<Value> {
         std::fs::read_to_string(Path::new(&self.home()).join("logs/network.jsonl"))
             .unwrap_or_default()
@@ -396,6 +412,67 @@ fn the_sandbox_reaches_allowed_names_only_and_each_refusal_is_logged() {
         "{line}"
     );
     s.close("n1");
+}
+
+#[test]
+fn terminal_and_background_commands_in_the_sandbox_reach_the_proxy_too() {
+    let o = origin();
+    let network = format!(
+        "[network]\nallow = [\"origin.test\"]\n{}",
+        pins(&["origin.test", "other.test"])
+    );
+    let s = Setup::new(&network, "");
+    let p = o.port;
+    // On a terminal: the session agent's own, in the session's sandbox.
+    let v = s.call(
+        "n3",
+        "terminal",
+        json!({"command": format!("test -t 1 && echo on-a-tty; curl -sS http://origin.test:{p}/pty"), "pty": true}),
+    );
+    let out = v["output"].as_str().unwrap_or_else(|| panic!("{v}"));
+    assert!(out.contains("on-a-tty"), "{out}");
+    assert!(out.contains("origin saw GET /pty HTTP/1.1"), "{out}");
+    // In the background: a sandbox of its own, with a listener of its own on the port.
+    let v = s.call(
+        "n3",
+        "terminal",
+        json!({"command": format!(
+            "curl -sS http://origin.test:{p}/bg; curl -sS http://other.test:{p}/x; echo bg-done"
+        ), "background": true}),
+    );
+    let id = v["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no session_id: {v}"))
+        .to_owned();
+    let mut log = String::new();
+    for _ in 0..150 {
+        let v = s.call("n3", "process", json!({"action": "log", "session_id": id}));
+        log = v["lines"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{v}"))
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join("\n");
+        if log.contains("bg-done") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(log.contains("origin saw GET /bg HTTP/1.1"), "{log}");
+    assert!(
+        log.contains(&format!(
+            "paddock proxy: other.test:{p} refused by network.unknown"
+        )),
+        "{log}"
+    );
+    assert_eq!(o.connections.load(Ordering::SeqCst), 2, "the two allowed");
+    // The refusal names the background process as the run that made it.
+    let refusals = s.refusals();
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert_eq!(refusals[0]["host"], "other.test");
+    assert_eq!(refusals[0]["run_id"], json!(id), "{:?}", refusals[0]);
+    s.close("n3");
 }
 
 #[test]
@@ -934,22 +1011,19 @@ fn closing_the_session_stops_serving_it_and_the_proxy_then_exits() {
     assert!(!Path::new(&home).join("network/proxy.sock").exists());
 }
 
-/// The test services' apptainer image and program (scripts/test-services.sh).
-fn apptainer_section() -> String {
+/// A backend section of the test services' policy (scripts/test-services.sh), made proxied.
+fn services_section(name: &str) -> String {
     let services = std::env::var("PADDOCK_TEST_POLICY")
         .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned());
     let text = std::fs::read_to_string(services).unwrap_or_default();
-    let value = |key: &str| {
-        text.lines()
-            .skip_while(|l| *l != "[backends.apptainer]")
-            .find_map(|l| l.strip_prefix(&format!("{key} = ")).map(str::to_owned))
-            .unwrap_or_else(|| panic!("no apptainer {key} in the services policy"))
-    };
-    format!(
-        "[backends.apptainer]\nkind = \"apptainer\"\nimage = {}\nbinary = {}\nnetwork = \"proxy\"\n",
-        value("image"),
-        value("binary")
-    )
+    let header = format!("[backends.{name}]");
+    let lines: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != header)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert!(!lines.is_empty(), "no {header} in the services policy");
+    format!("{}\nnetwork = \"proxy\"\n", lines.join("\n"))
 }
 
 #[test]
@@ -969,7 +1043,15 @@ fn apptainer_with_the_proxy_reaches_allowed_names_only() {
     if skipped("apptainer") {
         return;
     }
-    a_container_reaches_allowed_names_only("apptainer", &apptainer_section());
+    a_container_reaches_allowed_names_only("apptainer", &services_section("apptainer"));
+}
+
+#[test]
+fn slurm_with_an_image_and_the_proxy_reaches_allowed_names_only() {
+    if skipped("slurm") || skipped("apptainer") {
+        return;
+    }
+    a_container_reaches_allowed_names_only("slurm_apptainer", &services_section("slurm_apptainer"));
 }
 
 /// Allowed, denied and unknown names, and a raw connection around the proxy, from a container
