@@ -108,7 +108,8 @@ pub fn serve_run(
         }
     };
     let pgid = child.id();
-    let drained_rx = helpers.go(pgid, output, input);
+    // `_deadline` lives until the run is answered: its drop ends the deadline's thread.
+    let (drained_rx, _deadline) = helpers.go(pgid, output, input);
     let status = child.wait()?;
     // What the program left behind goes with it: its group, and daemons that left the group
     // but carry the run id.
@@ -160,14 +161,20 @@ struct Helpers {
 
 impl Helpers {
     /// Hands the started program's parts to the threads; answers the channel that says when
-    /// its output is drained.
-    fn go(self, pgid: u32, output: Box<dyn Read + Send>, input: Input) -> mpsc::Receiver<()> {
+    /// its output is drained, and the deadline's sender, whose drop tells the deadline's
+    /// thread that the run is over.
+    fn go(
+        self,
+        pgid: u32,
+        output: Box<dyn Read + Send>,
+        input: Input,
+    ) -> (mpsc::Receiver<()>, Option<mpsc::Sender<u32>>) {
         let _ = self.output.send(output);
         let _ = self.input.send((input, pgid));
-        if let Some(deadline) = self.deadline {
+        if let Some(deadline) = &self.deadline {
             let _ = deadline.send(pgid);
         }
-        self.drained
+        (self.drained, self.deadline)
     }
 }
 
@@ -272,8 +279,13 @@ fn start_helpers(
                     let Ok(pgid) = deadline_rx.recv() else {
                         return;
                     };
-                    std::thread::sleep(Duration::from_millis(ms));
-                    if !finished.load(Ordering::SeqCst) {
+                    // Until the timeout, or until the run is over (its sender dropped): a
+                    // thread that slept out every finished run's whole timeout would count
+                    // against the session's process ceiling.
+                    let ended = deadline_rx.recv_timeout(Duration::from_millis(ms));
+                    if matches!(ended, Err(mpsc::RecvTimeoutError::Timeout))
+                        && !finished.load(Ordering::SeqCst)
+                    {
                         timed_out.store(true, Ordering::SeqCst);
                         end_run(pgid, run_id.as_deref());
                     }

@@ -200,3 +200,57 @@ fn a_run_the_agent_cannot_staff_is_refused_with_words_and_the_agent_goes_on() {
     );
     assert_eq!(output, "served\n");
 }
+
+/// The agent's threads, by name.
+fn threads_of(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_finished_run_leaves_no_thread_behind_and_the_deadline_still_ends_a_slow_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("agent.sock");
+    let agent = Agent::serve(&socket);
+    wait_for_socket(&socket);
+    for _ in 0..10 {
+        let (reply, _) = run_within(&socket, &["/bin/true"], 600_000);
+        assert!(matches!(reply, Reply::Exit { code: 0, .. }), "{reply:?}");
+    }
+    // Each run's threads end with it (a deadline thread used to sleep out the whole timeout).
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<String> = threads_of(agent.0.id())
+            .into_iter()
+            .filter(|name| name.starts_with("run-"))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "threads left after ten finished runs: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let started = Instant::now();
+    let (reply, _) = run_within(&socket, &["/bin/sleep", "30"], 300);
+    assert!(
+        matches!(
+            reply,
+            Reply::Exit {
+                timed_out: true,
+                ..
+            }
+        ),
+        "{reply:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the deadline did not end the run"
+    );
+}
