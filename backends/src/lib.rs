@@ -32,6 +32,7 @@ pub mod apptainer;
 pub mod cgroup;
 pub mod docker;
 pub mod egress;
+pub mod freeze;
 pub mod ids;
 pub mod kill;
 pub mod launch;
@@ -85,6 +86,15 @@ pub enum BackendError {
 }
 
 pub type Result<T> = std::result::Result<T, BackendError>;
+
+/// What `paddock sessions pause` answers for a backend that cannot freeze a session.
+pub fn pause_not_offered(kind: &str, name: &str) -> BackendError {
+    BackendError::Unavailable {
+        kind: kind.to_owned(),
+        name: name.to_owned(),
+        reason: "pausing a session is offered on docker and the local backend only".into(),
+    }
+}
 
 /// What a file operation answers: its JSON, or the file error the tool reports
 /// (`file:not_found`, `file:no_match`, ...). A backend fault is the future's own error.
@@ -222,6 +232,20 @@ pub trait Environment: Send + Sync {
     fn sweep_orphans<'a>(&'a self, live_sessions: &'a [String]) -> BackendFuture<'a, usize> {
         let _ = live_sessions;
         Box::pin(async { Ok(0) })
+    }
+
+    /// Freezes every process the session has here (`paddock sessions pause`): they use no CPU
+    /// until [`Environment::resume_session`]. Answers whether anything of the session was
+    /// there to freeze. The default: not offered by this backend, said so.
+    fn pause_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, bool> {
+        let _ = session;
+        Box::pin(async move { Err(pause_not_offered(self.kind(), self.name())) })
+    }
+
+    /// Thaws what [`Environment::pause_session`] froze (nothing frozen: nothing to do).
+    fn resume_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        let _ = session;
+        Box::pin(async { Ok(()) })
     }
 
     /// Starts filling this backend's warm pool, if it has one (a long-lived engine does so

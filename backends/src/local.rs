@@ -1625,6 +1625,31 @@ impl Environment for LocalEnvironment {
         })
     }
 
+    fn pause_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, bool> {
+        Box::pin(async move {
+            crate::shell::check_session(session)?;
+            let cgroups = self.ceiling_plan(session).cgroups;
+            let session = session.to_owned();
+            let stopped = tokio::task::spawn_blocking(move || {
+                crate::freeze::stop_session(&session, &cgroups)
+            })
+            .await
+            .map_err(|e| BackendError::Io(std::io::Error::other(e)))?;
+            Ok(stopped > 0)
+        })
+    }
+
+    fn resume_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        Box::pin(async move {
+            crate::shell::check_session(session)?;
+            let cgroups = self.ceiling_plan(session).cgroups;
+            let session = session.to_owned();
+            tokio::task::spawn_blocking(move || crate::freeze::continue_session(&session, &cgroups))
+                .await
+                .map_err(|e| BackendError::Io(std::io::Error::other(e)))
+        })
+    }
+
     /// The cgroups and /tmp mounts of sessions that are gone (an engine killed before it
     /// closed them).
     fn sweep_orphans<'a>(&'a self, live_sessions: &'a [String]) -> BackendFuture<'a, usize> {

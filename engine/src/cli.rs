@@ -229,6 +229,19 @@ enum SessionsCommand {
         #[arg(long, value_name = "F")]
         policy: Option<PathBuf>,
     },
+    /// Freeze a session's processes (docker pause; SIGSTOP of the local sandbox's tree): no CPU
+    /// until its next command, which resumes it.
+    Pause {
+        id: String,
+        #[arg(long, value_name = "F")]
+        policy: Option<PathBuf>,
+    },
+    /// Resume a paused session now.
+    Resume {
+        id: String,
+        #[arg(long, value_name = "F")]
+        policy: Option<PathBuf>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -412,6 +425,12 @@ async fn dispatch(command: Command, bench: BenchRunner) -> ExitCode {
         Command::Sessions {
             command: SessionsCommand::Close { id, policy },
         } => sessions_close(&id, policy.as_deref()).await,
+        Command::Sessions {
+            command: SessionsCommand::Pause { id, policy },
+        } => sessions_pause(&id, policy.as_deref(), true).await,
+        Command::Sessions {
+            command: SessionsCommand::Resume { id, policy },
+        } => sessions_pause(&id, policy.as_deref(), false).await,
         Command::Policy {
             command: PolicyCommand::Check { files },
         } => policy_check(&files),
@@ -870,6 +889,36 @@ async fn sessions_close(id: &str, policy: Option<&Path>) -> ExitCode {
             ExitCode::from(1)
         }
         Err(e) => usage_error(&e.to_string()),
+    }
+}
+
+/// `sessions pause` (`pause`) or `sessions resume`: one JSON line, exit 1 on failure.
+async fn sessions_pause(id: &str, policy: Option<&Path>, pause: bool) -> ExitCode {
+    let engine = match sessions_engine(policy) {
+        Ok(e) => e,
+        Err(e) => return usage_error(&e),
+    };
+    let done = if pause {
+        engine
+            .pause_session(id)
+            .await
+            .map(|report| serde_json::to_value(&report).unwrap_or_default())
+    } else {
+        engine
+            .resume_session(id)
+            .await
+            .map(|()| json!({"id": id, "resumed": true}))
+    };
+    match done {
+        Ok(line) => {
+            print_line(&line);
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            let _ = writeln!(std::io::stderr(), "paddock: {err}");
+            print_line(&json!({"id": id, "error": err.to_string()}));
+            ExitCode::from(1)
+        }
     }
 }
 

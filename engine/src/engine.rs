@@ -11,7 +11,7 @@ use crate::codemode::{CodeMode, Limits, RUN_TOOLS_SCRIPT, script_event};
 use crate::events::{EventSink, Phase};
 use crate::policy::{Policy, PolicyError};
 use crate::registry::{CallContext, Registry, ToolError, ToolSpec, definitions, new_call_id};
-use crate::sessions::{CloseReport, SessionSummary, Sessions, SweepReport};
+use crate::sessions::{CloseReport, PauseReport, SessionSummary, Sessions, SweepReport};
 use crate::tools::spill::{READ_OUTPUT, Spiller};
 
 /// Errors building or running the engine.
@@ -293,6 +293,21 @@ impl Engine {
             tracing::debug!(session = %id, "notebook state closed");
         }
         Ok(self.sessions()?.close(id).await?)
+    }
+
+    /// Freezes session `id` on every backend it used (`paddock sessions pause`); its next
+    /// call thaws it.
+    pub async fn pause_session(&self, id: &str) -> Result<PauseReport, EngineError> {
+        Ok(self.sessions()?.pause(id).await?)
+    }
+
+    /// Thaws a paused session now (`paddock sessions resume`).
+    pub async fn resume_session(&self, id: &str) -> Result<(), EngineError> {
+        let sessions = self.sessions()?;
+        if sessions.store().get(id).is_none() {
+            return Err(crate::sessions::SessionError::Unknown(id.to_owned()).into());
+        }
+        Ok(sessions.resume(id).await?)
     }
 
     /// Makes `workspace` the workspace of `session` (default: this engine's): where its

@@ -51,6 +51,12 @@ pub enum SessionError {
         backend: String,
         reason: String,
     },
+    #[error("session '{id}' on backend '{backend}': {reason}")]
+    Pause {
+        id: String,
+        backend: String,
+        reason: String,
+    },
 }
 
 /// What is kept about one session.
@@ -63,6 +69,10 @@ pub struct SessionRecord {
     pub created: u64,
     /// Unix seconds of the last environment tool call.
     pub last_active: u64,
+    /// Backends whose part of the session is frozen (`paddock sessions pause`); the next call
+    /// that uses the session thaws them.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub paused: BTreeSet<String>,
 }
 
 impl SessionRecord {
@@ -79,6 +89,8 @@ pub struct SessionSummary {
     pub idle_seconds: u64,
     /// Background processes of the session still running.
     pub background_processes: usize,
+    /// Frozen by `paddock sessions pause` (its processes use no CPU); the next command thaws it.
+    pub paused: bool,
     /// What its proxied environments sent through the egress proxy (`network = "proxy"`),
     /// counted since the proxy started serving them.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -111,6 +123,14 @@ impl CloseReport {
     pub fn all_ok(&self) -> bool {
         self.backends.iter().all(|b| b.ok)
     }
+}
+
+/// What pausing a session did (`paddock sessions pause` prints it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PauseReport {
+    pub id: String,
+    /// Backends where something of the session was frozen.
+    pub paused: Vec<String>,
 }
 
 /// What one sweep did.
@@ -184,6 +204,7 @@ impl SessionStore {
             backends: BTreeSet::new(),
             created: now,
             last_active: now,
+            paused: BTreeSet::new(),
         });
         let new_backend = backend.is_some_and(|b| !record.backends.contains(b));
         if new_backend || !written_recently {
@@ -391,11 +412,91 @@ impl Sessions {
                     .filter(|p| p.state == ProcessState::Running)
                     .count(),
                 idle_seconds: r.idle_seconds(now),
+                paused: !r.paused.is_empty(),
                 backends: r.backends.into_iter().collect(),
                 id: r.id,
                 network: None,
             })
             .collect()
+    }
+
+    /// Freezes session `id` on every backend it used (also its `ID.python` part): its
+    /// processes stop using CPU; the next call that uses the session thaws them. Answers the
+    /// backends that held something to freeze. A backend that cannot pause is an error naming
+    /// it, and what was frozen before it is thawed again: nothing is left half paused.
+    pub async fn pause(&self, id: &str) -> Result<PauseReport, SessionError> {
+        check_id(id)?;
+        let record = self
+            .store
+            .get(id)
+            .ok_or_else(|| SessionError::Unknown(id.to_owned()))?;
+        let python = python_session(id);
+        let mut paused = BTreeSet::new();
+        let mut frozen = Vec::new();
+        for name in &record.backends {
+            let Some(env) = self.backends.get(name) else {
+                continue;
+            };
+            for session in [id, python.as_str()] {
+                match env.pause_session(session).await {
+                    Ok(true) => {
+                        paused.insert(name.clone());
+                        frozen.push((env.clone(), session.to_owned()));
+                    }
+                    Ok(false) => {}
+                    Err(err) => {
+                        for (env, session) in &frozen {
+                            let _ = env.resume_session(session).await;
+                        }
+                        return Err(SessionError::Pause {
+                            id: id.to_owned(),
+                            backend: name.clone(),
+                            reason: err.to_string(),
+                        });
+                    }
+                }
+            }
+        }
+        self.store.write(&SessionRecord {
+            paused: paused.clone(),
+            ..record
+        })?;
+        Ok(PauseReport {
+            id: id.to_owned(),
+            paused: paused.into_iter().collect(),
+        })
+    }
+
+    /// Thaws what [`Sessions::pause`] froze; a session not paused is left as it is.
+    pub async fn resume(&self, id: &str) -> Result<(), SessionError> {
+        check_id(id)?;
+        let Some(record) = self.store.get(id) else {
+            return Ok(());
+        };
+        if record.paused.is_empty() {
+            return Ok(());
+        }
+        let python = python_session(id);
+        for name in &record.paused {
+            let Some(env) = self.backends.get(name) else {
+                continue;
+            };
+            for session in [id, python.as_str()] {
+                env.resume_session(session)
+                    .await
+                    .map_err(|err| SessionError::Pause {
+                        id: id.to_owned(),
+                        backend: name.clone(),
+                        reason: format!("resuming: {err}"),
+                    })?;
+            }
+        }
+        // Re-read: a command may have touched the record meanwhile.
+        let current = self.store.get(id).unwrap_or(record);
+        self.store.write(&SessionRecord {
+            paused: BTreeSet::new(),
+            ..current
+        })
     }
 
     /// Ends session `id`: its background processes (receipts kept), what it holds on every
@@ -410,6 +511,12 @@ impl Sessions {
             .get(id)
             .ok_or_else(|| SessionError::Unknown(id.to_owned()))?;
         tracing::info!(session = %id, "closing the session");
+        // A frozen agent would not answer its shutdown, nor a stopped process its SIGTERM.
+        if !record.paused.is_empty()
+            && let Err(err) = self.resume(id).await
+        {
+            tracing::warn!(session = %id, %err, "a paused session was not thawed before closing");
+        }
         // Processes first: ending a remote one runs its kill script through the transport,
         // which needs the container or instance still there.
         let mut processes_killed = Vec::new();
@@ -646,6 +753,7 @@ mod tests {
             backends: BTreeSet::new(),
             created: 1,
             last_active: now_secs() - 100,
+            paused: BTreeSet::new(),
         };
         store.write(&old).unwrap();
         store.touch("new", None);

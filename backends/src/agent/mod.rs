@@ -567,6 +567,14 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
         self.inner.sweep_orphans(live_sessions)
     }
 
+    fn pause_session<'a>(&'a self, session: &'a str) -> Option<BackendFuture<'a, bool>> {
+        self.inner.pause_session(session)
+    }
+
+    fn resume_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        self.inner.resume_session(session)
+    }
+
     fn prewarm(&self) {
         if self.binary.is_ok() {
             self.inner.prewarm();

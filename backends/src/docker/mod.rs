@@ -703,6 +703,38 @@ impl Transport for DockerTransport {
         }
     }
 
+    fn pause_session<'a>(&'a self, session: &'a str) -> Option<BackendFuture<'a, bool>> {
+        Some(Box::pin(async move {
+            crate::shell::check_session(session)?;
+            let docker = self.client().await?;
+            match docker.pause_container(&self.container_name(session)).await {
+                Ok(()) => Ok(true),
+                Err(e) if status_of(&e) == Some(404) => Ok(false),
+                // A second pause (`ID.python` shares the container): dockerd says so in words.
+                Err(e) if e.to_string().contains("already paused") => Ok(true),
+                Err(e) => Err(self.lost(e)),
+            }
+        }))
+    }
+
+    fn resume_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        Box::pin(async move {
+            crate::shell::check_session(session)?;
+            let docker = self.client().await?;
+            match docker
+                .unpause_container(&self.container_name(session))
+                .await
+            {
+                Ok(()) => Ok(()),
+                // Gone, or not paused (thawed already, through `ID.python`): nothing to thaw.
+                Err(e) if status_of(&e) == Some(404) || e.to_string().contains("not paused") => {
+                    Ok(())
+                }
+                Err(e) => Err(self.lost(e)),
+            }
+        })
+    }
+
     fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
         Box::pin(async move {
             crate::shell::check_session(session)?;

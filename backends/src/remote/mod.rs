@@ -110,6 +110,17 @@ pub trait Transport: Send + Sync + 'static {
         let _ = live_sessions;
         Box::pin(async { Ok(0) })
     }
+    /// Freezes the session's container or instance ([`crate::Environment::pause_session`]);
+    /// `None`: this transport offers no pause.
+    fn pause_session<'a>(&'a self, session: &'a str) -> Option<BackendFuture<'a, bool>> {
+        let _ = session;
+        None
+    }
+    /// Thaws what [`Transport::pause_session`] froze.
+    fn resume_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        let _ = session;
+        Box::pin(async { Ok(()) })
+    }
     /// Starts filling the warm pool, if the backend has one.
     fn prewarm(&self) {}
 }
@@ -521,6 +532,22 @@ impl<T: Transport> Environment for RemoteEnvironment<T> {
 
     fn sweep_orphans<'a>(&'a self, live_sessions: &'a [String]) -> BackendFuture<'a, usize> {
         self.transport.sweep_orphans(live_sessions)
+    }
+
+    fn pause_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, bool> {
+        match self.transport.pause_session(session) {
+            Some(paused) => paused,
+            None => Box::pin(async move {
+                Err(crate::pause_not_offered(
+                    self.transport.kind(),
+                    self.transport.name(),
+                ))
+            }),
+        }
+    }
+
+    fn resume_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
+        self.transport.resume_session(session)
     }
 
     fn prewarm(&self) {

@@ -165,16 +165,33 @@ impl Environments {
         self.sessions.activity(session, env.map(|e| e.name()))
     }
 
-    /// As [`Environments::activity`], for a tool call.
-    pub(super) fn call_activity(
+    /// As [`Environments::activity`], for a tool call; a paused session is thawed first
+    /// (`paddock sessions pause`: the next call resumes it).
+    pub(super) async fn call_activity(
         &self,
         ctx: &CallContext,
         env: Option<&Arc<dyn Environment>>,
-    ) -> CallActivity {
-        CallActivity {
+    ) -> Result<CallActivity, ToolError> {
+        self.resume_if_paused(&ctx.session).await?;
+        Ok(CallActivity {
             _session: self.activity(&ctx.session, env),
             _egress: self.egress.as_ref().map(|egress| egress.track(ctx)),
+        })
+    }
+
+    /// Thaws `session` when `paddock sessions pause` froze it.
+    pub(super) async fn resume_if_paused(&self, session: &str) -> Result<(), ToolError> {
+        let paused = self
+            .sessions
+            .store()
+            .get(session)
+            .is_some_and(|record| !record.paused.is_empty());
+        if !paused {
+            return Ok(());
         }
+        self.sessions.resume(session).await.map_err(|err| {
+            ToolError::failed(format!("the paused session could not be resumed: {err}"))
+        })
     }
 
     /// The approval a file tool needs: that of `line`, the command that would do the same run
@@ -290,7 +307,7 @@ impl Tool for Terminal {
         Box::pin(paddock_backends::progress::scope(progress, async move {
             let args: TerminalArgs = super::parse_args("terminal", args)?;
             let env = envs.backend_for("terminal")?;
-            let _active = envs.call_activity(&ctx, Some(env));
+            let _active = envs.call_activity(&ctx, Some(env)).await?;
             let container = env.is_container();
             if !(container && envs.skip_approval_in_containers) {
                 envs.approvals
@@ -403,7 +420,7 @@ impl Tool for Process {
         Box::pin(paddock_backends::progress::scope(progress, async move {
             let args: ProcessArgs = super::parse_args("process", args)?;
             let registry = &envs.registry;
-            let _active = envs.call_activity(&ctx, None);
+            let _active = envs.call_activity(&ctx, None).await?;
             if args.action == "list" {
                 let list: Vec<Value> = registry
                     .list(&ctx.session)
@@ -529,7 +546,7 @@ impl Tool for PythonExecute {
         Box::pin(paddock_backends::progress::scope(progress, async move {
             let args: PythonArgs = super::parse_args("python_execute", args)?;
             let env = envs.backend_for("python_execute")?;
-            let _active = envs.call_activity(&ctx, Some(env));
+            let _active = envs.call_activity(&ctx, Some(env)).await?;
             // Named by its session (`@` is never in a session id): closing the session removes
             // the run's directory, artifacts included.
             let run_id = format!("{}@{}", ctx.session, crate::registry::new_call_id());
@@ -691,7 +708,7 @@ impl Tool for PythonEnvironmentInfo {
         let envs = self.0.clone();
         Box::pin(async move {
             let env = envs.backend_for("python_execute")?;
-            let _active = envs.call_activity(&ctx, Some(env));
+            let _active = envs.call_activity(&ctx, Some(env)).await?;
             let quoted = INFO_SCRIPT.replace('\'', "'\"'\"'");
             let out = env
                 .exec(ExecRequest {

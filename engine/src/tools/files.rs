@@ -225,7 +225,7 @@ impl Tool for FileTool {
         Box::pin(paddock_backends::progress::scope(progress, async move {
             let operation = operation_of(name, op, args)?;
             let env = envs.backend_for(ROUTE)?;
-            let _active = envs.call_activity(&ctx, Some(env));
+            let _active = envs.call_activity(&ctx, Some(env)).await?;
             // Where the files are this machine's, a relative path is judged where it lands
             // (`../../root/.bashrc` is the start-up file it reaches).
             let base = env.current_dir(&ctx.session);

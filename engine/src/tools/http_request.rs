@@ -151,7 +151,7 @@ impl Tool for HttpRequest {
             }
             // The session is at work (its record, the idle sweep), and the proxy's questions
             // about an unknown host are asked through this call.
-            let _active = envs.call_activity(&ctx, None);
+            let _active = envs.call_activity(&ctx, None).await?;
             let socket = egress
                 .web_socket(&ctx.session)
                 .await

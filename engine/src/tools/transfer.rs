@@ -88,6 +88,9 @@ impl Environments {
             .backend_for("files")
             .map_err(|e| TransferError::Local(e.message))?;
         // The session's record names the backend, so that closing it ends what this made.
+        self.resume_if_paused(session)
+            .await
+            .map_err(|e| TransferError::Local(e.message))?;
         let _active = self.activity(session, Some(env));
         let out = env
             .exec(ExecRequest {

@@ -340,3 +340,152 @@ fn idle_timeout_must_be_positive() {
         out.stderr
     );
 }
+
+/// CPU ticks (user + system) used so far by the processes whose command line holds `marker`.
+fn cpu_ticks(marker: &str) -> u64 {
+    let out = std::process::Command::new("pgrep")
+        .args(["-f", marker])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .map(|stat| {
+            let fields: Vec<&str> = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .collect();
+            fields
+                .get(11)
+                .and_then(|u| u.parse::<u64>().ok())
+                .unwrap_or(0)
+                + fields
+                    .get(12)
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .unwrap_or(0)
+        })
+        .sum()
+}
+
+fn ticks_over(marker: &str, span: Duration) -> u64 {
+    let before = cpu_ticks(marker);
+    std::thread::sleep(span);
+    cpu_ticks(marker).saturating_sub(before)
+}
+
+/// A busy background loop in `session` on `backend`: paused, it uses no CPU and `sessions
+/// list` says paused; the next command resumes it.
+fn a_paused_session_uses_no_cpu_until_its_next_command(
+    cwd: &Path,
+    home: &Path,
+    policy: Option<&str>,
+    backend: &str,
+) {
+    let marker = format!("busy-{}-{backend}", std::process::id());
+    let with_policy = |argv: &[&str]| -> Run {
+        let mut all = argv.to_vec();
+        if let Some(policy) = policy {
+            all.extend(["--policy", policy]);
+        }
+        run_in(Some(cwd), home, &all)
+    };
+    let command = format!("sh -c 'while :; do :; done' {marker}");
+    call_in(
+        Some(cwd),
+        home,
+        "p1",
+        "terminal",
+        json!({"command": command, "background": true}),
+        policy,
+    );
+    wait_until("the loop runs", || {
+        ticks_over(&marker, Duration::from_millis(200)) > 0
+    });
+    let paused = with_policy(&["sessions", "pause", "p1"]);
+    assert_eq!(paused.code, 0, "{}{}", paused.stdout, paused.stderr);
+    assert_eq!(
+        paused.json()["paused"],
+        json!([backend]),
+        "{}",
+        paused.stdout
+    );
+    let listed = with_policy(&["sessions", "list"]).json_lines();
+    assert_eq!(listed[0]["paused"], true, "{listed:?}");
+    assert_eq!(
+        ticks_over(&marker, Duration::from_secs(1)),
+        0,
+        "a paused session's loop used CPU"
+    );
+    // The next command resumes it, transparently.
+    let back = call_in(
+        Some(cwd),
+        home,
+        "p1",
+        "terminal",
+        json!({"command": "echo back"}),
+        policy,
+    );
+    assert_eq!(back["output"], "back\n", "{back}");
+    let listed = with_policy(&["sessions", "list"]).json_lines();
+    assert_eq!(listed[0]["paused"], false, "{listed:?}");
+    assert!(
+        ticks_over(&marker, Duration::from_millis(500)) > 0,
+        "the loop did not resume"
+    );
+    // Paused again, then closed: nothing is left frozen behind.
+    assert_eq!(with_policy(&["sessions", "pause", "p1"]).code, 0);
+    let closed = with_policy(&["sessions", "close", "p1"]);
+    assert_eq!(closed.code, 0, "{}{}", closed.stdout, closed.stderr);
+    wait_until("the loop is gone", || {
+        cpu_ticks(&marker) == 0 && {
+            let out = std::process::Command::new("pgrep")
+                .args(["-f", &marker])
+                .output()
+                .unwrap();
+            out.stdout.is_empty()
+        }
+    });
+}
+
+#[test]
+fn a_paused_sandboxed_session_uses_no_cpu_until_its_next_command() {
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    // The built-in policy: the workspace-write sandbox over the directory it starts in.
+    a_paused_session_uses_no_cpu_until_its_next_command(ws.path(), home.path(), None, "local");
+}
+
+#[test]
+fn a_paused_docker_session_uses_no_cpu_until_its_next_command() {
+    if std::env::var("PADDOCK_SKIP_BACKENDS")
+        .unwrap_or_default()
+        .split(',')
+        .any(|b| b.trim() == "docker")
+    {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let policy = home.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[backends.docker]\nkind = \"docker\"\nimage = \"paddock-test:latest\"\n\n\
+         [routes]\nterminal = \"docker\"\n",
+    )
+    .unwrap();
+    a_paused_session_uses_no_cpu_until_its_next_command(
+        home.path(),
+        home.path(),
+        Some(policy.to_str().unwrap()),
+        "docker",
+    );
+}
+
+#[test]
+fn pausing_an_unknown_session_is_exit_1_naming_it() {
+    let home = tempfile::tempdir().unwrap();
+    let out = run(home.path(), &["sessions", "pause", "nobody"]);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("no session 'nobody'"), "{}", out.stderr);
+}

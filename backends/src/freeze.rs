@@ -1,0 +1,123 @@
+//! Pausing a local session (`paddock sessions pause`): every process of it stopped with
+//! SIGSTOP, scan after scan until a scan finds no new one (a process forking as it is found
+//! leaves children the next scan catches), and continued with SIGCONT on resume.
+//!
+//! A session's processes are those in its cgroups (the ceilings' groups, when it has them) and
+//! those whose environment names it (`PADDOCK_SESSION`, which the sandboxed agent, its
+//! commands and every background command start with). A process that cleared its own
+//! environment and lives outside the cgroups is not found; pausing saves CPU, it is not a
+//! confinement.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// How many scans a pause makes at most (a fork bomb could otherwise keep it going).
+const STOP_ROUNDS: usize = 50;
+
+/// The processes of `session`, this process and its parent excepted.
+fn session_processes(session: &str, cgroups: &[PathBuf]) -> BTreeSet<i32> {
+    let own = std::process::id() as i32;
+    let parent = nix::unistd::getppid().as_raw();
+    let needle = format!("PADDOCK_SESSION={session}");
+    let mut found: BTreeSet<i32> = cgroups
+        .iter()
+        .flat_map(|group| crate::cgroup::processes(group))
+        .collect();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|name| name.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+                continue;
+            };
+            if environ
+                .split(|&b| b == 0)
+                .any(|var| var == needle.as_bytes())
+            {
+                found.insert(pid);
+            }
+        }
+    }
+    found.remove(&own);
+    found.remove(&parent);
+    found
+}
+
+/// Stops every process of the session; answers how many were stopped.
+pub fn stop_session(session: &str, cgroups: &[PathBuf]) -> usize {
+    let mut stopped = BTreeSet::new();
+    for _ in 0..STOP_ROUNDS {
+        let fresh: Vec<i32> = session_processes(session, cgroups)
+            .into_iter()
+            .filter(|pid| !stopped.contains(pid))
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        for pid in fresh {
+            if kill(Pid::from_raw(pid), Signal::SIGSTOP).is_ok() {
+                stopped.insert(pid);
+            }
+        }
+    }
+    stopped.len()
+}
+
+/// Continues every process of the session.
+pub fn continue_session(session: &str, cgroups: &[PathBuf]) {
+    for pid in session_processes(session, cgroups) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn state_of(pid: u32) -> char {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        stat.rsplit(')')
+            .next()
+            .unwrap()
+            .trim()
+            .chars()
+            .next()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_session_s_processes_stop_and_continue_and_others_are_left_alone() {
+        let session = format!("freeze-test-{}", std::process::id());
+        let mut ours = std::process::Command::new("sleep")
+            .arg("30")
+            .env("PADDOCK_SESSION", &session)
+            .spawn()
+            .unwrap();
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .env("PADDOCK_SESSION", format!("{session}-other"))
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(stop_session(&session, &[]), 1);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(state_of(ours.id()), 'T');
+        assert_eq!(state_of(other.id()), 'S');
+        continue_session(&session, &[]);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(state_of(ours.id()), 'S');
+        let _ = ours.kill();
+        let _ = other.kill();
+        let _ = ours.wait();
+        let _ = other.wait();
+    }
+}
