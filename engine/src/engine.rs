@@ -191,16 +191,23 @@ impl Engine {
             return;
         };
         let expired = sessions.expired(&self.session);
-        if expired.is_empty() {
+        let due = sessions.due_for_pause(&self.session);
+        if expired.is_empty() && due.is_empty() {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        tracing::debug!(sessions = ?expired, "sweeping idle sessions");
+        tracing::debug!(sessions = ?expired, pausing = ?due, "sweeping idle sessions");
         let task = runtime.spawn(async move {
-            let report = sessions.sweep(&expired).await;
-            tracing::info!(closed = report.closed.len(), "idle sessions swept");
+            if !expired.is_empty() {
+                let report = sessions.sweep(&expired).await;
+                tracing::info!(closed = report.closed.len(), "idle sessions swept");
+            }
+            let paused = sessions.pause_idle(&due).await;
+            if !paused.is_empty() {
+                tracing::info!(sessions = ?paused, "idle sessions paused");
+            }
         });
         if let Ok(mut sweep) = self.sweep.lock() {
             *sweep = Some(task);
@@ -221,7 +228,11 @@ impl Engine {
     pub async fn sweep_now(&self) -> Result<SweepReport, EngineError> {
         let sessions = self.sessions()?;
         let expired = sessions.expired(&self.session);
-        Ok(sessions.sweep(&expired).await)
+        let report = sessions.sweep(&expired).await;
+        sessions
+            .pause_idle(&sessions.due_for_pause(&self.session))
+            .await;
+        Ok(report)
     }
 
     /// Starts filling the warm pools of the policy's backends (`paddock serve` does so when it
@@ -272,6 +283,8 @@ impl Engine {
                 "idle sessions swept before listing"
             );
         }
+        // Listed as they are: a session due for its idle pause is paused first.
+        sessions.pause_idle(&sessions.due_for_pause("")).await;
         let mut live = sessions.list_live();
         let totals = crate::network::Egress::totals(&crate::tools::environment::state_root()).await;
         for summary in &mut live {

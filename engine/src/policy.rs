@@ -410,12 +410,18 @@ impl Default for ProcessesConfig {
 pub struct SessionsConfig {
     /// Signed so that a negative value is refused with its line rather than as a type error.
     pub idle_timeout_seconds: Spanned<i64>,
+    /// `close` (the default) or `pause`: an idle session is paused after
+    /// `pause_after_seconds`, and closed only after `idle_timeout_seconds`.
+    pub idle_action: Spanned<String>,
+    pub pause_after_seconds: Spanned<i64>,
 }
 
 impl Default for SessionsConfig {
     fn default() -> Self {
         Self {
             idle_timeout_seconds: Spanned::new(0..0, 1800),
+            idle_action: Spanned::new(0..0, "close".to_owned()),
+            pause_after_seconds: Spanned::new(0..0, 300),
         }
     }
 }
@@ -424,6 +430,15 @@ impl SessionsConfig {
     /// How long a session may stay idle before a sweep closes it.
     pub fn idle_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs((*self.idle_timeout_seconds.get_ref()).max(1).unsigned_abs())
+    }
+
+    /// How long a session may stay idle before a sweep pauses it (`idle_action = "pause"`).
+    pub fn pause_after(&self) -> Option<std::time::Duration> {
+        (self.idle_action.get_ref() == "pause").then(|| {
+            std::time::Duration::from_secs(
+                (*self.pause_after_seconds.get_ref()).max(1).unsigned_abs(),
+            )
+        })
     }
 }
 
@@ -1200,6 +1215,25 @@ impl Policy {
                 format!("must be a positive number of seconds, got {idle}"),
             ));
         }
+        let action = self.sessions.idle_action.get_ref().as_str();
+        if !matches!(action, "close" | "pause") {
+            return Err(invalid(
+                self.sessions.idle_action.span(),
+                "sessions.idle_action",
+                format!("must be \"close\" or \"pause\", got {action:?}"),
+            ));
+        }
+        let pause = *self.sessions.pause_after_seconds.get_ref();
+        if pause <= 0 || (action == "pause" && pause >= idle) {
+            return Err(invalid(
+                self.sessions.pause_after_seconds.span(),
+                "sessions.pause_after_seconds",
+                format!(
+                    "must be a positive number of seconds below idle_timeout_seconds ({idle}), \
+                     got {pause}"
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -1510,6 +1544,32 @@ value = "Bearer ${GITHUB_TOKEN}"
                 "{kind} {extra}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn idle_action_is_close_or_pause_and_pausing_comes_before_closing() {
+        let p = Policy::parse(
+            "[sessions]\nidle_timeout_seconds = 600\nidle_action = \"pause\"\npause_after_seconds = 60\n",
+            "p",
+        )
+        .unwrap();
+        assert_eq!(
+            p.sessions.pause_after(),
+            Some(std::time::Duration::from_secs(60))
+        );
+        assert_eq!(Policy::builtin().sessions.pause_after(), None);
+        let e = err("[sessions]\nidle_action = \"sleep\"\n");
+        assert!(
+            e.starts_with("p.toml:2: sessions.idle_action: must be \"close\" or \"pause\""),
+            "{e}"
+        );
+        let e = err(
+            "[sessions]\nidle_timeout_seconds = 60\nidle_action = \"pause\"\npause_after_seconds = 60\n",
+        );
+        assert!(
+            e.starts_with("p.toml:4: sessions.pause_after_seconds: must be a positive number of seconds below idle_timeout_seconds (60)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -309,6 +309,8 @@ pub struct Sessions {
     processes: ProcessRegistry,
     state_root: PathBuf,
     idle_timeout: Duration,
+    /// `[sessions] idle_action = "pause"`: how long a session stays idle before it is paused.
+    pause_after: Option<Duration>,
 }
 
 impl Sessions {
@@ -324,7 +326,55 @@ impl Sessions {
             processes,
             state_root,
             idle_timeout,
+            pause_after: None,
         }
+    }
+
+    /// Idle sessions are paused after `pause_after` (`None`: only closed).
+    pub fn with_pause_after(mut self, pause_after: Option<Duration>) -> Self {
+        self.pause_after = pause_after;
+        self
+    }
+
+    /// Sessions but `keep` idle past `pause_after` and not paused yet, nor expired.
+    pub fn due_for_pause(&self, keep: &str) -> Vec<String> {
+        let Some(after) = self.pause_after else {
+            return Vec::new();
+        };
+        let now = now_secs();
+        self.store
+            .list()
+            .into_iter()
+            .filter(|r| {
+                let idle = r.idle_seconds(now);
+                r.paused.is_empty()
+                    && idle > after.as_secs()
+                    && idle <= self.idle_timeout.as_secs()
+                    && r.id != keep
+            })
+            .map(|r| r.id)
+            .collect()
+    }
+
+    /// Pauses `due` (from [`Sessions::due_for_pause`]) that are still idle; answers those paused.
+    pub async fn pause_idle(&self, due: &[String]) -> Vec<String> {
+        let Some(after) = self.pause_after else {
+            return Vec::new();
+        };
+        let mut paused = Vec::new();
+        for id in due {
+            let still_idle = self.store.get(id).is_some_and(|r| {
+                r.paused.is_empty() && r.idle_seconds(now_secs()) > after.as_secs()
+            });
+            if !still_idle {
+                continue;
+            }
+            match self.pause(id).await {
+                Ok(_) => paused.push(id.clone()),
+                Err(err) => tracing::warn!(session = %id, %err, "idle session not paused"),
+            }
+        }
+        paused
     }
 
     pub fn store(&self) -> &SessionStore {

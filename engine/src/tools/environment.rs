@@ -127,12 +127,15 @@ impl Environments {
             *policy.processes.max_receipts.get_ref(),
         );
         let skip_approval_in_containers = policy.approval.skip_for_containers;
-        let sessions = Arc::new(Sessions::new(
-            state_root.clone(),
-            backends.clone(),
-            registry.clone(),
-            policy.sessions.idle_timeout(),
-        ));
+        let sessions = Arc::new(
+            Sessions::new(
+                state_root.clone(),
+                backends.clone(),
+                registry.clone(),
+                policy.sessions.idle_timeout(),
+            )
+            .with_pause_after(policy.sessions.pause_after()),
+        );
         Ok(Self {
             state_root,
             backends,

@@ -489,3 +489,49 @@ fn pausing_an_unknown_session_is_exit_1_naming_it() {
     assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
     assert!(out.stderr.contains("no session 'nobody'"), "{}", out.stderr);
 }
+
+#[test]
+fn an_idle_session_is_paused_first_and_closed_later_with_idle_action_pause() {
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let policy = home.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[sessions]\nidle_timeout_seconds = 6\nidle_action = \"pause\"\npause_after_seconds = 1\n",
+    )
+    .unwrap();
+    let policy = policy.to_str().unwrap();
+    let marker = format!("idle-busy-{}", std::process::id());
+    call_in(
+        Some(ws.path()),
+        home.path(),
+        "i1",
+        "terminal",
+        json!({"command": format!("sh -c 'while :; do :; done' {marker}"), "background": true}),
+        Some(policy),
+    );
+    wait_until("the loop runs", || {
+        ticks_over(&marker, Duration::from_millis(200)) > 0
+    });
+    std::thread::sleep(Duration::from_millis(2500));
+    // Idle past pause_after_seconds: the sweep of this start pauses it before listing.
+    let listed = list(home.path(), Some(policy));
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["paused"], true, "{listed:?}");
+    assert_eq!(
+        ticks_over(&marker, Duration::from_secs(1)),
+        0,
+        "paused, yet it ran"
+    );
+    // Past idle_timeout_seconds: closed, paused or not, and nothing of it is left.
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(list(home.path(), Some(policy)).is_empty());
+    wait_until("the loop is gone", || {
+        std::process::Command::new("pgrep")
+            .args(["-f", &marker])
+            .output()
+            .unwrap()
+            .stdout
+            .is_empty()
+    });
+}
