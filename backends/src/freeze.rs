@@ -3,8 +3,10 @@
 //! leaves children the next scan catches), and continued with SIGCONT on resume.
 //!
 //! A session's processes are those in its cgroups (the ceilings' groups, when it has them) and
-//! those whose environment names it (`PADDOCK_SESSION`, which the sandboxed agent, its
-//! commands and every background command start with). A process that cleared its own
+//! those whose environment carries its mark ([`SESSION_MARK`]: the backend, a digest of the
+//! state directory and the session id, which the sandboxed agent, its commands and every
+//! background command start with), so that a session of the same id in another home, or the
+//! docker clients of another backend, are never touched. A process that cleared its own
 //! environment and lives outside the cgroups is not found; pausing saves CPU, it is not a
 //! confinement.
 
@@ -14,14 +16,17 @@ use std::path::PathBuf;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+/// The variable that marks a local session's processes: `BACKEND.DIGEST/SESSION`.
+pub const SESSION_MARK: &str = "PADDOCK_LOCAL_SESSION";
+
 /// How many scans a pause makes at most (a fork bomb could otherwise keep it going).
 const STOP_ROUNDS: usize = 50;
 
-/// The processes of `session`, this process and its parent excepted.
-fn session_processes(session: &str, cgroups: &[PathBuf]) -> BTreeSet<i32> {
+/// The processes marked `mark` or in `cgroups`, this process and its parent excepted.
+fn session_processes(mark: &str, cgroups: &[PathBuf]) -> BTreeSet<i32> {
     let own = std::process::id() as i32;
     let parent = nix::unistd::getppid().as_raw();
-    let needle = format!("PADDOCK_SESSION={session}");
+    let needle = format!("{SESSION_MARK}={mark}");
     let mut found: BTreeSet<i32> = cgroups
         .iter()
         .flat_map(|group| crate::cgroup::processes(group))
@@ -51,11 +56,11 @@ fn session_processes(session: &str, cgroups: &[PathBuf]) -> BTreeSet<i32> {
     found
 }
 
-/// Stops every process of the session; answers how many were stopped.
-pub fn stop_session(session: &str, cgroups: &[PathBuf]) -> usize {
+/// Stops every process of the session marked `mark`; answers how many were stopped.
+pub fn stop_session(mark: &str, cgroups: &[PathBuf]) -> usize {
     let mut stopped = BTreeSet::new();
     for _ in 0..STOP_ROUNDS {
-        let fresh: Vec<i32> = session_processes(session, cgroups)
+        let fresh: Vec<i32> = session_processes(mark, cgroups)
             .into_iter()
             .filter(|pid| !stopped.contains(pid))
             .collect();
@@ -71,9 +76,9 @@ pub fn stop_session(session: &str, cgroups: &[PathBuf]) -> usize {
     stopped.len()
 }
 
-/// Continues every process of the session.
-pub fn continue_session(session: &str, cgroups: &[PathBuf]) {
-    for pid in session_processes(session, cgroups) {
+/// Continues every process of the session marked `mark`.
+pub fn continue_session(mark: &str, cgroups: &[PathBuf]) {
+    for pid in session_processes(mark, cgroups) {
         let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
     }
 }
@@ -99,12 +104,12 @@ mod tests {
         let session = format!("freeze-test-{}", std::process::id());
         let mut ours = std::process::Command::new("sleep")
             .arg("30")
-            .env("PADDOCK_SESSION", &session)
+            .env(SESSION_MARK, &session)
             .spawn()
             .unwrap();
         let mut other = std::process::Command::new("sleep")
             .arg("30")
-            .env("PADDOCK_SESSION", format!("{session}-other"))
+            .env(SESSION_MARK, format!("{session}-other"))
             .spawn()
             .unwrap();
         std::thread::sleep(Duration::from_millis(50));

@@ -425,6 +425,28 @@ impl LocalEnvironment {
     /// and a digest of the state directory, since session ids (`default`) repeat across
     /// engines with different `PADDOCK_HOME`s, and one engine's orphan sweep must never touch
     /// another's sessions.
+    /// What every process of `session` here starts with ([`command_env`], the sandbox's
+    /// variables), and the mark that names it as this backend's and this state directory's
+    /// (`sessions pause` finds the session's processes by it, never another home's
+    /// session of the same id, nor the docker clients of another backend).
+    fn session_env(
+        &self,
+        extra: &BTreeMap<String, String>,
+        session: &str,
+    ) -> BTreeMap<String, String> {
+        let mut env = self.sandbox_env(command_env(extra, session));
+        env.insert(
+            crate::freeze::SESSION_MARK.into(),
+            self.freeze_mark(session),
+        );
+        env
+    }
+
+    /// The value of [`crate::freeze::SESSION_MARK`] for `session`.
+    fn freeze_mark(&self, session: &str) -> String {
+        format!("{}/{session}", self.cgroup_owner())
+    }
+
     fn cgroup_owner(&self) -> String {
         use sha2::Digest;
         let home =
@@ -814,7 +836,7 @@ impl LocalEnvironment {
             args,
             // What a sandboxed command got before the agent: never the engine's own
             // environment, whose secrets a command could read in /proc/PID/environ.
-            env: self.sandbox_env(command_env(&BTreeMap::new(), session)),
+            env: self.session_env(&BTreeMap::new(), session),
             log: dir.join("agent.log"),
             kind: "local",
             name: self.name.clone(),
@@ -1063,7 +1085,7 @@ impl LocalEnvironment {
             }
             None => String::new(),
         };
-        let env = self.sandbox_env(command_env(&request.env, &request.session));
+        let env = self.session_env(&request.env, &request.session);
         let applied = self.apply_ceilings(&request.session)?;
         let watch = self.workspace_watch(&request.session).await;
         let started = Instant::now();
@@ -1428,7 +1450,7 @@ impl Environment for LocalEnvironment {
                     reason: "does not exist or is not a directory".into(),
                 });
             }
-            let mut env = self.sandbox_env(command_env(&request.env, &request.session));
+            let mut env = self.session_env(&request.env, &request.session);
             self.apply_ceilings(&request.session)?;
             let id = ProcessRegistry::new_id();
             let workdir = request
@@ -1629,12 +1651,11 @@ impl Environment for LocalEnvironment {
         Box::pin(async move {
             crate::shell::check_session(session)?;
             let cgroups = self.ceiling_plan(session).cgroups;
-            let session = session.to_owned();
-            let stopped = tokio::task::spawn_blocking(move || {
-                crate::freeze::stop_session(&session, &cgroups)
-            })
-            .await
-            .map_err(|e| BackendError::Io(std::io::Error::other(e)))?;
+            let mark = self.freeze_mark(session);
+            let stopped =
+                tokio::task::spawn_blocking(move || crate::freeze::stop_session(&mark, &cgroups))
+                    .await
+                    .map_err(|e| BackendError::Io(std::io::Error::other(e)))?;
             Ok(stopped > 0)
         })
     }
@@ -1643,8 +1664,8 @@ impl Environment for LocalEnvironment {
         Box::pin(async move {
             crate::shell::check_session(session)?;
             let cgroups = self.ceiling_plan(session).cgroups;
-            let session = session.to_owned();
-            tokio::task::spawn_blocking(move || crate::freeze::continue_session(&session, &cgroups))
+            let mark = self.freeze_mark(session);
+            tokio::task::spawn_blocking(move || crate::freeze::continue_session(&mark, &cgroups))
                 .await
                 .map_err(|e| BackendError::Io(std::io::Error::other(e)))
         })

@@ -15,6 +15,7 @@ mod mcp;
 mod memory;
 mod network;
 mod notebook;
+mod pause;
 mod scale;
 mod scripts;
 mod terminal;
@@ -106,6 +107,11 @@ pub const SCENARIOS: &[(&str, &str)] = &[
          from the sandbox and each docker backend of --backends, against this machine direct",
     ),
     (
+        "pause",
+        "`sessions pause` and resume of a session with a background process, in the sandbox \
+         and on each docker backend of --backends",
+    ),
+    (
         "backends",
         "`terminal` on each docker/ssh/apptainer backend, with and without the agent, and \
          `paddock call terminal` on docker, against the bare tool (--backends POLICY)",
@@ -168,6 +174,7 @@ pub async fn run(name: &'static str, b: &Bench) -> Vec<ScenarioReport> {
         "backends" => return backends::backends(b).await,
         "files" => files::files(b).await,
         "network" => network::network(b).await,
+        "pause" => pause::pause(b).await,
         "scale" => return scale::scale(b).await,
         other => Err(BenchError::UnknownScenario {
             name: other.into(),
@@ -220,6 +227,44 @@ where
         })??;
     }
     Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
+/// An engine of `policy` whose calls run in `session` (on `backend`, when given).
+pub fn session_engine(
+    b: &Bench,
+    policy: paddock_engine::policy::Policy,
+    session: &str,
+    backend: Option<&str>,
+) -> Result<Engine> {
+    Ok(Engine::with_options(
+        policy,
+        paddock_engine::registry::Registry::with_builtins(),
+        std::sync::Arc::default(),
+        paddock_engine::engine::EngineOptions {
+            session: Some(session.into()),
+            backend: backend.map(str::to_owned),
+            exe: Some(b.exe.clone()),
+        },
+    )?)
+}
+
+/// The docker backends of `--backends` (name, image), for scenarios that make their own.
+pub fn docker_images(b: &Bench) -> Result<Vec<(String, String)>> {
+    let Some(path) = &b.backends else {
+        return Ok(Vec::new());
+    };
+    let given = paddock_engine::policy::Policy::load(path)?;
+    Ok(given
+        .backends
+        .iter()
+        .filter(|(_, config)| config.kind.get_ref() == "docker")
+        .filter_map(|(name, config)| {
+            config
+                .image
+                .as_ref()
+                .map(|image| (name.clone(), image.get_ref().clone()))
+        })
+        .collect())
 }
 
 /// Commands per "from one script" sample.

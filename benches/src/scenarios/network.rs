@@ -9,9 +9,8 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 
-use paddock_engine::engine::{Engine, EngineOptions};
+use paddock_engine::engine::Engine;
 use paddock_engine::policy::Policy;
-use paddock_engine::registry::Registry;
 use serde_json::{Value, json};
 
 use super::terminal::Scratch;
@@ -182,16 +181,7 @@ const NETWORK: &str =
     "[network]\nallow = [\"origin.test\"]\n[network.resolve]\n\"origin.test\" = \"127.0.0.1\"\n";
 
 fn engine(b: &Bench, policy: Policy, backend: &str) -> Result<Engine> {
-    Ok(Engine::with_options(
-        policy,
-        Registry::with_builtins(),
-        Arc::default(),
-        EngineOptions {
-            session: Some(SESSION.into()),
-            backend: Some(backend.to_owned()),
-            exe: Some(b.exe.clone()),
-        },
-    )?)
+    super::session_engine(b, policy, SESSION, Some(backend))
 }
 
 /// The sandboxed local backend, and each docker backend of `--backends` made proxied.
@@ -213,17 +203,7 @@ async fn places(b: &Bench, scratch: &Scratch, python: &str) -> Result<Vec<Place>
         client: client.display().to_string(),
         python: python.to_owned(),
     }];
-    let Some(path) = &b.backends else {
-        return Ok(out);
-    };
-    let given = Policy::load(path)?;
-    for (name, config) in &given.backends {
-        if config.kind.get_ref() != "docker" {
-            continue;
-        }
-        let Some(image) = config.image.as_ref().map(|i| i.get_ref().clone()) else {
-            continue;
-        };
+    for (name, image) in super::docker_images(b)? {
         let policy = Policy::parse(
             &format!(
                 "[backends.{name}]\nkind = \"docker\"\nimage = {}\nnetwork = \"proxy\"\n\
@@ -232,7 +212,7 @@ async fn places(b: &Bench, scratch: &Scratch, python: &str) -> Result<Vec<Place>
             ),
             "<bench network: docker>",
         )?;
-        let engine = engine(b, policy, name)?;
+        let engine = engine(b, policy, &name)?;
         let inside = "/tmp/paddock-bench-client.py";
         engine
             .call_tool("write_file", json!({"path": inside, "content": CLIENT}))

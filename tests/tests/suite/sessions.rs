@@ -375,6 +375,25 @@ fn ticks_over(marker: &str, span: Duration) -> u64 {
     cpu_ticks(marker).saturating_sub(before)
 }
 
+/// Closes a test's session and kills what carries its marker, when the test ends.
+struct LoopCloser {
+    marker: String,
+    argv: Vec<String>,
+    home: std::path::PathBuf,
+}
+
+impl Drop for LoopCloser {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(&self.argv[0])
+            .args(&self.argv[1..])
+            .env("PADDOCK_HOME", &self.home)
+            .output();
+        let _ = std::process::Command::new("pkill")
+            .args(["-9", "-f", &self.marker])
+            .status();
+    }
+}
+
 /// A busy background loop in `session` on `backend`: paused, it uses no CPU and `sessions
 /// list` says paused; the next command resumes it.
 fn a_paused_session_uses_no_cpu_until_its_next_command(
@@ -390,6 +409,23 @@ fn a_paused_session_uses_no_cpu_until_its_next_command(
             all.extend(["--policy", policy]);
         }
         run_in(Some(cwd), home, &all)
+    };
+    // A failed assertion still ends the loop: the session is closed, then the marker killed.
+    let _closer = LoopCloser {
+        marker: marker.clone(),
+        argv: {
+            let mut argv = vec![
+                paddock_tests::paddock_bin().display().to_string(),
+                "sessions".into(),
+                "close".into(),
+                "p1".into(),
+            ];
+            if let Some(policy) = policy {
+                argv.extend(["--policy".into(), policy.to_owned()]);
+            }
+            argv
+        },
+        home: home.to_path_buf(),
     };
     let command = format!("sh -c 'while :; do :; done' {marker}");
     call_in(
@@ -502,6 +538,19 @@ fn an_idle_session_is_paused_first_and_closed_later_with_idle_action_pause() {
     .unwrap();
     let policy = policy.to_str().unwrap();
     let marker = format!("idle-busy-{}", std::process::id());
+    let _closer = LoopCloser {
+        marker: marker.clone(),
+        argv: [
+            paddock_tests::paddock_bin().display().to_string(),
+            "sessions".into(),
+            "close".into(),
+            "i1".into(),
+            "--policy".into(),
+            policy.to_owned(),
+        ]
+        .to_vec(),
+        home: home.path().to_path_buf(),
+    };
     call_in(
         Some(ws.path()),
         home.path(),
@@ -534,4 +583,43 @@ fn an_idle_session_is_paused_first_and_closed_later_with_idle_action_pause() {
             .stdout
             .is_empty()
     });
+}
+
+#[test]
+fn pausing_a_session_leaves_a_session_of_the_same_id_in_another_home_running() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let ws = tempfile::tempdir().unwrap();
+    let marker = |home: &Path| format!("same-id-{}-{}", std::process::id(), home.display());
+    let mut closers = Vec::new();
+    for home in [a.path(), b.path()] {
+        closers.push(LoopCloser {
+            marker: marker(home),
+            argv: [
+                paddock_tests::paddock_bin().display().to_string(),
+                "sessions".into(),
+                "close".into(),
+                "same".into(),
+            ]
+            .to_vec(),
+            home: home.to_path_buf(),
+        });
+        call_in(
+            Some(ws.path()),
+            home,
+            "same",
+            "terminal",
+            json!({"command": format!("sh -c 'while :; do :; done' {}", marker(home)), "background": true}),
+            None,
+        );
+    }
+    wait_until("both loops run", || {
+        ticks_over(&marker(b.path()), Duration::from_millis(200)) > 0
+    });
+    let paused = run_in(Some(ws.path()), a.path(), &["sessions", "pause", "same"]);
+    assert_eq!(paused.code, 0, "{}{}", paused.stdout, paused.stderr);
+    assert_eq!(ticks_over(&marker(a.path()), Duration::from_millis(500)), 0);
+    assert!(
+        ticks_over(&marker(b.path()), Duration::from_millis(500)) > 0,
+        "the other home's session of the same id was paused too"
+    );
 }
