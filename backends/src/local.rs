@@ -421,10 +421,6 @@ impl LocalEnvironment {
         self.state_root.join("sandbox-tmp").join(session)
     }
 
-    /// The directory under `<mount>/paddock` that holds this backend's session groups: its name
-    /// and a digest of the state directory, since session ids (`default`) repeat across
-    /// engines with different `PADDOCK_HOME`s, and one engine's orphan sweep must never touch
-    /// another's sessions.
     /// What every process of `session` here starts with ([`command_env`], the sandbox's
     /// variables), and the mark that names it as this backend's and this state directory's
     /// (`sessions pause` finds the session's processes by it, never another home's
@@ -447,6 +443,10 @@ impl LocalEnvironment {
         format!("{}/{session}", self.cgroup_owner())
     }
 
+    /// The directory under `<mount>/paddock` that holds this backend's session groups: its name
+    /// and a digest of the state directory, since session ids (`default`) repeat across
+    /// engines with different `PADDOCK_HOME`s, and one engine's orphan sweep must never touch
+    /// another's sessions.
     fn cgroup_owner(&self) -> String {
         use sha2::Digest;
         let home =

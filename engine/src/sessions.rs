@@ -527,8 +527,12 @@ impl Sessions {
             return Ok(());
         }
         let python = python_session(id);
+        // A backend not in this engine's policy stays paused (and said so in the record) until
+        // an engine that has it resumes or closes the session.
+        let mut still = BTreeSet::new();
         for name in &record.paused {
             let Some(env) = self.backends.get(name) else {
+                still.insert(name.clone());
                 continue;
             };
             for session in [id, python.as_str()] {
@@ -544,7 +548,7 @@ impl Sessions {
         // Re-read: a command may have touched the record meanwhile.
         let current = self.store.get(id).unwrap_or(record);
         self.store.write(&SessionRecord {
-            paused: BTreeSet::new(),
+            paused: still,
             ..current
         })
     }
