@@ -396,20 +396,8 @@ fn kill_leftovers(pgid: u32, run_id: Option<&str>) {
     let Some(run_id) = run_id else {
         return;
     };
-    let mut stopped = HashSet::new();
-    for _ in 0..LEFTOVER_ROUNDS {
-        let found = processes_of_run(run_id);
-        if found.is_empty() {
-            return;
-        }
-        let running: Vec<i32> = found.difference(&stopped).copied().collect();
-        if running.is_empty() {
-            break;
-        }
-        for pid in running {
-            signal_pid(pid, Signal::STOP);
-            stopped.insert(pid);
-        }
+    if stop_until_settled(|| processes_of_run(run_id)).is_empty() {
+        return;
     }
     for _ in 0..LEFTOVER_ROUNDS {
         let found = processes_of_run(run_id);
@@ -446,9 +434,36 @@ fn signal_pid(pid: i32, signal: rustix::process::Signal) {
     }
 }
 
+/// Stops every process `find` answers, scan after scan until a scan finds no new one (a
+/// process forking as it is found leaves children the next scan catches; a stopped one cannot
+/// fork), bounded by [`LEFTOVER_ROUNDS`] scans. Answers those it stopped. Also the engine's,
+/// for `paddock sessions pause` of a local session.
+pub fn stop_until_settled(find: impl Fn() -> HashSet<i32>) -> HashSet<i32> {
+    let mut stopped = HashSet::new();
+    for _ in 0..LEFTOVER_ROUNDS {
+        let found = find();
+        if found.is_empty() {
+            break;
+        }
+        let running: Vec<i32> = found.difference(&stopped).copied().collect();
+        if running.is_empty() {
+            break;
+        }
+        for pid in running {
+            signal_pid(pid, rustix::process::Signal::STOP);
+            stopped.insert(pid);
+        }
+    }
+    stopped
+}
+
 /// PIDs whose environment holds `PADDOCK_RUN=<run_id>` (never the agent itself).
 pub fn processes_of_run(run_id: &str) -> HashSet<i32> {
-    let needle = format!("PADDOCK_RUN={run_id}");
+    processes_with_env(&format!("PADDOCK_RUN={run_id}"))
+}
+
+/// PIDs whose environment holds `entry` (`NAME=value`), this process excepted.
+pub fn processes_with_env(entry: &str) -> HashSet<i32> {
     let own = std::process::id() as i32;
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return HashSet::new();
@@ -458,7 +473,7 @@ pub fn processes_of_run(run_id: &str) -> HashSet<i32> {
         .filter(|&pid| pid != own)
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == needle.as_bytes()))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == entry.as_bytes()))
         })
         .collect()
 }

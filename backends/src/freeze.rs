@@ -10,7 +10,7 @@
 //! environment and lives outside the cgroups is not found; pausing saves CPU, it is not a
 //! confinement.
 
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 use std::path::PathBuf;
 
 use nix::sys::signal::{Signal, kill};
@@ -19,61 +19,23 @@ use nix::unistd::Pid;
 /// The variable that marks a local session's processes: `BACKEND.DIGEST/SESSION`.
 pub const SESSION_MARK: &str = "PADDOCK_LOCAL_SESSION";
 
-/// How many scans a pause makes at most (a fork bomb could otherwise keep it going).
-const STOP_ROUNDS: usize = 50;
-
 /// The processes marked `mark` or in `cgroups`, this process and its parent excepted.
-fn session_processes(mark: &str, cgroups: &[PathBuf]) -> BTreeSet<i32> {
-    let own = std::process::id() as i32;
-    let parent = nix::unistd::getppid().as_raw();
-    let needle = format!("{SESSION_MARK}={mark}");
-    let mut found: BTreeSet<i32> = cgroups
-        .iter()
-        .flat_map(|group| crate::cgroup::processes(group))
-        .collect();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for entry in entries.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|name| name.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
-                continue;
-            };
-            if environ
-                .split(|&b| b == 0)
-                .any(|var| var == needle.as_bytes())
-            {
-                found.insert(pid);
-            }
-        }
-    }
-    found.remove(&own);
-    found.remove(&parent);
+fn session_processes(mark: &str, cgroups: &[PathBuf]) -> HashSet<i32> {
+    let mut found = paddock_agent::run::processes_with_env(&format!("{SESSION_MARK}={mark}"));
+    found.extend(
+        cgroups
+            .iter()
+            .flat_map(|group| crate::cgroup::processes(group)),
+    );
+    found.remove(&(std::process::id() as i32));
+    found.remove(&nix::unistd::getppid().as_raw());
     found
 }
 
-/// Stops every process of the session marked `mark`; answers how many were stopped.
+/// Stops every process of the session marked `mark`, scan after scan until none is new (the
+/// agent's own way with a run's leftovers); answers how many were stopped.
 pub fn stop_session(mark: &str, cgroups: &[PathBuf]) -> usize {
-    let mut stopped = BTreeSet::new();
-    for _ in 0..STOP_ROUNDS {
-        let fresh: Vec<i32> = session_processes(mark, cgroups)
-            .into_iter()
-            .filter(|pid| !stopped.contains(pid))
-            .collect();
-        if fresh.is_empty() {
-            break;
-        }
-        for pid in fresh {
-            if kill(Pid::from_raw(pid), Signal::SIGSTOP).is_ok() {
-                stopped.insert(pid);
-            }
-        }
-    }
-    stopped.len()
+    paddock_agent::run::stop_until_settled(|| session_processes(mark, cgroups)).len()
 }
 
 /// Continues every process of the session marked `mark`.
