@@ -6,6 +6,8 @@
 //! - [`protocol`] — frames and messages, shared with the engine (versioned; two frozen messages);
 //! - [`server`] — the socket, a thread per connection, the lock that keeps one agent per session;
 //! - [`run`] — one program: pipes or a terminal, output frames, stdin frames, tree kills;
+//! - [`live_shell`] — a session's shell kept alive with its state restored, forking a subshell
+//!   per command (no exec, no restore, nothing written when the command changed nothing);
 //! - [`files`] — file operations (`paddock-files`) served in the environment, no process;
 //! - [`daemon`] — `serve --daemon`: start detached, answer once listening;
 //! - [`egress`] — `serve --egress-port PORT`: the environment's way to the egress proxy (and
@@ -24,6 +26,7 @@
 pub mod daemon;
 pub mod egress;
 pub mod files;
+pub mod live_shell;
 pub mod protocol;
 pub mod run;
 pub mod server;

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::AgentError;
+use crate::live_shell::{LiveJob, LiveShells};
 use crate::protocol::{FrameKind, Reply, RunRequest, read_frame, write_message};
 use crate::spare::SparePool;
 
@@ -37,6 +38,37 @@ fn send(writer: &SharedWriter, kind: FrameKind, payload: &[u8]) -> Result<(), Ag
 enum Input {
     Pipe(std::process::ChildStdin),
     Terminal(Arc<pty_process::blocking::Pty>),
+    /// A live shell's job, whose stdin is empty.
+    Empty,
+}
+
+/// The running program: a process of the agent's, or a job of a session's live shell.
+enum Program {
+    Process(Child),
+    Live(Box<LiveJob>),
+}
+
+impl Program {
+    /// Its process group (the program leads one).
+    fn id(&self) -> u32 {
+        match self {
+            Self::Process(child) => child.id(),
+            Self::Live(job) => job.pid(),
+        }
+    }
+
+    /// Its exit code, or 128 + the signal that ended it.
+    fn wait(&mut self) -> std::io::Result<i32> {
+        match self {
+            Self::Process(child) => {
+                let status = child.wait()?;
+                Ok(status
+                    .code()
+                    .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+            }
+            Self::Live(job) => job.wait(),
+        }
+    }
 }
 
 /// Runs `request` for the connection `stream` (whose stdin frames, if any, come next) and answers
@@ -45,6 +77,7 @@ pub fn serve_run(
     stream: UnixStream,
     request: RunRequest,
     spares: &Arc<SparePool>,
+    live: &Arc<LiveShells>,
 ) -> Result<(), AgentError> {
     let Some((program, args)) = request.argv.split_first() else {
         let mut stream = stream;
@@ -78,21 +111,27 @@ pub fn serve_run(
             return Ok(());
         }
     };
-    // A spare shell when one waits (its boot file goes when `_boot` does, after the run).
+    // The session's live shell when it can take the command; else a spare shell when one
+    // waits (its boot file goes when `_boot` does, after the run).
     let mut _boot = None;
-    let spawned = if let Some((spare, boot)) = spares.take(&request) {
+    let spawned = if let Some(mut job) = live.take(&request) {
+        job.take_output()
+            .map(|output| (Program::Live(job), output, Input::Empty))
+    } else if let Some((spare, boot)) = spares.take(&request) {
         _boot = Some(boot);
         let output: Box<dyn Read + Send> = Box::new(spare.output);
         match spare.stdin {
-            Some(stdin) => Ok((spare.child, output, Input::Pipe(stdin))),
+            Some(stdin) => Ok((Program::Process(spare.child), output, Input::Pipe(stdin))),
             None => Err(std::io::Error::other("the spare shell has no stdin")),
         }
     } else if request.pty {
         spawn_terminal(program, args, &request)
+            .map(|(child, output, input)| (Program::Process(child), output, input))
     } else {
         spawn_pipes(program, args, &request)
+            .map(|(child, output, input)| (Program::Process(child), output, input))
     };
-    let (mut child, output, input) = match spawned {
+    let (mut running, output, input) = match spawned {
         Ok(parts) => parts,
         Err(err) => {
             // Dropping the helpers' channels ends their threads.
@@ -107,37 +146,27 @@ pub fn serve_run(
             return Ok(());
         }
     };
-    let pgid = child.id();
+    let pgid = running.id();
     // `_deadline` lives until the run is answered: its drop ends the deadline's thread.
     let (drained_rx, _deadline) = helpers.go(pgid, output, input);
-    let status = child.wait()?;
+    let code = running.wait()?;
     // What the program left behind goes with it: its group, and daemons that left the group
     // but carry the run id.
     kill_leftovers(pgid, request.run_id.as_deref());
     // The session's state: merged with what overlapping runs saved meanwhile.
-    let _lock = request
-        .renames
-        .first()
-        .and_then(|(_, to)| std::path::Path::new(to).parent())
-        .and_then(crate::shell_state::lock_dir);
-    for (from, to) in &request.renames {
-        match crate::shell_state::commit_file(std::path::Path::new(from), std::path::Path::new(to))
-        {
-            Ok(()) => {}
-            Err(e) => {
-                let _ = send(
-                    &writer,
-                    FrameKind::Output,
-                    format!("paddock-agent: cannot commit {from} to {to}: {e}\n").as_bytes(),
-                );
-            }
-        }
+    let problems = match &mut running {
+        Program::Live(job) => job.finish(),
+        Program::Process(_) => commit_renames(&request.renames),
+    };
+    for problem in problems {
+        let _ = send(
+            &writer,
+            FrameKind::Output,
+            format!("paddock-agent: {problem}\n").as_bytes(),
+        );
     }
     let _ = drained_rx.recv_timeout(DRAIN_AFTER_EXIT);
     finished.store(true, Ordering::SeqCst);
-    let code = status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     let mut stream = writer.lock().map_err(|_| AgentError::Poisoned)?;
     write_message(
         &mut *stream,
@@ -148,6 +177,22 @@ pub fn serve_run(
     )?;
     let _ = stream.shutdown(std::net::Shutdown::Both);
     Ok(())
+}
+
+/// Commits the files a wrapper run saved under run-tagged names; answers what failed.
+fn commit_renames(renames: &[(String, String)]) -> Vec<String> {
+    let _lock = renames
+        .first()
+        .and_then(|(_, to)| std::path::Path::new(to).parent())
+        .and_then(crate::shell_state::lock_dir);
+    renames
+        .iter()
+        .filter_map(|(from, to)| {
+            crate::shell_state::commit_file(std::path::Path::new(from), std::path::Path::new(to))
+                .err()
+                .map(|e| format!("cannot commit {from} to {to}: {e}"))
+        })
+        .collect()
 }
 
 /// The threads of one run, waiting for its program: the output pump, the input (stdin frames
@@ -237,6 +282,7 @@ fn start_helpers(
                                 let written = match target {
                                     Input::Pipe(pipe) => pipe.write_all(&data),
                                     Input::Terminal(pty) => (&**pty).write_all(&data),
+                                    Input::Empty => Err(std::io::ErrorKind::BrokenPipe.into()),
                                 };
                                 if written.is_err() {
                                     // The program stopped reading; keep draining frames.

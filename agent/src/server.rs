@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::AgentError;
+use crate::live_shell::LiveShells;
 use crate::protocol::{PROTOCOL_VERSION, Reply, Request, read_message, write_message};
 use crate::run::{discard_stdin, reply_error, serve_run};
 use crate::spare::SparePool;
@@ -92,6 +93,13 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
             .map_or_else(|| PathBuf::from("/tmp"), Path::to_path_buf),
         false,
     );
+    // The session's live shell keeps its snapshots, boot files and FIFOs there too.
+    let live = LiveShells::new(
+        options
+            .socket
+            .parent()
+            .map_or_else(|| PathBuf::from("/tmp"), Path::to_path_buf),
+    );
     let activity = Arc::new(Activity::default());
     activity.last.store(now_secs(), Ordering::SeqCst);
     // The watchdog: an agent whose socket was removed (its session closed, its state
@@ -127,15 +135,17 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
         let counted = activity.clone();
         let activity = activity.clone();
         let spares = spares.clone();
+        let live = live.clone();
         let socket = options.socket.clone();
         let conversation_thread = std::thread::Builder::new().spawn(move || {
-            let outcome = conversation(stream, &spares);
+            let outcome = conversation(stream, &spares, &live);
             activity.last.store(now_secs(), Ordering::SeqCst);
             activity.open.fetch_sub(1, Ordering::SeqCst);
             match outcome {
                 Ok(Next::Continue) => {}
                 Ok(Next::Exit) => {
                     spares.drain();
+                    live.drain();
                     let _ = std::fs::remove_file(&socket);
                     std::process::exit(0);
                 }
@@ -158,7 +168,11 @@ enum Next {
 }
 
 /// One connection: hello, then one request.
-fn conversation(mut stream: UnixStream, spares: &Arc<SparePool>) -> Result<Next, AgentError> {
+fn conversation(
+    mut stream: UnixStream,
+    spares: &Arc<SparePool>,
+    live: &Arc<LiveShells>,
+) -> Result<Next, AgentError> {
     let hello: Request = read_message(&mut stream, "hello")?;
     let Request::Hello { version } = hello else {
         reply_error(&mut stream, "the first message must be hello".into())?;
@@ -204,7 +218,7 @@ fn conversation(mut stream: UnixStream, spares: &Arc<SparePool>) -> Result<Next,
                 reply_error(&mut stream, "run: argv is empty".into())?;
                 return Ok(Next::Continue);
             }
-            serve_run(stream, run, spares)?;
+            serve_run(stream, run, spares, live)?;
             Ok(Next::Continue)
         }
         Request::Files(files) => {

@@ -16,6 +16,36 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
+/// `bash -c WRAPPER paddock STATE_DIR COMMAND WORKDIR TAG`: the new state is written as
+/// `env.sh.TAG` and `cwd.TAG` (a tag rather than `$$`: inside the sandbox's PID namespace every
+/// shell is PID 2), the state the command started from as `env.sh.start.TAG` and
+/// `cwd.start.TAG` (builtins only, after the restore: what [`commit_state`] merges against).
+pub const WRAPPER: &str = r#"__paddock_state=$1; __paddock_cmd=$2; __paddock_workdir=$3; __paddock_tag=${4:-$$}
+if [ -f "$__paddock_state/env.sh" ]; then . "$__paddock_state/env.sh" >/dev/null 2>&1; fi
+if [ -n "$__paddock_workdir" ]; then
+    builtin cd -- "$__paddock_workdir" || { echo "paddock: cannot change into workdir $__paddock_workdir" >&2; exit 126; }
+elif [ -f "$__paddock_state/cwd" ]; then
+    IFS= read -r __paddock_cwd < "$__paddock_state/cwd"
+    builtin cd -- "$__paddock_cwd" 2>/dev/null || { echo "paddock: the session's directory $__paddock_cwd no longer exists; starting in ${HOME:-/}" >&2; builtin cd -- "${HOME:-/}"; }
+fi
+__paddock_save() {
+    __paddock_status=$?
+    export -n PADDOCK_RUN 2>/dev/null
+    { export -p; declare -f; alias -p; } > "$__paddock_state/env.sh.$__paddock_tag" 2>/dev/null
+    if [ -z "$__paddock_workdir" ]; then
+        pwd -P > "$__paddock_state/cwd.$__paddock_tag" 2>/dev/null
+    fi
+    return $__paddock_status
+}
+trap __paddock_save EXIT
+shopt -s expand_aliases
+unset __paddock_cwd
+{ export -p; declare -f; alias -p; } > "$__paddock_state/env.sh.start.$__paddock_tag" 2>/dev/null
+if [ -z "$__paddock_workdir" ]; then
+    pwd -P > "$__paddock_state/cwd.start.$__paddock_tag" 2>/dev/null
+fi
+eval "$__paddock_cmd""#;
+
 /// Puts the state a finished shell (run with `tag`) wrote in `state_dir` (`env.sh.TAG`,
 /// `cwd.TAG`) into place ([`commit_file`]), under the session's lock.
 pub fn commit_state(state_dir: &Path, tag: &str) {
@@ -60,16 +90,48 @@ pub fn commit_file(written: &Path, target: &Path) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         other => other?,
     };
-    let merged = if target.file_name().is_some_and(|n| n == "cwd") {
-        if new == base { current.clone() } else { new }
-    } else {
-        merge(&base, &new, &current)
-    };
+    let merged = merged_state(target, &base, &new, &current);
     if merged == current {
         return std::fs::remove_file(written);
     }
     std::fs::write(written, merged)?;
     std::fs::rename(written, target)
+}
+
+/// Applies what a command changed (`base` to `new`, texts a live shell handed over rather than
+/// files) to `target` as [`commit_file`] does, writing through `TARGET.TAG` and a rename; the
+/// caller holds [`lock_dir`]. A missing or unreadable `target` becomes `new`. Answers whether
+/// `target` changed.
+pub fn commit_text(target: &Path, base: &str, new: &str, tag: &str) -> std::io::Result<bool> {
+    let merged = match std::fs::read_to_string(target) {
+        Ok(current) => {
+            let merged = merged_state(target, base, new, &current);
+            if merged == current {
+                return Ok(false);
+            }
+            merged
+        }
+        Err(_) => new.to_owned(),
+    };
+    let mut written = target.as_os_str().to_owned();
+    written.push(format!(".{tag}"));
+    std::fs::write(&written, merged)?;
+    std::fs::rename(&written, target)?;
+    Ok(true)
+}
+
+/// `current` with the change from `base` to `new`: a merge of entries for `env.sh`, the new
+/// directory for `cwd` when the command changed it.
+fn merged_state(target: &Path, base: &str, new: &str, current: &str) -> String {
+    if target.file_name().is_some_and(|n| n == "cwd") {
+        if new == base {
+            current.to_owned()
+        } else {
+            new.to_owned()
+        }
+    } else {
+        merge(base, new, current)
+    }
 }
 
 /// `TARGET.start.TAG` for `written` = `TARGET.TAG`.

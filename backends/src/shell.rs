@@ -10,35 +10,9 @@ use std::path::{Path, PathBuf};
 
 use crate::{BackendError, Result};
 
-/// `bash -c WRAPPER paddock STATE_DIR COMMAND WORKDIR TAG`: the new state is written as
-/// `env.sh.TAG` and `cwd.TAG` (a tag rather than `$$`: inside the sandbox's PID namespace every
-/// shell is PID 2), the state the command started from as `env.sh.start.TAG` and
-/// `cwd.start.TAG` (builtins only, after the restore: what [`commit_state`] merges against).
-pub const WRAPPER: &str = r#"__paddock_state=$1; __paddock_cmd=$2; __paddock_workdir=$3; __paddock_tag=${4:-$$}
-if [ -f "$__paddock_state/env.sh" ]; then . "$__paddock_state/env.sh" >/dev/null 2>&1; fi
-if [ -n "$__paddock_workdir" ]; then
-    builtin cd -- "$__paddock_workdir" || { echo "paddock: cannot change into workdir $__paddock_workdir" >&2; exit 126; }
-elif [ -f "$__paddock_state/cwd" ]; then
-    IFS= read -r __paddock_cwd < "$__paddock_state/cwd"
-    builtin cd -- "$__paddock_cwd" 2>/dev/null || { echo "paddock: the session's directory $__paddock_cwd no longer exists; starting in ${HOME:-/}" >&2; builtin cd -- "${HOME:-/}"; }
-fi
-__paddock_save() {
-    __paddock_status=$?
-    export -n PADDOCK_RUN 2>/dev/null
-    { export -p; declare -f; alias -p; } > "$__paddock_state/env.sh.$__paddock_tag" 2>/dev/null
-    if [ -z "$__paddock_workdir" ]; then
-        pwd -P > "$__paddock_state/cwd.$__paddock_tag" 2>/dev/null
-    fi
-    return $__paddock_status
-}
-trap __paddock_save EXIT
-shopt -s expand_aliases
-unset __paddock_cwd
-{ export -p; declare -f; alias -p; } > "$__paddock_state/env.sh.start.$__paddock_tag" 2>/dev/null
-if [ -z "$__paddock_workdir" ]; then
-    pwd -P > "$__paddock_state/cwd.start.$__paddock_tag" 2>/dev/null
-fi
-eval "$__paddock_cmd""#;
+/// The state-keeping wrapper ([`paddock_agent::shell_state::WRAPPER`]): the agent recognises
+/// it, to run the command in the session's live shell instead.
+pub use paddock_agent::shell_state::WRAPPER;
 
 /// Where one session's shell state lives.
 pub fn session_dir(state_root: &Path, session: &str) -> Result<PathBuf> {

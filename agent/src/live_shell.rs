@@ -1,0 +1,707 @@
+//! Live shells: one `bash` per session that has already restored the session's state (its
+//! exports, functions, aliases and directory) and forks a subshell per command, so that a
+//! command's critical path holds no exec, no shell start-up, no restore, no saved start state
+//! and, when the command changed nothing, no file written at all.
+//!
+//! Only runs of the state-keeping wrapper ([`WRAPPER`]) with pipes and no stdin are served;
+//! anything else, and any run while the session's live shell is busy with another, warming up
+//! or out of date, takes the ordinary way (a spare shell or a spawn running the wrapper).
+//!
+//! A command sees what the wrapper would show it: a subshell is a copy of its parent, so what
+//! it changes (`cd`, `export`, options, plain variables) dies with it unless it is part of the
+//! saved state, which the subshell hands back at exit through a FIFO and the agent merges into
+//! the session's files as the wrapper's own files are ([`crate::shell_state::commit_text`]).
+//! Differences a command can see: `$$` is the live shell's PID (the same from command to
+//! command, as in an interactive terminal) and `BASH_SUBSHELL` is 1.
+//!
+//! The live shell is used only while the session's state files hold exactly what it read when
+//! it started; a command that changed the state, or a change by any other run, retires it and a
+//! new one is warmed in the background from the new state.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rustix::fs::{Mode, OFlags};
+
+use crate::protocol::RunRequest;
+use crate::shell_state::WRAPPER;
+
+/// `bash -c LIVE_SCRIPT paddock ENV_SNAPSHOT CWD PREFIX`: restores the state as the wrapper
+/// does, prints the state it started from (`export -p; declare -f; alias -p`, a NUL, `pwd -P`,
+/// a NUL), then for each number N read from stdin (a line) runs, with the boot file
+/// `PREFIXN`, a subshell as a job of
+/// its own process group (`set -m`), its output on the FIFO `BOOT.out`, and prints the job's
+/// PID and then its status, a line each. The boot file only sets the job's variables; the
+/// directory change and the `eval` stand on the wrapper's own lines (4 and 25), so that what
+/// bash says about a command (`paddock: line 25: foo: command not found`) is word for word
+/// what the wrapper's shell says. `wait` answers early for a job that was stopped (a session
+/// pause): the loop waits on until the job is gone. A directory that no longer exists ends
+/// the shell before it prints anything (the wrapper's way says so).
+const LIVE_SCRIPT: &str = r#"__paddock_cwd=$2; if [ -n "$1" ]; then . "$1" </dev/null >/dev/null 2>&1; fi; if [ -n "$__paddock_cwd" ]; then builtin cd -- "$__paddock_cwd" 2>/dev/null || exit 0; fi
+__paddock_save() { __paddock_status=$?; export -n PADDOCK_RUN 2>/dev/null; { export -p; declare -f; alias -p; printf '\0'; if [ -z "$__paddock_workdir" ]; then pwd -P; fi; printf '\0'; } > "$__paddock_dump" 2>/dev/null; return $__paddock_status; }; shopt -s expand_aliases; { export -p; declare -f; alias -p; printf '\0'; pwd -P; printf '\0'; }; set -m; while read -r __paddock_boot; do __paddock_boot=$3$__paddock_boot; ( . "$__paddock_boot"
+if [ -n "$__paddock_workdir" ]; then
+    builtin cd -- "$__paddock_workdir" || { echo "paddock: cannot change into workdir $__paddock_workdir" >&2; exit 126; }
+elif [ -n "$__paddock_cwd" ] && ! [ . -ef "$__paddock_cwd" ]; then
+    builtin cd -- "$__paddock_cwd" 2>/dev/null || { echo "paddock: the session's directory $__paddock_cwd no longer exists; starting in ${HOME:-/}" >&2; builtin cd -- "${HOME:-/}"; }
+fi
+unset __paddock_cwd; trap __paddock_save EXIT
+#
+# (Lines kept so that the eval below stands on line 25, as in the wrapper.)
+#
+#
+#
+#
+#
+#
+#
+#
+#
+#
+#
+#
+#
+#
+eval "$__paddock_cmd"
+) </dev/null >"$__paddock_boot.out" 2>&1 &
+    __paddock_job=$!
+    printf '%s\n' "$__paddock_job"
+    wait "$__paddock_job"; __paddock_status=$?
+    while [ "$__paddock_status" -gt 128 ] && kill -0 "$__paddock_job" 2>/dev/null; do
+        read -r -t 0.05 __paddock_boot
+        wait "$__paddock_job"; __paddock_status=$?
+    done
+    printf '%s\n' "$__paddock_status"
+done"#;
+
+/// Sessions (keys) an agent keeps live shells for: an agent serves one session, an engine's
+/// own pool a few at once.
+const MAX_SHELLS: usize = 8;
+
+/// What a live shell is good for: runs with the same program, state, start directory and
+/// environment (the run id aside).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    program: String,
+    state_dir: String,
+    cwd: Option<String>,
+    env: BTreeMap<String, String>,
+    clear_env: bool,
+}
+
+/// The wrapper's arguments: `bash -c WRAPPER paddock STATE COMMAND WORKDIR TAG`.
+struct WrapperArgs<'a> {
+    state_dir: &'a str,
+    command: &'a str,
+    workdir: &'a str,
+    tag: &'a str,
+}
+
+fn wrapper_args(request: &RunRequest) -> Option<WrapperArgs<'_>> {
+    if request.pty || request.stdin || !request.renames.is_empty() {
+        return None;
+    }
+    match request.argv.as_slice() {
+        [bash, dash_c, script, name, state_dir, command, workdir, tag]
+            if dash_c == "-c"
+                && script == WRAPPER
+                && name == "paddock"
+                && Path::new(bash).file_name().is_some_and(|n| n == "bash") =>
+        {
+            Some(WrapperArgs {
+                state_dir,
+                command,
+                workdir,
+                tag,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The session's state files as a shell read them (`None`: absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct StateFiles {
+    env: Option<Vec<u8>>,
+    cwd: Option<Vec<u8>>,
+}
+
+impl StateFiles {
+    fn read(state_dir: &Path) -> Self {
+        Self {
+            env: std::fs::read(state_dir.join("env.sh")).ok(),
+            cwd: std::fs::read(state_dir.join("cwd")).ok(),
+        }
+    }
+}
+
+/// One warm shell.
+struct LiveShell {
+    child: Child,
+    stdin: ChildStdin,
+    control: ChildStdout,
+    /// Bytes read from `control` past the last whole line.
+    pending: Vec<u8>,
+    /// The files it restored.
+    files: StateFiles,
+    /// The state it holds, as its commands' saves print it.
+    base_env: String,
+    base_cwd: String,
+}
+
+impl LiveShell {
+    /// Reads one line from the shell (`None`: it is gone).
+    fn line(&mut self) -> Option<String> {
+        loop {
+            if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=end).collect();
+                return Some(String::from_utf8_lossy(&line[..end]).into_owned());
+            }
+            let mut buf = [0u8; 256];
+            match self.control.read(&mut buf) {
+                Ok(0) => return None,
+                Ok(n) => self.pending.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    fn end(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+enum Slot {
+    Ready(LiveShell),
+    /// Serving a command, or being started: the session's other runs take the ordinary way.
+    Busy,
+}
+
+/// The live shells of an agent (or of the engine's unconfined local backend), by session.
+pub struct LiveShells {
+    slots: Mutex<HashMap<Key, Slot>>,
+    /// Where snapshots, boot files and FIFOs go (a directory only this agent writes).
+    dir: PathBuf,
+    counter: AtomicU64,
+}
+
+impl LiveShells {
+    pub fn new(dir: PathBuf) -> Arc<Self> {
+        Arc::new(Self {
+            slots: Mutex::new(HashMap::new()),
+            dir,
+            counter: AtomicU64::new(0),
+        })
+    }
+
+    /// Where this agent's live files start: `DIR/live-PID-` (a job's boot file adds only its
+    /// number, which is all the shell is sent: bash reads a pipe a byte at a time).
+    fn prefix(&self) -> PathBuf {
+        self.dir.join(format!("live-{}-", std::process::id()))
+    }
+
+    /// A fresh number, and the path it names.
+    fn unique(&self) -> (u64, PathBuf) {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        (n, with_suffix(&self.prefix(), &n.to_string()))
+    }
+
+    /// `request` started as a job of the session's live shell, or `None` (run it the ordinary
+    /// way). A session without a live shell gets one warmed for its next command.
+    pub fn take(self: &Arc<Self>, request: &RunRequest) -> Option<Box<LiveJob>> {
+        let args = wrapper_args(request)?;
+        let mut env = request.env.clone();
+        let run_id = env.remove("PADDOCK_RUN");
+        let key = Key {
+            program: request.argv[0].clone(),
+            state_dir: args.state_dir.to_owned(),
+            cwd: request.cwd.clone(),
+            env,
+            clear_env: request.clear_env,
+        };
+        let shell = {
+            let mut slots = self.slots.lock().ok()?;
+            match slots.remove(&key) {
+                Some(Slot::Ready(shell)) => {
+                    slots.insert(key.clone(), Slot::Busy);
+                    shell
+                }
+                Some(Slot::Busy) => {
+                    slots.insert(key, Slot::Busy);
+                    return None;
+                }
+                None => {
+                    if slots.len() < MAX_SHELLS {
+                        slots.insert(key.clone(), Slot::Busy);
+                        self.warm(key);
+                    }
+                    return None;
+                }
+            }
+        };
+        let state_dir = Path::new(args.state_dir);
+        let up_to_date = StateFiles::read(state_dir) == shell.files;
+        let mut shell = shell;
+        if !up_to_date || !matches!(shell.child.try_wait(), Ok(None)) {
+            shell.end();
+            self.warm(key);
+            return None;
+        }
+        match LiveJob::start(self, key.clone(), shell, &args, run_id.as_deref()) {
+            Ok(job) => Some(Box::new(job)),
+            Err(shell) => {
+                shell.end();
+                self.warm(key);
+                None
+            }
+        }
+    }
+
+    /// Starts a live shell for `key` in the background (its slot is `Busy` meanwhile).
+    fn warm(self: &Arc<Self>, key: Key) {
+        let pool = self.clone();
+        let warmed = key.clone();
+        let spawned = std::thread::Builder::new()
+            .name("live-shell-warm".into())
+            .spawn(move || {
+                let key = warmed;
+                let started = pool.start_shell(&key);
+                let Ok(mut slots) = pool.slots.lock() else {
+                    return;
+                };
+                match (started, slots.get(&key)) {
+                    (Ok(shell), Some(Slot::Busy)) => {
+                        slots.insert(key, Slot::Ready(shell));
+                    }
+                    (Ok(shell), _) => shell.end(),
+                    (Err(_), _) => {
+                        slots.remove(&key);
+                    }
+                }
+            });
+        if spawned.is_err()
+            && let Ok(mut slots) = self.slots.lock()
+        {
+            slots.remove(&key);
+        }
+    }
+
+    fn start_shell(&self, key: &Key) -> std::io::Result<LiveShell> {
+        let state_dir = Path::new(&key.state_dir);
+        let files = StateFiles::read(state_dir);
+        // The shell restores a private copy of what was read: the files may change while it
+        // starts, and it must hold exactly what `files` says it holds.
+        let snapshot = match &files.env {
+            Some(text) => {
+                let path = with_suffix(&self.unique().1, ".env");
+                std::fs::write(&path, text)?;
+                Some(Removed(path))
+            }
+            None => None,
+        };
+        let cwd = files.cwd.as_deref().map_or_else(String::new, |bytes| {
+            let text = String::from_utf8_lossy(bytes);
+            text.split('\n').next().unwrap_or_default().to_owned()
+        });
+        let mut command = Command::new(&key.program);
+        if key.clear_env {
+            command.env_clear();
+        }
+        if let Some(dir) = &key.cwd {
+            command.current_dir(dir);
+        }
+        command
+            .args(["-c", LIVE_SCRIPT, "paddock"])
+            .arg(
+                snapshot
+                    .as_ref()
+                    .map_or_else(Default::default, |s| s.0.clone()),
+            )
+            .arg(&cwd)
+            .arg(self.prefix())
+            .envs(&key.env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .process_group(0);
+        let mut child = command.spawn()?;
+        let (Some(stdin), Some(control)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::other(
+                "the live shell's pipes were not made",
+            ));
+        };
+        let mut shell = LiveShell {
+            child,
+            stdin,
+            control,
+            pending: Vec::new(),
+            files,
+            base_env: String::new(),
+            base_cwd: String::new(),
+        };
+        match read_until_nuls(&mut shell, 2) {
+            Some(mut parts) if parts.len() == 2 => {
+                shell.base_cwd = parts.pop().unwrap_or_default();
+                shell.base_env = parts.pop().unwrap_or_default();
+                Ok(shell)
+            }
+            _ => {
+                shell.end();
+                Err(std::io::Error::other(
+                    "the live shell ended before it was ready",
+                ))
+            }
+        }
+    }
+
+    /// Ends every live shell (the agent is leaving).
+    pub fn drain(&self) {
+        if let Ok(mut slots) = self.slots.lock() {
+            for (_, slot) in slots.drain() {
+                if let Slot::Ready(shell) = slot {
+                    shell.end();
+                }
+            }
+        }
+    }
+
+    /// Gives the shell back after a job, or retires it and warms a new one.
+    fn give_back(self: &Arc<Self>, key: Key, shell: Option<LiveShell>) {
+        match shell {
+            Some(shell) => {
+                if let Ok(mut slots) = self.slots.lock() {
+                    slots.insert(key, Slot::Ready(shell));
+                } else {
+                    shell.end();
+                }
+            }
+            None => self.warm(key),
+        }
+    }
+}
+
+/// `count` NUL-ended texts from the shell's output (its start state).
+fn read_until_nuls(shell: &mut LiveShell, count: usize) -> Option<Vec<String>> {
+    let mut parts = Vec::new();
+    let mut buf = [0u8; 8192];
+    while parts.len() < count {
+        if let Some(end) = shell.pending.iter().position(|&b| b == 0) {
+            let part: Vec<u8> = shell.pending.drain(..=end).collect();
+            parts.push(String::from_utf8(part[..end].to_vec()).ok()?);
+            continue;
+        }
+        match shell.control.read(&mut buf) {
+            Ok(0) => return None,
+            Ok(n) => shell.pending.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(parts)
+}
+
+/// A file removed when dropped.
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Quotes `word` for bash.
+fn quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r#"'\''"#))
+}
+
+/// What the job sources: the wrapper's variables and arguments and the run id (nothing that
+/// could print: the live script itself changes directory and runs the command).
+fn boot_script(args: &WrapperArgs<'_>, run_id: Option<&str>, dump: &Path) -> String {
+    let mut text = String::from("set +m; unset __paddock_boot __paddock_job\n");
+    text.push_str(&format!(
+        "__paddock_state={}; __paddock_cmd={}; __paddock_workdir={}; __paddock_tag={}; __paddock_dump={}\n",
+        quote(args.state_dir),
+        quote(args.command),
+        quote(args.workdir),
+        quote(args.tag),
+        quote(&dump.display().to_string()),
+    ));
+    text.push_str(
+        "set -- \"$__paddock_state\" \"$__paddock_cmd\" \"$__paddock_workdir\" \"$__paddock_tag\"\n",
+    );
+    if let Some(run_id) = run_id {
+        text.push_str(&format!("export PADDOCK_RUN={}\n", quote(run_id)));
+    }
+    text
+}
+
+/// A FIFO made for one job, its reading end open (and a writing end the agent holds until the
+/// job has answered, so that a reader never sees the end before the job opened it).
+struct Fifo {
+    /// Kept until the job is over: the job opens it by name after the shell said its PID.
+    path: Option<Removed>,
+    reader: File,
+    writer: Option<File>,
+}
+
+impl Fifo {
+    fn make(path: PathBuf) -> std::io::Result<Self> {
+        rustix::fs::mkfifoat(rustix::fs::CWD, &path, Mode::from_raw_mode(0o600))?;
+        let path = Removed(path);
+        let reader = rustix::fs::open(
+            &path.0,
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let writer = rustix::fs::open(
+            &path.0,
+            OFlags::WRONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(Self {
+            path: Some(path),
+            reader: File::from(reader),
+            writer: Some(File::from(writer)),
+        })
+    }
+}
+
+/// One command running in a live shell.
+pub struct LiveJob {
+    pool: Arc<LiveShells>,
+    key: Key,
+    shell: Option<LiveShell>,
+    pid: u32,
+    output: Option<Fifo>,
+    /// The writing end of the output FIFO, once the reading end went to the output pump.
+    output_writer: Option<File>,
+    output_path: Option<Removed>,
+    dump: Fifo,
+    dump_text: Vec<u8>,
+    _boot: Removed,
+    state_dir: PathBuf,
+    tag: String,
+    workdir_given: bool,
+    status: Option<i32>,
+    /// Whether the shell's slot was given back (by [`LiveJob::finish`], else on drop).
+    given_back: bool,
+}
+
+impl LiveJob {
+    /// Sends the job to `shell`. On failure, the shell, to be ended.
+    fn start(
+        pool: &Arc<LiveShells>,
+        key: Key,
+        mut shell: LiveShell,
+        args: &WrapperArgs<'_>,
+        run_id: Option<&str>,
+    ) -> Result<Self, Box<LiveShell>> {
+        let (number, boot) = pool.unique();
+        let made = (|| {
+            let dump_path = with_suffix(&boot, ".dump");
+            let dump = Fifo::make(dump_path.clone())?;
+            let output = Fifo::make(with_suffix(&boot, ".out"))?;
+            std::fs::write(&boot, boot_script(args, run_id, &dump_path))?;
+            Ok::<_, std::io::Error>((dump, output))
+        })();
+        let boot = Removed(boot);
+        let Ok((dump, output)) = made else {
+            return Err(Box::new(shell));
+        };
+        let line = format!("{number}\n");
+        if shell.stdin.write_all(line.as_bytes()).is_err() {
+            return Err(Box::new(shell));
+        }
+        let Some(pid) = shell.line().and_then(|l| l.trim().parse::<u32>().ok()) else {
+            return Err(Box::new(shell));
+        };
+        Ok(Self {
+            pool: pool.clone(),
+            key,
+            shell: Some(shell),
+            pid,
+            output: Some(output),
+            output_writer: None,
+            output_path: None,
+            dump,
+            dump_text: Vec::new(),
+            _boot: boot,
+            state_dir: PathBuf::from(args.state_dir),
+            tag: args.tag.to_owned(),
+            workdir_given: !args.workdir.is_empty(),
+            status: None,
+            given_back: false,
+        })
+    }
+
+    /// The job's PID, also its process group.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The job's output (stdout and stderr, in order) for the output pump; once.
+    pub fn take_output(&mut self) -> std::io::Result<Box<dyn Read + Send>> {
+        let fifo = self
+            .output
+            .take()
+            .ok_or_else(|| std::io::Error::other("the live job's output was already taken"))?;
+        rustix::fs::fcntl_setfl(&fifo.reader, OFlags::empty())?;
+        self.output_writer = fifo.writer;
+        self.output_path = fifo.path;
+        Ok(Box::new(fifo.reader))
+    }
+
+    /// Waits for the job's status (its exit code, or 128 + the signal that ended it), reading
+    /// its saved state meanwhile (a save larger than a pipe holds would otherwise block the
+    /// job's exit). A live shell that died (a command that killed `$$`) answers its own end.
+    pub fn wait(&mut self) -> std::io::Result<i32> {
+        let code = loop {
+            let Some(shell) = self.shell.as_mut() else {
+                break 128 + 9;
+            };
+            if let Some(end) = shell.pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = shell.pending.drain(..=end).collect();
+                match String::from_utf8_lossy(&line[..end]).trim().parse::<i32>() {
+                    Ok(code) => break code,
+                    Err(_) => continue,
+                }
+            }
+            let mut fds = [
+                rustix::event::PollFd::new(&shell.control, rustix::event::PollFlags::IN),
+                rustix::event::PollFd::new(&self.dump.reader, rustix::event::PollFlags::IN),
+            ];
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            let control_ready = !fds[0].revents().is_empty();
+            let dump_ready = !fds[1].revents().is_empty();
+            if dump_ready {
+                read_available(&mut self.dump.reader, &mut self.dump_text);
+            }
+            if control_ready {
+                let mut buf = [0u8; 256];
+                match shell.control.read(&mut buf) {
+                    Ok(0) | Err(_) => {
+                        // The live shell is gone: its job goes too, and its end is the answer.
+                        signal_group(self.pid, rustix::process::Signal::KILL);
+                        let status = self.shell.take().and_then(|mut s| s.child.wait().ok());
+                        break status.map_or(128 + 9, |s| {
+                            use std::os::unix::process::ExitStatusExt;
+                            s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(9))
+                        });
+                    }
+                    Ok(n) => shell.pending.extend_from_slice(&buf[..n]),
+                }
+            }
+        };
+        self.status = Some(code);
+        // The job is gone: what still holds its output is its leftovers.
+        self.output_writer = None;
+        self.dump.writer = None;
+        Ok(code)
+    }
+
+    /// After the job's leftovers were ended: commits what it saved (only what it changed) and
+    /// gives the live shell back, or retires it when the state changed. Answers the problems
+    /// to tell the caller. Its files go when the job is dropped (after the reply).
+    pub fn finish(&mut self) -> Vec<String> {
+        let mut problems = Vec::new();
+        read_available(&mut self.dump.reader, &mut self.dump_text);
+        let Some(shell) = self.shell.take() else {
+            // The shell died under the job: a new one for the next command.
+            self.pool.give_back(self.key.clone(), None);
+            self.given_back = true;
+            return problems;
+        };
+        self.given_back = true;
+        let saved = parse_save(&self.dump_text).filter(|_| self.status.is_some());
+        let Some((env, cwd)) = saved else {
+            // Killed before it saved: nothing to commit, and the shell cannot be trusted.
+            shell.end();
+            self.pool.give_back(self.key.clone(), None);
+            return problems;
+        };
+        let cwd_changed = !self.workdir_given && cwd != shell.base_cwd;
+        if env == shell.base_env && !cwd_changed {
+            // Nothing changed: nothing to write, and the shell still holds the session's
+            // state (whether the files still say so is checked when it is next taken).
+            self.pool.give_back(self.key.clone(), Some(shell));
+            return problems;
+        }
+        let _lock = crate::shell_state::lock_dir(&self.state_dir);
+        let mut targets = vec![("env.sh", shell.base_env.as_str(), env)];
+        if !self.workdir_given {
+            targets.push(("cwd", shell.base_cwd.as_str(), cwd));
+        }
+        for (name, base, new) in targets {
+            let target = self.state_dir.join(name);
+            if let Err(e) = crate::shell_state::commit_text(&target, base, new, &self.tag) {
+                problems.push(format!("cannot commit {}: {e}", target.display()));
+            }
+        }
+        // The state moved on: a new shell restores it.
+        shell.end();
+        self.pool.give_back(self.key.clone(), None);
+        problems
+    }
+}
+
+impl Drop for LiveJob {
+    /// A job dropped before it finished (an error on the way): its shell cannot be trusted.
+    fn drop(&mut self) {
+        if let Some(shell) = self.shell.take() {
+            signal_group(self.pid, rustix::process::Signal::KILL);
+            shell.end();
+        }
+        if !self.given_back {
+            self.pool.give_back(self.key.clone(), None);
+        }
+    }
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+fn signal_group(pgid: u32, signal: rustix::process::Signal) {
+    if let Some(group) = i32::try_from(pgid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(group, signal);
+    }
+}
+
+/// Reads what a non-blocking `reader` holds now.
+fn read_available(reader: &mut File, into: &mut Vec<u8>) {
+    let mut buf = [0u8; 64 * 1024];
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => into.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// A whole save: the state text, a NUL, the directory line (empty with a workdir), a NUL.
+fn parse_save(bytes: &[u8]) -> Option<(&str, &str)> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut parts = text.split('\0');
+    let (env, cwd, rest) = (parts.next()?, parts.next()?, parts.next()?);
+    (rest.is_empty() && parts.next().is_none()).then_some((env, cwd))
+}
