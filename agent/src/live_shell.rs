@@ -21,30 +21,32 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use rustix::fs::{Mode, OFlags};
 
 use crate::protocol::RunRequest;
 use crate::shell_state::WRAPPER;
 
-/// `bash -c LIVE_SCRIPT paddock ENV_SNAPSHOT CWD PREFIX`: restores the state as the wrapper
+/// `bash -c LIVE_SCRIPT paddock ENV_SNAPSHOT CWD BOOT`: restores the state as the wrapper
 /// does, prints the state it started from (`export -p; declare -f; alias -p`, a NUL, `pwd -P`,
-/// a NUL), then for each number N read from stdin (a line) runs, with the boot file
-/// `PREFIXN`, a subshell as a job of
-/// its own process group (`set -m`), its output on the FIFO `BOOT.out`, and prints the job's
-/// PID and then its status, a line each. The boot file only sets the job's variables; the
+/// a NUL), then for each line read from stdin runs a subshell that sources the boot file
+/// `BOOT` (rewritten for each job) as a job of its own process group (`set -m`), its output on
+/// the FIFO `BOOT.out`, and prints the job's PID and then its status, a line each. The boot file only sets the job's variables; the
 /// directory change and the `eval` stand on the wrapper's own lines (4 and 25), so that what
 /// bash says about a command (`paddock: line 25: foo: command not found`) is word for word
 /// what the wrapper's shell says. `wait` answers early for a job that was stopped (a session
 /// pause): the loop waits on until the job is gone. A directory that no longer exists ends
 /// the shell before it prints anything (the wrapper's way says so).
 const LIVE_SCRIPT: &str = r#"__paddock_cwd=$2; if [ -n "$1" ]; then . "$1" </dev/null >/dev/null 2>&1; fi; if [ -n "$__paddock_cwd" ]; then builtin cd -- "$__paddock_cwd" 2>/dev/null || exit 0; fi
-__paddock_save() { __paddock_status=$?; export -n PADDOCK_RUN 2>/dev/null; { export -p; declare -f; alias -p; printf '\0'; if [ -z "$__paddock_workdir" ]; then pwd -P; fi; printf '\0'; } > "$__paddock_dump" 2>/dev/null; return $__paddock_status; }; shopt -s expand_aliases; { export -p; declare -f; alias -p; printf '\0'; pwd -P; printf '\0'; }; set -m; while read -r __paddock_boot; do __paddock_boot=$3$__paddock_boot; ( . "$__paddock_boot"
+__paddock_save() { __paddock_status=$?; export -n PADDOCK_RUN 2>/dev/null; { export -p; declare -f; alias -p; printf '\0'; if [ -z "$__paddock_workdir" ]; then pwd -P; fi; printf '\0'; } > "$__paddock_dump" 2>/dev/null; return $__paddock_status; }; shopt -s expand_aliases; { export -p; declare -f; alias -p; printf '\0'; pwd -P; printf '\0'; }; set -m; __paddock_boot=$3; while read -r __paddock_job; do ( . "$__paddock_boot"
 if [ -n "$__paddock_workdir" ]; then
     builtin cd -- "$__paddock_workdir" || { echo "paddock: cannot change into workdir $__paddock_workdir" >&2; exit 126; }
 elif [ -n "$__paddock_cwd" ] && ! [ . -ef "$__paddock_cwd" ]; then
@@ -73,7 +75,7 @@ eval "$__paddock_cmd"
     printf '%s\n' "$__paddock_job"
     wait "$__paddock_job"; __paddock_status=$?
     while [ "$__paddock_status" -gt 128 ] && kill -0 "$__paddock_job" 2>/dev/null; do
-        read -r -t 0.05 __paddock_boot
+        read -r -t 0.05 __paddock_nap
         wait "$__paddock_job"; __paddock_status=$?
     done
     printf '%s\n' "$__paddock_status"
@@ -152,6 +154,13 @@ struct LiveShell {
     /// The state it holds, as its commands' saves print it.
     base_env: String,
     base_cwd: String,
+    /// Its boot file (each job's variables, written over the last job's) and the FIFOs of
+    /// its jobs' output and saved state, made once: a file made on ext4 costs more than a
+    /// job of a live shell otherwise does.
+    boot: File,
+    out: Fifo,
+    dump: Fifo,
+    _boot_path: Removed,
 }
 
 impl LiveShell {
@@ -172,6 +181,30 @@ impl LiveShell {
         }
     }
 
+    /// A status line already read, if any.
+    fn status_line(&mut self) -> Option<i32> {
+        while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            if let Ok(code) = String::from_utf8_lossy(&line[..end]).trim().parse::<i32>() {
+                return Some(code);
+            }
+        }
+        None
+    }
+
+    /// Reads what the shell wrote (it is readable); `false` when it is gone.
+    fn read_control(&mut self) -> bool {
+        let mut buf = [0u8; 256];
+        match self.control.read(&mut buf) {
+            Ok(0) => false,
+            Ok(n) => {
+                self.pending.extend_from_slice(&buf[..n]);
+                true
+            }
+            Err(e) => e.kind() == std::io::ErrorKind::Interrupted,
+        }
+    }
+
     fn end(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -179,7 +212,7 @@ impl LiveShell {
 }
 
 enum Slot {
-    Ready(LiveShell),
+    Ready(Box<LiveShell>),
     /// Serving a command, or being started: the session's other runs take the ordinary way.
     Busy,
 }
@@ -201,16 +234,10 @@ impl LiveShells {
         })
     }
 
-    /// Where this agent's live files start: `DIR/live-PID-` (a job's boot file adds only its
-    /// number, which is all the shell is sent: bash reads a pipe a byte at a time).
-    fn prefix(&self) -> PathBuf {
-        self.dir.join(format!("live-{}-", std::process::id()))
-    }
-
-    /// A fresh number, and the path it names.
+    /// A fresh path for a live shell's file: `DIR/live-PID-N`.
     fn unique(&self) -> (u64, PathBuf) {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        (n, with_suffix(&self.prefix(), &n.to_string()))
+        (n, self.dir.join(format!("live-{}-{n}", std::process::id())))
     }
 
     /// `request` started as a job of the session's live shell, or `None` (run it the ordinary
@@ -231,7 +258,7 @@ impl LiveShells {
             match slots.remove(&key) {
                 Some(Slot::Ready(shell)) => {
                     slots.insert(key.clone(), Slot::Busy);
-                    shell
+                    *shell
                 }
                 Some(Slot::Busy) => {
                     slots.insert(key, Slot::Busy);
@@ -278,7 +305,7 @@ impl LiveShells {
                 };
                 match (started, slots.get(&key)) {
                     (Ok(shell), Some(Slot::Busy)) => {
-                        slots.insert(key, Slot::Ready(shell));
+                        slots.insert(key, Slot::Ready(Box::new(shell)));
                     }
                     (Ok(shell), _) => shell.end(),
                     (Err(_), _) => {
@@ -310,6 +337,14 @@ impl LiveShells {
             let text = String::from_utf8_lossy(bytes);
             text.split('\n').next().unwrap_or_default().to_owned()
         });
+        let boot_path = self.unique().1;
+        let boot = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&boot_path)?;
+        let boot_path = Removed(boot_path);
+        let out = Fifo::make(with_suffix(&boot_path.0, ".out"))?;
+        let dump = Fifo::make(with_suffix(&boot_path.0, ".dump"))?;
         let mut command = Command::new(&key.program);
         if key.clear_env {
             command.env_clear();
@@ -325,7 +360,7 @@ impl LiveShells {
                     .map_or_else(Default::default, |s| s.0.clone()),
             )
             .arg(&cwd)
-            .arg(self.prefix())
+            .arg(&boot_path.0)
             .envs(&key.env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -347,6 +382,10 @@ impl LiveShells {
             files,
             base_env: String::new(),
             base_cwd: String::new(),
+            boot,
+            out,
+            dump,
+            _boot_path: boot_path,
         };
         match read_until_nuls(&mut shell, 2) {
             Some(mut parts) if parts.len() == 2 => {
@@ -379,7 +418,7 @@ impl LiveShells {
         match shell {
             Some(shell) => {
                 if let Ok(mut slots) = self.slots.lock() {
-                    slots.insert(key, Slot::Ready(shell));
+                    slots.insert(key, Slot::Ready(Box::new(shell)));
                 } else {
                     shell.end();
                 }
@@ -444,13 +483,13 @@ fn boot_script(args: &WrapperArgs<'_>, run_id: Option<&str>, dump: &Path) -> Str
     text
 }
 
-/// A FIFO made for one job, its reading end open (and a writing end the agent holds until the
-/// job has answered, so that a reader never sees the end before the job opened it).
+/// A FIFO of a live shell's jobs, its reading end held open by the agent from job to job.
+/// For each job the agent also holds a writing end until the job answered, so that the reader
+/// never sees the end before the job opened the FIFO, and sees it once the job and all that
+/// inherited its end are gone.
 struct Fifo {
-    /// Kept until the job is over: the job opens it by name after the shell said its PID.
-    path: Option<Removed>,
+    path: Removed,
     reader: File,
-    writer: Option<File>,
 }
 
 impl Fifo {
@@ -462,17 +501,30 @@ impl Fifo {
             OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        let writer = rustix::fs::open(
-            &path.0,
+        Ok(Self {
+            path,
+            reader: File::from(reader),
+        })
+    }
+
+    /// A writing end (the reader is open: this never blocks).
+    fn writer(&self) -> std::io::Result<File> {
+        let fd = rustix::fs::open(
+            &self.path.0,
             OFlags::WRONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        Ok(Self {
-            path: Some(path),
-            reader: File::from(reader),
-            writer: Some(File::from(writer)),
-        })
+        Ok(File::from(fd))
     }
+}
+
+/// How [`LiveJob::run`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Exited(i32),
+    Deadline,
+    /// The engine hung up (or a frame could not be sent).
+    HungUp,
 }
 
 /// One command running in a live shell.
@@ -481,13 +533,13 @@ pub struct LiveJob {
     key: Key,
     shell: Option<LiveShell>,
     pid: u32,
-    output: Option<Fifo>,
-    /// The writing end of the output FIFO, once the reading end went to the output pump.
-    output_writer: Option<File>,
-    output_path: Option<Removed>,
-    dump: Fifo,
+    out_writer: Option<File>,
+    dump_writer: Option<File>,
     dump_text: Vec<u8>,
-    _boot: Removed,
+    /// Whether the job's output ended (a FIFO nobody else holds can serve the next job).
+    output_ended: bool,
+    /// Where output is read into (one buffer for the job's whole life).
+    buf: Vec<u8>,
     state_dir: PathBuf,
     tag: String,
     workdir_given: bool,
@@ -505,20 +557,18 @@ impl LiveJob {
         args: &WrapperArgs<'_>,
         run_id: Option<&str>,
     ) -> Result<Self, Box<LiveShell>> {
-        let (number, boot) = pool.unique();
-        let made = (|| {
-            let dump_path = with_suffix(&boot, ".dump");
-            let dump = Fifo::make(dump_path.clone())?;
-            let output = Fifo::make(with_suffix(&boot, ".out"))?;
-            std::fs::write(&boot, boot_script(args, run_id, &dump_path))?;
-            Ok::<_, std::io::Error>((dump, output))
+        let prepared = (|| {
+            let text = boot_script(args, run_id, &shell.dump.path.0);
+            // Written over the last job's: a truncation to zero on ext4 forces the blocks out
+            // at close (its replace-by-truncate heuristic); a shorter length does not.
+            shell.boot.write_all_at(text.as_bytes(), 0)?;
+            shell.boot.set_len(text.len() as u64)?;
+            Ok::<_, std::io::Error>((shell.out.writer()?, shell.dump.writer()?))
         })();
-        let boot = Removed(boot);
-        let Ok((dump, output)) = made else {
+        let Ok((out_writer, dump_writer)) = prepared else {
             return Err(Box::new(shell));
         };
-        let line = format!("{number}\n");
-        if shell.stdin.write_all(line.as_bytes()).is_err() {
+        if shell.stdin.write_all(b"\n").is_err() {
             return Err(Box::new(shell));
         }
         let Some(pid) = shell.line().and_then(|l| l.trim().parse::<u32>().ok()) else {
@@ -529,12 +579,11 @@ impl LiveJob {
             key,
             shell: Some(shell),
             pid,
-            output: Some(output),
-            output_writer: None,
-            output_path: None,
-            dump,
+            out_writer: Some(out_writer),
+            dump_writer: Some(dump_writer),
             dump_text: Vec::new(),
-            _boot: boot,
+            output_ended: false,
+            buf: vec![0u8; 64 * 1024],
             state_dir: PathBuf::from(args.state_dir),
             tag: args.tag.to_owned(),
             workdir_given: !args.workdir.is_empty(),
@@ -548,68 +597,138 @@ impl LiveJob {
         self.pid
     }
 
-    /// The job's output (stdout and stderr, in order) for the output pump; once.
-    pub fn take_output(&mut self) -> std::io::Result<Box<dyn Read + Send>> {
-        let fifo = self
-            .output
-            .take()
-            .ok_or_else(|| std::io::Error::other("the live job's output was already taken"))?;
-        rustix::fs::fcntl_setfl(&fifo.reader, OFlags::empty())?;
-        self.output_writer = fifo.writer;
-        self.output_path = fifo.path;
-        Ok(Box::new(fifo.reader))
+    /// Runs the job until it exits (its exit code, or 128 + the signal that ended it), the
+    /// `deadline` passes or `engine` (the connection, when watched) hangs up, handing its output
+    /// to `output` as it comes (`false` from it: the engine is gone) and reading its saved state
+    /// meanwhile (a save larger than a pipe holds would otherwise keep the job from exiting).
+    /// One thread and one `poll`: no output pump, no input watcher, no timer. A live shell that
+    /// died (a command that killed `$$`) answers with its own end.
+    pub fn run(
+        &mut self,
+        engine: Option<&UnixStream>,
+        deadline: Option<Instant>,
+        output: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Ended {
+        let mut buf = std::mem::take(&mut self.buf);
+        let ended = self.run_with(engine, deadline, output, &mut buf);
+        self.buf = buf;
+        ended
     }
 
-    /// Waits for the job's status (its exit code, or 128 + the signal that ended it), reading
-    /// its saved state meanwhile (a save larger than a pipe holds would otherwise block the
-    /// job's exit). A live shell that died (a command that killed `$$`) answers its own end.
-    pub fn wait(&mut self) -> std::io::Result<i32> {
-        let code = loop {
+    fn run_with(
+        &mut self,
+        engine: Option<&UnixStream>,
+        deadline: Option<Instant>,
+        output: &mut dyn FnMut(&[u8]) -> bool,
+        buf: &mut [u8],
+    ) -> Ended {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        loop {
             let Some(shell) = self.shell.as_mut() else {
-                break 128 + 9;
+                return self.exited(128 + 9);
             };
-            if let Some(end) = shell.pending.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = shell.pending.drain(..=end).collect();
-                match String::from_utf8_lossy(&line[..end]).trim().parse::<i32>() {
-                    Ok(code) => break code,
-                    Err(_) => continue,
-                }
+            if let Some(code) = shell.status_line() {
+                return self.exited(code);
             }
-            let mut fds = [
-                rustix::event::PollFd::new(&shell.control, rustix::event::PollFlags::IN),
-                rustix::event::PollFd::new(&self.dump.reader, rustix::event::PollFlags::IN),
+            let LiveShell {
+                control, out, dump, ..
+            } = shell;
+            let timeout = match deadline {
+                Some(at) => {
+                    let left = at.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ended::Deadline;
+                    }
+                    Some(Timespec::try_from(left).unwrap_or(Timespec {
+                        tv_sec: i64::MAX,
+                        tv_nsec: 0,
+                    }))
+                }
+                None => None,
+            };
+            let mut fds = vec![
+                PollFd::new(&*control, PollFlags::IN),
+                PollFd::new(&dump.reader, PollFlags::IN),
+                PollFd::new(&out.reader, PollFlags::IN),
             ];
-            match rustix::event::poll(&mut fds, None) {
+            if let Some(engine) = engine {
+                fds.push(PollFd::new(engine, PollFlags::IN));
+            }
+            match rustix::event::poll(&mut fds, timeout.as_ref()) {
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
+                // Nothing to wait with: end it as a timeout would.
+                Err(_) => return Ended::Deadline,
             }
-            let control_ready = !fds[0].revents().is_empty();
-            let dump_ready = !fds[1].revents().is_empty();
-            if dump_ready {
-                read_available(&mut self.dump.reader, &mut self.dump_text);
+            let ready: Vec<bool> = fds.iter().map(|fd| !fd.revents().is_empty()).collect();
+            drop(fds);
+            if ready[1] {
+                read_available(&mut dump.reader, &mut self.dump_text);
             }
-            if control_ready {
-                let mut buf = [0u8; 256];
-                match shell.control.read(&mut buf) {
-                    Ok(0) | Err(_) => {
-                        // The live shell is gone: its job goes too, and its end is the answer.
-                        signal_group(self.pid, rustix::process::Signal::KILL);
-                        let status = self.shell.take().and_then(|mut s| s.child.wait().ok());
-                        break status.map_or(128 + 9, |s| {
-                            use std::os::unix::process::ExitStatusExt;
-                            s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(9))
-                        });
-                    }
-                    Ok(n) => shell.pending.extend_from_slice(&buf[..n]),
+            if ready[2] && !pass_output(&mut out.reader, buf, output) {
+                return Ended::HungUp;
+            }
+            if ready.get(3).copied().unwrap_or(false) && engine.is_some_and(hung_up) {
+                return Ended::HungUp;
+            }
+            if ready[0] {
+                let shell = self.shell.as_mut().map(|s| s.read_control());
+                if shell == Some(false) {
+                    // The live shell is gone: its job goes too, and its end is the answer.
+                    signal_group(self.pid, rustix::process::Signal::KILL);
+                    let status = self.shell.take().and_then(|mut s| s.child.wait().ok());
+                    return self.exited(status.map_or(128 + 9, |s| {
+                        use std::os::unix::process::ExitStatusExt;
+                        s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(9))
+                    }));
                 }
             }
-        };
+        }
+    }
+
+    fn exited(&mut self, code: i32) -> Ended {
         self.status = Some(code);
         // The job is gone: what still holds its output is its leftovers.
-        self.output_writer = None;
-        self.dump.writer = None;
-        Ok(code)
+        self.out_writer = None;
+        self.dump_writer = None;
+        Ended::Exited(code)
+    }
+
+    /// After the job exited and its leftovers were ended: the rest of its output, until its
+    /// end or `until` (a grandchild that kept the FIFO open is not waited for longer).
+    pub fn drain(&mut self, until: Instant, output: &mut dyn FnMut(&[u8]) -> bool) {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        let Some(shell) = self.shell.as_mut() else {
+            return;
+        };
+        let buf = &mut self.buf;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let Ok(timeout) = Timespec::try_from(left) else {
+                return;
+            };
+            let mut fds = [PollFd::new(&shell.out.reader, PollFlags::IN)];
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => return,
+            }
+            let mut seen = 0;
+            let mut counting = |data: &[u8]| {
+                seen += data.len();
+                output(data)
+            };
+            if !pass_output(&mut shell.out.reader, buf, &mut counting) {
+                // The engine is gone.
+                return;
+            }
+            if seen == 0 {
+                // Readable with nothing in it: the end of the output.
+                self.output_ended = true;
+                return;
+            }
+        }
     }
 
     /// After the job's leftovers were ended: commits what it saved (only what it changed) and
@@ -617,7 +736,9 @@ impl LiveJob {
     /// to tell the caller. Its files go when the job is dropped (after the reply).
     pub fn finish(&mut self) -> Vec<String> {
         let mut problems = Vec::new();
-        read_available(&mut self.dump.reader, &mut self.dump_text);
+        if let Some(shell) = self.shell.as_mut() {
+            read_available(&mut shell.dump.reader, &mut self.dump_text);
+        }
         let Some(shell) = self.shell.take() else {
             // The shell died under the job: a new one for the next command.
             self.pool.give_back(self.key.clone(), None);
@@ -633,10 +754,17 @@ impl LiveJob {
             return problems;
         };
         let cwd_changed = !self.workdir_given && cwd != shell.base_cwd;
-        if env == shell.base_env && !cwd_changed {
+        // A job whose output did not end (something it started still holds the FIFO) leaves
+        // the shell's FIFOs unfit for the next job.
+        if env == shell.base_env && !cwd_changed && self.output_ended {
             // Nothing changed: nothing to write, and the shell still holds the session's
             // state (whether the files still say so is checked when it is next taken).
             self.pool.give_back(self.key.clone(), Some(shell));
+            return problems;
+        }
+        if env == shell.base_env && !cwd_changed {
+            shell.end();
+            self.pool.give_back(self.key.clone(), None);
             return problems;
         }
         let _lock = crate::shell_state::lock_dir(&self.state_dir);
@@ -683,6 +811,32 @@ fn signal_group(pgid: u32, signal: rustix::process::Signal) {
     {
         let _ = rustix::process::kill_process_group(group, signal);
     }
+}
+
+/// Hands what the non-blocking `reader` holds now to `output`; `false` when `output` refused.
+fn pass_output(reader: &mut File, buf: &mut [u8], output: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+    loop {
+        match reader.read(buf) {
+            Ok(0) => return true,
+            Ok(n) => {
+                if !output(&buf[..n]) {
+                    return false;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Whether the engine hung up: its connection is readable, and no stdin was announced, so any
+/// read (its end, or a byte it had no reason to send) means it gave up on the run.
+fn hung_up(engine: &UnixStream) -> bool {
+    let mut byte = [0u8; 1];
+    !matches!(
+        rustix::net::recv(engine, &mut byte, rustix::net::RecvFlags::DONTWAIT),
+        Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR)
+    )
 }
 
 /// Reads what a non-blocking `reader` holds now.

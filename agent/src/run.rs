@@ -9,10 +9,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::AgentError;
-use crate::live_shell::{LiveJob, LiveShells};
+use crate::live_shell::{Ended, LiveJob, LiveShells};
 use crate::protocol::{FrameKind, Reply, RunRequest, read_frame, write_message};
 use crate::spare::SparePool;
 
@@ -38,37 +38,6 @@ fn send(writer: &SharedWriter, kind: FrameKind, payload: &[u8]) -> Result<(), Ag
 enum Input {
     Pipe(std::process::ChildStdin),
     Terminal(Arc<pty_process::blocking::Pty>),
-    /// A live shell's job, whose stdin is empty.
-    Empty,
-}
-
-/// The running program: a process of the agent's, or a job of a session's live shell.
-enum Program {
-    Process(Child),
-    Live(Box<LiveJob>),
-}
-
-impl Program {
-    /// Its process group (the program leads one).
-    fn id(&self) -> u32 {
-        match self {
-            Self::Process(child) => child.id(),
-            Self::Live(job) => job.pid(),
-        }
-    }
-
-    /// Its exit code, or 128 + the signal that ended it.
-    fn wait(&mut self) -> std::io::Result<i32> {
-        match self {
-            Self::Process(child) => {
-                let status = child.wait()?;
-                Ok(status
-                    .code()
-                    .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
-            }
-            Self::Live(job) => job.wait(),
-        }
-    }
 }
 
 /// Runs `request` for the connection `stream` (whose stdin frames, if any, come next) and answers
@@ -79,6 +48,9 @@ pub fn serve_run(
     spares: &Arc<SparePool>,
     live: &Arc<LiveShells>,
 ) -> Result<(), AgentError> {
+    if let Some(job) = live.take(&request) {
+        return serve_live(stream, &request, job);
+    }
     let Some((program, args)) = request.argv.split_first() else {
         let mut stream = stream;
         write_message(
@@ -111,27 +83,21 @@ pub fn serve_run(
             return Ok(());
         }
     };
-    // The session's live shell when it can take the command; else a spare shell when one
-    // waits (its boot file goes when `_boot` does, after the run).
+    // A spare shell when one waits (its boot file goes when `_boot` does, after the run).
     let mut _boot = None;
-    let spawned = if let Some(mut job) = live.take(&request) {
-        job.take_output()
-            .map(|output| (Program::Live(job), output, Input::Empty))
-    } else if let Some((spare, boot)) = spares.take(&request) {
+    let spawned = if let Some((spare, boot)) = spares.take(&request) {
         _boot = Some(boot);
         let output: Box<dyn Read + Send> = Box::new(spare.output);
         match spare.stdin {
-            Some(stdin) => Ok((Program::Process(spare.child), output, Input::Pipe(stdin))),
+            Some(stdin) => Ok((spare.child, output, Input::Pipe(stdin))),
             None => Err(std::io::Error::other("the spare shell has no stdin")),
         }
     } else if request.pty {
         spawn_terminal(program, args, &request)
-            .map(|(child, output, input)| (Program::Process(child), output, input))
     } else {
         spawn_pipes(program, args, &request)
-            .map(|(child, output, input)| (Program::Process(child), output, input))
     };
-    let (mut running, output, input) = match spawned {
+    let (mut child, output, input) = match spawned {
         Ok(parts) => parts,
         Err(err) => {
             // Dropping the helpers' channels ends their threads.
@@ -146,19 +112,15 @@ pub fn serve_run(
             return Ok(());
         }
     };
-    let pgid = running.id();
+    let pgid = child.id();
     // `_deadline` lives until the run is answered: its drop ends the deadline's thread.
     let (drained_rx, _deadline) = helpers.go(pgid, output, input);
-    let code = running.wait()?;
+    let status = child.wait()?;
     // What the program left behind goes with it: its group, and daemons that left the group
     // but carry the run id.
     kill_leftovers(pgid, request.run_id.as_deref());
     // The session's state: merged with what overlapping runs saved meanwhile.
-    let problems = match &mut running {
-        Program::Live(job) => job.finish(),
-        Program::Process(_) => commit_renames(&request.renames),
-    };
-    for problem in problems {
+    for problem in commit_renames(&request.renames) {
         let _ = send(
             &writer,
             FrameKind::Output,
@@ -167,6 +129,9 @@ pub fn serve_run(
     }
     let _ = drained_rx.recv_timeout(DRAIN_AFTER_EXIT);
     finished.store(true, Ordering::SeqCst);
+    let code = status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     let mut stream = writer.lock().map_err(|_| AgentError::Poisoned)?;
     write_message(
         &mut *stream,
@@ -176,6 +141,64 @@ pub fn serve_run(
         },
     )?;
     let _ = stream.shutdown(std::net::Shutdown::Both);
+    Ok(())
+}
+
+/// Runs `request` as `job` of the session's live shell, answering on `stream`: in this thread
+/// alone (the job's [`LiveJob::run`] polls its output, its end, the engine and the deadline),
+/// with what a spawned run does around it: the deadline and a hang-up end the job's tree, the
+/// leftovers of a finished job are ended, its state is committed before `Exit` is answered.
+fn serve_live(
+    stream: UnixStream,
+    request: &RunRequest,
+    mut job: Box<LiveJob>,
+) -> Result<(), AgentError> {
+    let pgid = job.pid();
+    let run_id = request.run_id.as_deref();
+    let deadline = request
+        .timeout_ms
+        .map(|ms| Instant::now() + Duration::from_millis(ms));
+    let mut engine_gone = false;
+    let mut to_engine = |data: &[u8]| {
+        engine_gone = engine_gone
+            || crate::protocol::write_frame(&mut &stream, FrameKind::Output, data).is_err();
+        !engine_gone
+    };
+    let mut timed_out = false;
+    let mut watching = true;
+    let code = loop {
+        let watched = watching.then_some(&stream);
+        match job.run(watched, deadline.filter(|_| !timed_out), &mut to_engine) {
+            Ended::Exited(code) => break code,
+            Ended::Deadline => {
+                timed_out = true;
+                end_run(pgid, run_id);
+            }
+            Ended::HungUp => {
+                watching = false;
+                end_run(pgid, run_id);
+            }
+        }
+    };
+    kill_leftovers(pgid, run_id);
+    job.drain(Instant::now() + DRAIN_AFTER_EXIT, &mut to_engine);
+    let problems = job.finish();
+    if !watching || engine_gone {
+        // Nobody to answer.
+        return Ok(());
+    }
+    let mut stream = stream;
+    for problem in problems {
+        crate::protocol::write_frame(
+            &mut stream,
+            FrameKind::Output,
+            format!("paddock-agent: {problem}\n").as_bytes(),
+        )?;
+    }
+    write_message(&mut stream, &Reply::Exit { code, timed_out })?;
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    // The job's files go after the answer.
+    drop(job);
     Ok(())
 }
 
@@ -282,7 +305,6 @@ fn start_helpers(
                                 let written = match target {
                                     Input::Pipe(pipe) => pipe.write_all(&data),
                                     Input::Terminal(pty) => (&**pty).write_all(&data),
-                                    Input::Empty => Err(std::io::ErrorKind::BrokenPipe.into()),
                                 };
                                 if written.is_err() {
                                     // The program stopped reading; keep draining frames.

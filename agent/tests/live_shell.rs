@@ -34,7 +34,7 @@ impl Drop for Agent {
 
 /// A session: an agent, its state directory and the directory commands start in.
 struct Session {
-    _agent: Agent,
+    agent_process: Agent,
     dir: tempfile::TempDir,
     socket: PathBuf,
     state: PathBuf,
@@ -67,7 +67,7 @@ impl Session {
             std::thread::sleep(Duration::from_millis(20));
         }
         Self {
-            _agent: agent,
+            agent_process: agent,
             dir,
             socket,
             state,
@@ -97,7 +97,32 @@ impl Session {
 
     /// One command through the agent, as the sandboxed local backend sends it.
     fn agent(&mut self, command: &str, timeout_ms: u64) -> (i32, bool, String) {
+        self.agent_in(command, "", timeout_ms)
+    }
+
+    /// [`Session::agent`] with the call's own working directory (`workdir`, empty for none).
+    fn agent_in(&mut self, command: &str, workdir: &str, timeout_ms: u64) -> (i32, bool, String) {
         let tag = self.next_tag();
+        let mut stream = self.send(command, workdir, &tag, timeout_ms);
+        let mut output = Vec::new();
+        let reply = loop {
+            match read_frame(&mut stream) {
+                Ok(Some((FrameKind::Output, data))) => output.extend(data),
+                Ok(Some((_, data))) => break serde_json::from_slice::<Reply>(&data).unwrap(),
+                other => panic!("no reply from the agent ({other:?}); output {output:?}"),
+            }
+        };
+        // What the engine does after a sandboxed agent run of the wrapper.
+        paddock_agent::shell_state::commit_state(&self.state, &tag);
+        let output = String::from_utf8_lossy(&output).into_owned();
+        match reply {
+            Reply::Exit { code, timed_out } => (code, timed_out, output),
+            other => panic!("{other:?} for {command:?} with output {output:?}"),
+        }
+    }
+
+    /// Sends one wrapper run; answers the connection its frames come on.
+    fn send(&mut self, command: &str, workdir: &str, tag: &str, timeout_ms: u64) -> UnixStream {
         let request = RunRequest {
             argv: [
                 "/bin/bash",
@@ -106,18 +131,18 @@ impl Session {
                 "paddock",
                 &self.state.display().to_string(),
                 command,
-                "",
-                &tag,
+                workdir,
+                tag,
             ]
             .iter()
             .map(|a| (*a).to_owned())
             .collect(),
-            env: self.env(&tag),
+            env: self.env(tag),
             clear_env: true,
             cwd: Some(self.start.display().to_string()),
             timeout_ms: Some(timeout_ms),
             renames: Vec::new(),
-            run_id: Some(tag.clone()),
+            run_id: Some(tag.to_owned()),
             pty: false,
             stdin: false,
         };
@@ -125,7 +150,7 @@ impl Session {
             Ok(stream) => stream,
             Err(e) => panic!(
                 "cannot reach the agent for {command:?} ({e}); the agent: {:?}",
-                self._agent.0.try_wait()
+                self.agent_process.0.try_wait()
             ),
         };
         stream
@@ -142,30 +167,16 @@ impl Session {
         assert!(matches!(hello, Reply::Hello { .. }), "{hello:?}");
         write_message(&mut stream, &Request::Run(request)).unwrap();
         stream.flush().unwrap();
-        let mut output = Vec::new();
-        let reply = loop {
-            match read_frame(&mut stream) {
-                Ok(Some((FrameKind::Output, data))) => output.extend(data),
-                Ok(Some((_, data))) => break serde_json::from_slice::<Reply>(&data).unwrap(),
-                other => panic!("no reply from the agent ({other:?}); output {output:?}"),
-            }
-        };
-        // What the engine does after an agent run of the wrapper.
-        paddock_agent::shell_state::commit_state(&self.state, &tag);
-        let output = String::from_utf8_lossy(&output).into_owned();
-        match reply {
-            Reply::Exit { code, timed_out } => (code, timed_out, output),
-            other => panic!("{other:?} for {command:?} with output {output:?}"),
-        }
+        stream
     }
 
     /// One command by a fresh wrapper shell of the engine's own (no agent), on `state`.
-    fn fresh(&mut self, state: &Path, command: &str) -> (i32, String) {
+    fn fresh_in(&mut self, state: &Path, command: &str, workdir: &str) -> (i32, String) {
         let tag = self.next_tag();
         let out = Command::new("/bin/bash")
             .args(["-c", WRAPPER, "paddock"])
             .arg(state)
-            .args([command, "", &tag])
+            .args([command, workdir, &tag])
             .env_clear()
             .envs(self.env(&tag))
             .current_dir(&self.start)
@@ -219,11 +230,14 @@ fn commands_in_the_live_shell_see_what_a_fresh_wrapper_shell_sees() {
         "cd /nonexistent-dir-4711",
         PROBE,
     ];
-    let mut live_served = 0;
-    for command in commands {
+    // Then a call's own working directory, and one that does not exist (bash's words and the
+    // wrapper's, on the wrapper's line 4).
+    let with_workdirs = [(PROBE, "/tmp"), ("pwd", "/nonexistent-workdir-4711")];
+    let runs = commands.iter().map(|c| (*c, "")).chain(with_workdirs);
+    for (command, workdir) in runs {
         let _ = s.live_pid();
-        let (code, timed_out, output) = s.agent(command, 10_000);
-        let (fresh_code, fresh_output) = s.fresh(&fresh_state, command);
+        let (code, timed_out, output) = s.agent_in(command, workdir, 10_000);
+        let (fresh_code, fresh_output) = s.fresh_in(&fresh_state, command, workdir);
         assert!(!timed_out, "{command}");
         assert_eq!(
             (
@@ -234,11 +248,9 @@ fn commands_in_the_live_shell_see_what_a_fresh_wrapper_shell_sees() {
                 fresh_code,
                 fresh_output.replace(&fresh_state.display().to_string(), "STATE")
             ),
-            "the live shell and a fresh wrapper shell differ on {command:?}"
+            "the live shell and a fresh wrapper shell differ on {command:?} (workdir {workdir:?})"
         );
-        live_served += 1;
     }
-    assert_eq!(live_served, commands.len());
     // The session's directory file says the same too.
     assert_eq!(
         std::fs::read_to_string(s.state.join("cwd")).unwrap(),
@@ -301,4 +313,106 @@ fn the_live_shell_keeps_timeouts_leftover_kills_and_outside_changes() {
     let (code, _, out) = s.agent("echo KEEP=$KEEP", 10_000);
     assert_eq!((code, out.as_str()), (0, "KEEP=1\n"));
     let _ = s.live_pid();
+}
+
+#[test]
+fn large_output_and_a_state_larger_than_a_pipe_pass_through_the_live_shell() {
+    let mut s = Session::new();
+    let _ = s.live_pid();
+    // More output than a pipe holds, read while the job runs.
+    let (code, _, out) = s.agent("head -c 300000 /dev/zero | tr '\\0' y; echo", 10_000);
+    assert_eq!((code, out.len()), (0, 300_001));
+    assert!(out.bytes().take(300_000).all(|b| b == b'y'));
+    // A saved state larger than a pipe holds: the job's save at exit must not block it.
+    let (code, timed_out, _) = s.agent(
+        "export BIG=$(head -c 200000 /dev/zero | tr '\\0' x); big() { echo big; }",
+        10_000,
+    );
+    assert_eq!((code, timed_out), (0, false));
+    let _ = s.live_pid();
+    let (_, _, out) = s.agent("echo ${#BIG}; big", 10_000);
+    assert_eq!(out, "200000\nbig\n");
+}
+
+#[test]
+fn a_hang_up_ends_the_job_and_a_paused_job_keeps_its_own_exit_code() {
+    let mut s = Session::new();
+    let shell_pid: i32 = s.live_pid().trim().parse().unwrap();
+    // The engine gives up on a running command: its tree ends, the session goes on.
+    let tag = s.next_tag();
+    let stream = s.send("sleep 30", "", &tag, 60_000);
+    let marker = format!("PADDOCK_RUN={tag}");
+    let until = Instant::now() + Duration::from_secs(5);
+    while paddock_agent::run::processes_with_env(&marker).is_empty() {
+        assert!(Instant::now() < until, "the command never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(stream);
+    let until = Instant::now() + Duration::from_secs(5);
+    while !paddock_agent::run::processes_with_env(&marker).is_empty() {
+        assert!(
+            Instant::now() < until,
+            "the command outlived the engine's hang-up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, _, out) = s.agent("echo after", 10_000);
+    assert_eq!((code, out.as_str()), (0, "after\n"));
+
+    // A session pause stops the live shell and its job; resumed, the job's own status is
+    // answered (a stopped job makes `wait` answer early with 128 + SIGSTOP).
+    let shell_pid: i32 = match s.live_pid().trim().parse() {
+        Ok(pid) => pid,
+        Err(_) => shell_pid,
+    };
+    let tag = s.next_tag();
+    let mut stream = s.send("sleep 0.6; exit 3", "", &tag, 60_000);
+    let marker = format!("PADDOCK_RUN={tag}");
+    std::thread::sleep(Duration::from_millis(150));
+    // The job is the process group of what the command runs (the subshell's own environment
+    // block does not show the run id: it is exported after the fork).
+    let sleeper = *paddock_agent::run::processes_with_env(&marker)
+        .iter()
+        .next()
+        .expect("the command is not running");
+    let stat = std::fs::read_to_string(format!("/proc/{sleeper}/stat")).unwrap();
+    let pgid: i32 = stat
+        .rsplit(')')
+        .next()
+        .and_then(|rest| rest.split_whitespace().nth(2))
+        .and_then(|field| field.parse().ok())
+        .unwrap();
+    assert_ne!(pgid, shell_pid, "the job is not a process group of its own");
+    let job = vec![-pgid];
+    let stop = |pids: &[i32], signal: &str| {
+        for pid in pids {
+            let _ = Command::new("kill")
+                .args([signal, "--", &pid.to_string()])
+                .status();
+        }
+    };
+    stop(&job, "-STOP");
+    stop(&[shell_pid], "-STOP");
+    std::thread::sleep(Duration::from_millis(300));
+    // The shell first: it sees its job still stopped, and must wait on.
+    stop(&[shell_pid], "-CONT");
+    std::thread::sleep(Duration::from_millis(200));
+    stop(&job, "-CONT");
+    let reply = loop {
+        match read_frame(&mut stream) {
+            Ok(Some((FrameKind::Output, _))) => {}
+            Ok(Some((_, data))) => break serde_json::from_slice::<Reply>(&data).unwrap(),
+            other => panic!("no reply from the agent ({other:?})"),
+        }
+    };
+    assert!(
+        matches!(
+            reply,
+            Reply::Exit {
+                code: 3,
+                timed_out: false
+            }
+        ),
+        "{reply:?}"
+    );
 }
