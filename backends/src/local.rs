@@ -24,6 +24,7 @@ use crate::{
     BackendError, BackendFuture, BackgroundRequest, Environment, ExecOutput, ExecRequest,
     RemoteFile, Result,
 };
+use paddock_agent::live_shell::{LiveJob, LiveShells};
 use paddock_agent::spare::SparePool;
 
 use crate::tmp_mount::{mount_points_under, mount_tmp, unmount_tmp};
@@ -48,6 +49,8 @@ pub struct LocalEnvironment {
     agent: bool,
     /// Spare shells for unconfined commands (started ahead of need, off the critical path).
     spares: Option<Arc<SparePool>>,
+    /// Each session's live shell (unconfined backend only, as the spares).
+    live: Option<Arc<LiveShells>>,
     /// Per-session ceilings (`max_processes`, `cpus`, `tmp_size_mb`, `workspace_write_mb`).
     ceilings: LocalCeilings,
     /// Whether a client may name a session's workspace (an MCP client's roots): not when the
@@ -327,6 +330,7 @@ impl LocalEnvironment {
             sandbox: None,
             agent: false,
             spares: None,
+            live: None,
             ceilings: LocalCeilings::default(),
             client_workspaces: false,
             session_workspaces: std::sync::Mutex::default(),
@@ -360,7 +364,9 @@ impl LocalEnvironment {
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
             // The first command starts the first spare: an engine that runs none pays nothing.
-            self.spares = Some(SparePool::new(dir, true));
+            self.spares = Some(SparePool::new(dir.clone(), true));
+            // The same for each session's live shell (its first command warms it).
+            self.live = Some(LiveShells::new(dir));
         }
         self
     }
@@ -1008,19 +1014,7 @@ impl LocalEnvironment {
         if self.ceilings.any_process_ceiling() {
             return None;
         }
-        let run = RunRequest {
-            argv: std::iter::once(crate::shell::bash_path().display().to_string())
-                .chain(wrapper_args(state, &request.command, workdir, tag))
-                .collect(),
-            env: env.clone(),
-            clear_env: true,
-            cwd: Some(self.start_dir(&request.session).display().to_string()),
-            timeout_ms: None,
-            renames: Vec::new(),
-            run_id: None,
-            pty: false,
-            stdin: false,
-        };
+        let run = self.wrapper_request(request, state, workdir, tag, env.clone(), None);
         let (mut spare, boot) = spares.take(&run)?;
         let pgid = i32::try_from(spare.child.id()).ok();
         let stdin = spare.stdin.take();
@@ -1039,6 +1033,53 @@ impl LocalEnvironment {
             status
         });
         Some((pgid, exit, OwnedFd::from(spare.output)))
+    }
+
+    /// The command as a job of its session's live shell (unconfined backend only, under the
+    /// same conditions as a spare), or `None`.
+    fn take_live(
+        &self,
+        request: &ExecRequest,
+        state: &std::path::Path,
+        workdir: &str,
+        tag: &str,
+        env: &BTreeMap<String, String>,
+    ) -> Option<Box<LiveJob>> {
+        let live = self.live.as_ref()?;
+        // A shell started before its session's cgroups existed would be outside them.
+        if self.ceilings.any_process_ceiling() || request.stdin.is_some() {
+            return None;
+        }
+        let mut env = env.clone();
+        env.insert("PADDOCK_RUN".into(), tag.to_owned());
+        let run = self.wrapper_request(request, state, workdir, tag, env, Some(tag));
+        live.take(&run)
+    }
+
+    /// The wrapper run of one foreground command with pipes, as the agent's spare and live
+    /// shells take it.
+    fn wrapper_request(
+        &self,
+        request: &ExecRequest,
+        state: &std::path::Path,
+        workdir: &str,
+        tag: &str,
+        env: BTreeMap<String, String>,
+        run_id: Option<&str>,
+    ) -> RunRequest {
+        RunRequest {
+            argv: std::iter::once(crate::shell::bash_path().display().to_string())
+                .chain(wrapper_args(state, &request.command, workdir, tag))
+                .collect(),
+            env,
+            clear_env: true,
+            cwd: Some(self.start_dir(&request.session).display().to_string()),
+            timeout_ms: None,
+            renames: Vec::new(),
+            run_id: run_id.map(str::to_owned),
+            pty: false,
+            stdin: false,
+        }
     }
 
     pub fn registry(&self) -> ProcessRegistry {
@@ -1150,6 +1191,9 @@ impl LocalEnvironment {
         }
         let started = Instant::now();
         let tag = crate::ids::new_run_id("t");
+        if let Some(job) = self.take_live(&request, &state, &workdir, &tag, &env) {
+            return run_live(job, &request, &state, tag, started).await;
+        }
         let (pgid, mut exit, reader) = match self.take_spare(&request, &state, &workdir, &tag, &env)
         {
             Some(spare) => spare,
@@ -1201,6 +1245,90 @@ impl LocalEnvironment {
             started,
         };
         Ok(ended.finish(&request, &state, output.finish(), output.total_chars()))
+    }
+}
+
+/// One foreground command as a job of its session's live shell: the agent's own loop
+/// ([`LiveJob::run`]) on a blocking thread, its output into the capped buffer as it comes; the
+/// timeout and a caller that stops waiting end the job's tree as they end a shell's.
+async fn run_live(
+    mut job: Box<LiveJob>,
+    request: &ExecRequest,
+    state: &std::path::Path,
+    tag: String,
+    started: Instant,
+) -> Result<ExecOutput> {
+    use paddock_agent::live_shell::Ended as JobEnded;
+    let pgid = job.pid();
+    let cancel_guard = LiveGuard {
+        pgid: i32::try_from(pgid).ok(),
+    };
+    let max_chars = request.max_output_chars;
+    let timeout = request.timeout;
+    let ran = tokio::task::spawn_blocking(move || {
+        let mut output = Utf8Capped::new(max_chars);
+        let mut collect = |data: &[u8]| {
+            output.push(data);
+            true
+        };
+        let deadline = std::time::Instant::now() + timeout;
+        let mut timed_out = false;
+        let code = loop {
+            match job.run(None, (!timed_out).then_some(deadline), &mut collect) {
+                JobEnded::Exited(code) => break code,
+                // As a spawned shell's: its process group, TERM then KILL (no scan of the
+                // host's /proc, which the agent does in its sandbox's small PID namespace).
+                JobEnded::Deadline | JobEnded::HungUp => {
+                    timed_out = true;
+                    paddock_agent::run::end_run(pgid, None);
+                }
+            }
+        };
+        // What the job left in its group goes before the rest of the output is read.
+        if let Ok(group) = i32::try_from(pgid) {
+            let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+        }
+        job.drain(std::time::Instant::now() + DRAIN_AFTER_EXIT, &mut collect);
+        let problems = job.finish();
+        drop(job);
+        (code, timed_out, output, problems)
+    })
+    .await
+    .map_err(|e| BackendError::Io(std::io::Error::other(e)))?;
+    let (code, timed_out, mut output, problems) = ran;
+    for problem in problems {
+        output.push(format!("paddock: {problem}\n").as_bytes());
+    }
+    drop(cancel_guard.disarm());
+    let ended = Ended {
+        pgid: i32::try_from(pgid).ok(),
+        tag,
+        exit_code: code,
+        timed_out,
+        started,
+    };
+    let chars = output.total_chars();
+    Ok(ended.finish(request, state, output.finish(), chars))
+}
+
+/// Ends a live job's process group when the future running it is dropped before it answered.
+struct LiveGuard {
+    pgid: Option<i32>,
+}
+
+impl LiveGuard {
+    fn disarm(mut self) -> Self {
+        self.pgid = None;
+        self
+    }
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid.and_then(|p| u32::try_from(p).ok()) {
+            // Off the caller's thread: the end waits out a grace between TERM and KILL.
+            std::thread::spawn(move || paddock_agent::run::end_run(pgid, None));
+        }
     }
 }
 
