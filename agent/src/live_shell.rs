@@ -413,17 +413,44 @@ impl LiveShells {
         }
     }
 
-    /// Gives the shell back after a job, or retires it and warms a new one.
+    /// Gives the shell back after a job, or retires it and warms a new one; neither when the
+    /// session was closed meanwhile ([`LiveShells::end_for_state`] removed its slot).
     fn give_back(self: &Arc<Self>, key: Key, shell: Option<LiveShell>) {
-        match shell {
-            Some(shell) => {
-                if let Ok(mut slots) = self.slots.lock() {
-                    slots.insert(key, Slot::Ready(Box::new(shell)));
-                } else {
-                    shell.end();
-                }
+        let Ok(mut slots) = self.slots.lock() else {
+            if let Some(shell) = shell {
+                shell.end();
             }
-            None => self.warm(key),
+            return;
+        };
+        let open = matches!(slots.get(&key), Some(Slot::Busy));
+        match shell {
+            Some(shell) if open => {
+                slots.insert(key, Slot::Ready(Box::new(shell)));
+            }
+            Some(shell) => shell.end(),
+            None if open => {
+                drop(slots);
+                self.warm(key);
+            }
+            None => {}
+        }
+    }
+
+    /// Ends the live shells of the session whose state lives in `state_dir` (it is being
+    /// closed); a job running meanwhile ends with its shell when it is done.
+    pub fn end_for_state(&self, state_dir: &Path) {
+        let Ok(mut slots) = self.slots.lock() else {
+            return;
+        };
+        let keys: Vec<Key> = slots
+            .keys()
+            .filter(|k| Path::new(&k.state_dir) == state_dir)
+            .cloned()
+            .collect();
+        for key in keys {
+            if let Some(Slot::Ready(shell)) = slots.remove(&key) {
+                shell.end();
+            }
         }
     }
 }

@@ -121,9 +121,15 @@ impl Session {
         }
     }
 
-    /// Sends one wrapper run; answers the connection its frames come on.
-    fn send(&mut self, command: &str, workdir: &str, tag: &str, timeout_ms: u64) -> UnixStream {
-        let request = RunRequest {
+    /// One wrapper run, as the sandboxed local backend asks for it.
+    fn request(
+        &self,
+        command: &str,
+        workdir: &str,
+        tag: &str,
+        timeout_ms: Option<u64>,
+    ) -> RunRequest {
+        RunRequest {
             argv: [
                 "/bin/bash",
                 "-c",
@@ -140,12 +146,17 @@ impl Session {
             env: self.env(tag),
             clear_env: true,
             cwd: Some(self.start.display().to_string()),
-            timeout_ms: Some(timeout_ms),
+            timeout_ms,
             renames: Vec::new(),
             run_id: Some(tag.to_owned()),
             pty: false,
             stdin: false,
-        };
+        }
+    }
+
+    /// Sends one wrapper run; answers the connection its frames come on.
+    fn send(&mut self, command: &str, workdir: &str, tag: &str, timeout_ms: u64) -> UnixStream {
+        let request = self.request(command, workdir, tag, Some(timeout_ms));
         let mut stream = match UnixStream::connect(&self.socket) {
             Ok(stream) => stream,
             Err(e) => panic!(
@@ -414,5 +425,49 @@ fn a_hang_up_ends_the_job_and_a_paused_job_keeps_its_own_exit_code() {
             }
         ),
         "{reply:?}"
+    );
+}
+
+/// The engine's own pool (the unconfined local backend's): a closed session's live shell ends
+/// with it, and one warming or busy at the close ends when it is done.
+#[test]
+fn closing_a_session_ends_its_live_shell() {
+    use paddock_agent::live_shell::{Ended, LiveShells};
+    let s = Session::new();
+    let pool = LiveShells::new(s.dir.path().to_path_buf());
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut runs = 0;
+    let shell_pid = loop {
+        runs += 1;
+        let tag = format!("t-close-{runs}");
+        if let Some(mut job) = pool.take(&s.request("echo $$", "", &tag, None)) {
+            let mut out = Vec::new();
+            let ended = job.run(None, None, &mut |data: &[u8]| {
+                out.extend_from_slice(data);
+                true
+            });
+            assert_eq!(ended, Ended::Exited(0));
+            job.drain(
+                Instant::now() + Duration::from_secs(1),
+                &mut |data: &[u8]| {
+                    out.extend_from_slice(data);
+                    true
+                },
+            );
+            assert!(job.finish().is_empty());
+            break String::from_utf8(out).unwrap().trim().to_owned();
+        }
+        assert!(Instant::now() < until, "no live shell within 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let proc_dir = PathBuf::from(format!("/proc/{shell_pid}"));
+    assert!(
+        proc_dir.exists(),
+        "the live shell {shell_pid} is not running"
+    );
+    pool.end_for_state(&s.state);
+    assert!(
+        !proc_dir.exists(),
+        "the closed session's live shell {shell_pid} is still there"
     );
 }

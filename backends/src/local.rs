@@ -1745,6 +1745,9 @@ impl Environment for LocalEnvironment {
                 map.remove(session);
             }
             let dir = self.state_root.join("sessions").join(session);
+            if let Some(live) = &self.live {
+                live.end_for_state(&dir);
+            }
             // The session's sandboxed agent ends (and with it everything left in its sandbox),
             // then its socket directory and private /tmp go.
             if let Some(sandbox) = self.sandbox_of(session).filter(|_| self.agent)
