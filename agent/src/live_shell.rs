@@ -46,11 +46,11 @@ use crate::shell_state::WRAPPER;
 /// pause): the loop waits on until the job is gone. A directory that no longer exists ends
 /// the shell before it prints anything (the wrapper's way says so).
 const LIVE_SCRIPT: &str = r#"__paddock_cwd=$2; if [ -n "$1" ]; then . "$1" </dev/null >/dev/null 2>&1; fi; if [ -n "$__paddock_cwd" ]; then builtin cd -- "$__paddock_cwd" 2>/dev/null || exit 0; fi
-__paddock_save() { __paddock_status=$?; export -n PADDOCK_RUN 2>/dev/null; { export -p; declare -f; alias -p; printf '\0'; if [ -z "$__paddock_workdir" ]; then pwd -P; fi; printf '\0'; } > "$__paddock_dump" 2>/dev/null; return $__paddock_status; }; shopt -s expand_aliases; { export -p; declare -f; alias -p; printf '\0'; pwd -P; printf '\0'; }; set -m; __paddock_boot=$3; while read -r __paddock_job; do ( . "$__paddock_boot"
+__paddock_save() { __paddock_status=$?; export -n PADDOCK_RUN 2>/dev/null; { export -p; declare -f; alias -p; printf '\0'; if [ -z "$__paddock_workdir" ]; then pwd -P; fi; printf '\0'; } > "$__paddock_dump" 2>/dev/null; return $__paddock_status; }; __paddock_start_save() { { export -p; declare -f; alias -p; printf '\0'; pwd -P; printf '\0'; } > "$__paddock_dump" 2>/dev/null; }; shopt -s expand_aliases; { export -p; declare -f; alias -p; printf '\0'; pwd -P; printf '\0'; }; set -m; __paddock_boot=$3; while read -r __paddock_job; do ( . "$__paddock_boot"
 if [ -n "$__paddock_workdir" ]; then
-    builtin cd -- "$__paddock_workdir" || { echo "paddock: cannot change into workdir $__paddock_workdir" >&2; exit 126; }
+    builtin cd -- "$__paddock_workdir" || { echo "paddock: cannot change into workdir $__paddock_workdir" >&2; exit 126; }; __paddock_start_save
 elif [ -n "$__paddock_cwd" ] && ! [ . -ef "$__paddock_cwd" ]; then
-    builtin cd -- "$__paddock_cwd" 2>/dev/null || { echo "paddock: the session's directory $__paddock_cwd no longer exists; starting in ${HOME:-/}" >&2; builtin cd -- "${HOME:-/}"; }
+    builtin cd -- "$__paddock_cwd" 2>/dev/null || { echo "paddock: the session's directory $__paddock_cwd no longer exists; starting in ${HOME:-/}" >&2; builtin cd -- "${HOME:-/}"; }; __paddock_start_save
 fi
 unset __paddock_cwd; trap __paddock_save EXIT
 #
@@ -181,6 +181,18 @@ impl LiveShell {
         }
     }
 
+    /// Whether the directory the shell is in was removed (or replaced) since it went there:
+    /// a job would start in a directory that is gone, where the wrapper's shell says so and
+    /// starts in `$HOME`; such a session takes the wrapper's way.
+    fn cwd_removed(&self) -> bool {
+        std::fs::read_link(format!("/proc/{}/cwd", self.child.id())).map_or(true, |target| {
+            target
+                .as_os_str()
+                .as_encoded_bytes()
+                .ends_with(b" (deleted)")
+        })
+    }
+
     /// A status line already read, if any.
     fn status_line(&mut self) -> Option<i32> {
         while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
@@ -211,8 +223,25 @@ impl LiveShell {
     }
 }
 
+/// Why a live shell did not start.
+enum WarmFailed {
+    /// Something to try again (no process or file could be made).
+    Io,
+    /// The shell itself ended before it was ready: the session's directory is gone. The same
+    /// files would end the next one the same way; the wrapper's way says so to the user.
+    Refused(StateFiles),
+}
+
+impl From<std::io::Error> for WarmFailed {
+    fn from(_: std::io::Error) -> Self {
+        Self::Io
+    }
+}
+
 enum Slot {
     Ready(Box<LiveShell>),
+    /// No live shell can restore these files: none is warmed until they change.
+    Refused(StateFiles),
     /// Serving a command, or being started: the session's other runs take the ordinary way.
     Busy,
 }
@@ -264,6 +293,15 @@ impl LiveShells {
                     slots.insert(key, Slot::Busy);
                     return None;
                 }
+                Some(Slot::Refused(files)) => {
+                    if StateFiles::read(Path::new(args.state_dir)) == files {
+                        slots.insert(key, Slot::Refused(files));
+                    } else {
+                        slots.insert(key.clone(), Slot::Busy);
+                        self.warm(key);
+                    }
+                    return None;
+                }
                 None => {
                     if slots.len() < MAX_SHELLS {
                         slots.insert(key.clone(), Slot::Busy);
@@ -274,7 +312,7 @@ impl LiveShells {
             }
         };
         let state_dir = Path::new(args.state_dir);
-        let up_to_date = StateFiles::read(state_dir) == shell.files;
+        let up_to_date = StateFiles::read(state_dir) == shell.files && !shell.cwd_removed();
         let mut shell = shell;
         if !up_to_date || !matches!(shell.child.try_wait(), Ok(None)) {
             shell.end();
@@ -308,6 +346,9 @@ impl LiveShells {
                         slots.insert(key, Slot::Ready(Box::new(shell)));
                     }
                     (Ok(shell), _) => shell.end(),
+                    (Err(WarmFailed::Refused(files)), Some(Slot::Busy)) => {
+                        slots.insert(key, Slot::Refused(files));
+                    }
                     (Err(_), _) => {
                         slots.remove(&key);
                     }
@@ -320,7 +361,7 @@ impl LiveShells {
         }
     }
 
-    fn start_shell(&self, key: &Key) -> std::io::Result<LiveShell> {
+    fn start_shell(&self, key: &Key) -> Result<LiveShell, WarmFailed> {
         let state_dir = Path::new(&key.state_dir);
         let files = StateFiles::read(state_dir);
         // The shell restores a private copy of what was read: the files may change while it
@@ -370,9 +411,8 @@ impl LiveShells {
         let (Some(stdin), Some(control)) = (child.stdin.take(), child.stdout.take()) else {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(std::io::Error::other(
-                "the live shell's pipes were not made",
-            ));
+            // The pipes were not made.
+            return Err(WarmFailed::Io);
         };
         let mut shell = LiveShell {
             child,
@@ -394,10 +434,9 @@ impl LiveShells {
                 Ok(shell)
             }
             _ => {
+                let files = shell.files.clone();
                 shell.end();
-                Err(std::io::Error::other(
-                    "the live shell ended before it was ready",
-                ))
+                Err(WarmFailed::Refused(files))
             }
         }
     }
@@ -773,31 +812,35 @@ impl LiveJob {
             return problems;
         };
         self.given_back = true;
-        let saved = parse_save(&self.dump_text).filter(|_| self.status.is_some());
-        let Some((env, cwd)) = saved else {
+        let saved = parse_saves(&self.dump_text).filter(|_| self.status.is_some());
+        let Some(saves) = saved else {
             // Killed before it saved: nothing to commit, and the shell cannot be trusted.
             shell.end();
             self.pool.give_back(self.key.clone(), None);
             return problems;
         };
-        let cwd_changed = !self.workdir_given && cwd != shell.base_cwd;
-        // A job whose output did not end (something it started still holds the FIFO) leaves
-        // the shell's FIFOs unfit for the next job.
-        if env == shell.base_env && !cwd_changed && self.output_ended {
-            // Nothing changed: nothing to write, and the shell still holds the session's
-            // state (whether the files still say so is checked when it is next taken).
-            self.pool.give_back(self.key.clone(), Some(shell));
-            return problems;
-        }
-        if env == shell.base_env && !cwd_changed {
-            shell.end();
-            self.pool.give_back(self.key.clone(), None);
+        // What the command started from: the shell's state, or the job's own start save.
+        let (base_env, base_cwd) = saves
+            .start
+            .unwrap_or((shell.base_env.as_str(), shell.base_cwd.as_str()));
+        let (env, cwd) = saves.end;
+        let changed = env != base_env || (!self.workdir_given && cwd != base_cwd);
+        if !changed {
+            // Nothing to write: the shell still holds the session's state (whether the files
+            // still say so is checked when it is next taken), unless the job's output did not
+            // end (something it started still holds the FIFO, unfit for the next job).
+            if self.output_ended {
+                self.pool.give_back(self.key.clone(), Some(shell));
+            } else {
+                shell.end();
+                self.pool.give_back(self.key.clone(), None);
+            }
             return problems;
         }
         let _lock = crate::shell_state::lock_dir(&self.state_dir);
-        let mut targets = vec![("env.sh", shell.base_env.as_str(), env)];
+        let mut targets = vec![("env.sh", base_env, env)];
         if !self.workdir_given {
-            targets.push(("cwd", shell.base_cwd.as_str(), cwd));
+            targets.push(("cwd", base_cwd, cwd));
         }
         for (name, base, new) in targets {
             let target = self.state_dir.join(name);
@@ -879,10 +922,27 @@ fn read_available(reader: &mut File, into: &mut Vec<u8>) {
     }
 }
 
-/// A whole save: the state text, a NUL, the directory line (empty with a workdir), a NUL.
-fn parse_save(bytes: &[u8]) -> Option<(&str, &str)> {
+/// A job's saves: the state it started from when it changed directory itself before the
+/// command (a workdir, or a session directory the shell is no longer in), as the wrapper's
+/// start save has it; then its state at exit. Each is the state text, a NUL, the directory line
+/// (empty at exit with a workdir), a NUL.
+struct Saves<'a> {
+    start: Option<(&'a str, &'a str)>,
+    end: (&'a str, &'a str),
+}
+
+fn parse_saves(bytes: &[u8]) -> Option<Saves<'_>> {
     let text = std::str::from_utf8(bytes).ok()?;
-    let mut parts = text.split('\0');
-    let (env, cwd, rest) = (parts.next()?, parts.next()?, parts.next()?);
-    (rest.is_empty() && parts.next().is_none()).then_some((env, cwd))
+    let fields: Vec<&str> = text.split('\0').collect();
+    match fields.as_slice() {
+        [env, cwd, ""] => Some(Saves {
+            start: None,
+            end: (env, cwd),
+        }),
+        [start_env, start_cwd, env, cwd, ""] => Some(Saves {
+            start: Some((start_env, start_cwd)),
+            end: (env, cwd),
+        }),
+        _ => None,
+    }
 }

@@ -2,10 +2,10 @@
 //! critical path holds no fork, exec or shell start-up (about a millisecond a command, more
 //! under seccomp and Landlock).
 //!
-//! A spare runs `bash -c 'IFS= read -r -d "" f || exit 0; . "$f"'`: it reads, byte by byte
-//! from its stdin, the path of a boot file ended by a NUL, then sources that file, which sets
-//! up what `Command` would have (the environment, the directory, the positional arguments)
-//! and runs the request's `-c` script. Whatever follows the NUL on stdin is the command's own
+//! A spare runs `bash -c 'IFS= read -r -d "" f || exit 0; . "$f"; eval "$s"'`: it reads,
+//! byte by byte from its stdin, the path of a boot file ended by a NUL, then sources that file,
+//! which sets up what `Command` would have (the environment, the directory, the positional
+//! arguments) and holds the request's `-c` script, which the spare then runs. Whatever follows the NUL on stdin is the command's own
 //! stdin. Used only for `bash -c SCRIPT NAME ARGS...` requests with pipes; anything else is
 //! spawned as asked.
 
@@ -20,7 +20,11 @@ use std::sync::{Arc, Mutex};
 use crate::protocol::RunRequest;
 
 /// What a spare runs until it is given work.
-const SPARE_SCRIPT: &str = r#"IFS= read -r -d '' __paddock_boot || exit 0; . "$__paddock_boot""#;
+/// The request's script is `eval`ed here, on line 1 of the `-c` text, not sourced with the
+/// boot file: bash then names it `paddock: line N` in its messages, N the script's own line,
+/// as when bash runs the script itself (sourced, it was `/…/boot-PID-N: line 32`).
+const SPARE_SCRIPT: &str =
+    r#"IFS= read -r -d '' __paddock_boot || exit 0; . "$__paddock_boot"; eval "$__paddock_script""#;
 
 /// One waiting shell.
 pub struct Spare {
@@ -172,7 +176,8 @@ fn start(program: &str, clean: bool) -> std::io::Result<Spare> {
 }
 
 /// What the spare sources: the environment (cleared first when asked), the directory, the
-/// positional arguments, then the request's `-c` script.
+/// positional arguments, and the request's `-c` script in `__paddock_script` (run by the
+/// spare's own `eval`).
 fn boot_script(request: &RunRequest) -> String {
     let mut text = String::from("unset __paddock_boot\n");
     if request.clear_env {
@@ -187,8 +192,7 @@ fn boot_script(request: &RunRequest) -> String {
     // argv = bash -c SCRIPT [NAME [ARGS...]]: NAME is $0, which a sourced file cannot set.
     let args: Vec<String> = request.argv.iter().skip(4).map(|a| quote(a)).collect();
     text.push_str(&format!("set -- {}\n", args.join(" ")));
-    text.push_str(&request.argv[2]);
-    text.push('\n');
+    text.push_str(&format!("__paddock_script={}\n", quote(&request.argv[2])));
     text
 }
 

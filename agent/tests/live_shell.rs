@@ -184,7 +184,9 @@ impl Session {
     /// One command by a fresh wrapper shell of the engine's own (no agent), on `state`.
     fn fresh_in(&mut self, state: &Path, command: &str, workdir: &str) -> (i32, String) {
         let tag = self.next_tag();
-        let out = Command::new("/bin/bash")
+        // stdout and stderr on one pipe, in order, as the agent merges them.
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let mut child = Command::new("/bin/bash")
             .args(["-c", WRAPPER, "paddock"])
             .arg(state)
             .args([command, workdir, &tag])
@@ -192,12 +194,34 @@ impl Session {
             .envs(self.env(&tag))
             .current_dir(&self.start)
             .stdin(std::process::Stdio::null())
-            .output()
+            .stdout(writer.try_clone().unwrap())
+            .stderr(writer)
+            .spawn()
             .unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut reader, &mut text).unwrap();
+        let status = child.wait().unwrap();
         paddock_agent::shell_state::commit_state(state, &tag);
-        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-        text.push_str(&String::from_utf8_lossy(&out.stderr));
-        (out.status.code().unwrap_or(-1), text)
+        (status.code().unwrap_or(-1), text)
+    }
+
+    /// Runs `command` through the agent and by a fresh wrapper shell on `fresh_state`: the same
+    /// exit code and output (each state directory's path read as `STATE`).
+    fn assert_as_fresh(&mut self, fresh_state: &Path, command: &str, workdir: &str) {
+        let (code, timed_out, output) = self.agent_in(command, workdir, 10_000);
+        let (fresh_code, fresh_output) = self.fresh_in(fresh_state, command, workdir);
+        assert!(!timed_out, "{command}");
+        assert_eq!(
+            (
+                code,
+                output.replace(&self.state.display().to_string(), "STATE")
+            ),
+            (
+                fresh_code,
+                fresh_output.replace(&fresh_state.display().to_string(), "STATE")
+            ),
+            "the live shell and a fresh wrapper shell differ on {command:?} (workdir {workdir:?})"
+        );
     }
 
     /// Runs `echo $$` until two runs in a row answer the same PID: the live shell serves.
@@ -240,6 +264,12 @@ fn commands_in_the_live_shell_see_what_a_fresh_wrapper_shell_sees() {
         PROBE,
         "cd /nonexistent-dir-4711",
         PROBE,
+        // The session's directory removed by a command, then by someone else.
+        "mkdir -p doomed && cd doomed && rmdir ../doomed; echo removed",
+        PROBE,
+        PROBE,
+        "mkdir -p doomed2 && cd doomed2",
+        "echo here",
     ];
     // Then a call's own working directory, and one that does not exist (bash's words and the
     // wrapper's, on the wrapper's line 4).
@@ -247,20 +277,16 @@ fn commands_in_the_live_shell_see_what_a_fresh_wrapper_shell_sees() {
     let runs = commands.iter().map(|c| (*c, "")).chain(with_workdirs);
     for (command, workdir) in runs {
         let _ = s.live_pid();
-        let (code, timed_out, output) = s.agent_in(command, workdir, 10_000);
-        let (fresh_code, fresh_output) = s.fresh_in(&fresh_state, command, workdir);
-        assert!(!timed_out, "{command}");
-        assert_eq!(
-            (
-                code,
-                output.replace(&s.state.display().to_string(), "STATE")
-            ),
-            (
-                fresh_code,
-                fresh_output.replace(&fresh_state.display().to_string(), "STATE")
-            ),
-            "the live shell and a fresh wrapper shell differ on {command:?} (workdir {workdir:?})"
-        );
+        s.assert_as_fresh(&fresh_state, command, workdir);
+    }
+    // The session's directory removed from outside between two commands (both sessions are
+    // in `start/doomed2` now): warned about, then the same place for both.
+    std::fs::remove_dir(s.start.join("doomed2")).unwrap();
+    for command in [PROBE, PROBE] {
+        // A call in another directory first: it must not be where the removal shows.
+        let (code, _, output) = s.agent_in("true", "/", 10_000);
+        assert_eq!((code, output.as_str()), (0, ""));
+        s.assert_as_fresh(&fresh_state, command, "");
     }
     // The session's directory file says the same too.
     assert_eq!(
