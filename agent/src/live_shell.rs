@@ -39,12 +39,15 @@ use crate::shell_state::WRAPPER;
 /// does, prints the state it started from (`export -p; declare -f; alias -p`, a NUL, `pwd -P`,
 /// a NUL), then for each line read from stdin runs a subshell that sources the boot file
 /// `BOOT` (rewritten for each job) as a job of its own process group (`set -m`), its output on
-/// the FIFO `BOOT.out`, and prints the job's PID and then its status, a line each. The boot file only sets the job's variables; the
-/// directory change and the `eval` stand on the wrapper's own lines (4 and 25), so that what
-/// bash says about a command (`paddock: line 25: foo: command not found`) is word for word
-/// what the wrapper's shell says. `wait` answers early for a job that was stopped (a session
-/// pause): the loop waits on until the job is gone. A directory that no longer exists ends
-/// the shell before it prints anything (the wrapper's way says so).
+/// the FIFO `BOOT.out`, and prints the job's PID and then its status, a line each.
+///
+/// The boot file only sets the job's variables; the directory change and the `eval` stand on
+/// the wrapper's own lines (4 and 25), so that what bash says about a command (`paddock: line
+/// 25: foo: command not found`) is word for word what the wrapper's shell says. A job that
+/// changes directory before its command saves the state it then starts from
+/// (`__paddock_start_save`), as the wrapper's start save does. `wait` answers early for a job
+/// that was stopped (a session pause): the loop waits on until the job is gone. A directory
+/// that no longer exists ends the shell before it prints anything (the wrapper's way says so).
 const LIVE_SCRIPT: &str = r#"__paddock_cwd=$2; if [ -n "$1" ]; then . "$1" </dev/null >/dev/null 2>&1; fi; if [ -n "$__paddock_cwd" ]; then builtin cd -- "$__paddock_cwd" 2>/dev/null || exit 0; fi
 __paddock_save() { __paddock_status=$?; export -n PADDOCK_RUN 2>/dev/null; { export -p; declare -f; alias -p; printf '\0'; if [ -z "$__paddock_workdir" ]; then pwd -P; fi; printf '\0'; } > "$__paddock_dump" 2>/dev/null; return $__paddock_status; }; __paddock_start_save() { { export -p; declare -f; alias -p; printf '\0'; pwd -P; printf '\0'; } > "$__paddock_dump" 2>/dev/null; }; shopt -s expand_aliases; { export -p; declare -f; alias -p; printf '\0'; pwd -P; printf '\0'; }; set -m; __paddock_boot=$3; while read -r __paddock_job; do ( . "$__paddock_boot"
 if [ -n "$__paddock_workdir" ]; then
@@ -264,9 +267,9 @@ impl LiveShells {
     }
 
     /// A fresh path for a live shell's file: `DIR/live-PID-N`.
-    fn unique(&self) -> (u64, PathBuf) {
+    fn unique(&self) -> PathBuf {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        (n, self.dir.join(format!("live-{}-{n}", std::process::id())))
+        self.dir.join(format!("live-{}-{n}", std::process::id()))
     }
 
     /// `request` started as a job of the session's live shell, or `None` (run it the ordinary
@@ -368,7 +371,7 @@ impl LiveShells {
         // starts, and it must hold exactly what `files` says it holds.
         let snapshot = match &files.env {
             Some(text) => {
-                let path = with_suffix(&self.unique().1, ".env");
+                let path = with_suffix(&self.unique(), ".env");
                 std::fs::write(&path, text)?;
                 Some(Removed(path))
             }
@@ -378,7 +381,7 @@ impl LiveShells {
             let text = String::from_utf8_lossy(bytes);
             text.split('\n').next().unwrap_or_default().to_owned()
         });
-        let boot_path = self.unique().1;
+        let boot_path = self.unique();
         let boot = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -799,7 +802,7 @@ impl LiveJob {
 
     /// After the job's leftovers were ended: commits what it saved (only what it changed) and
     /// gives the live shell back, or retires it when the state changed. Answers the problems
-    /// to tell the caller. Its files go when the job is dropped (after the reply).
+    /// to tell the caller.
     pub fn finish(&mut self) -> Vec<String> {
         let mut problems = Vec::new();
         if let Some(shell) = self.shell.as_mut() {

@@ -197,8 +197,6 @@ fn serve_live(
     }
     write_message(&mut stream, &Reply::Exit { code, timed_out })?;
     let _ = stream.shutdown(std::net::Shutdown::Both);
-    // The job's files go after the answer.
-    drop(job);
     Ok(())
 }
 
