@@ -14,6 +14,8 @@
 //!   `egress-forward ... -- PROGRAM`, the same for one program in a namespace of its own);
 //! - [`shell_state`] — a finished command's shell state put into place, merged with what
 //!   overlapping commands of the session saved meanwhile (also the engine's, for local runs);
+//! - [`relay`] — an agent on another machine reached over a byte stream the engine has to it
+//!   (`relay-listen` on the engine's side, `serve --relay-stdio` on the node's);
 //! - [`terminal`] — `terminal -- PROGRAM...`: one program on a terminal allocated here (for
 //!   clients whose own terminal has no name inside the environment: Apptainer instances).
 //!
@@ -28,6 +30,7 @@ pub mod egress;
 pub mod files;
 pub mod live_shell;
 pub mod protocol;
+pub mod relay;
 pub mod run;
 pub mod server;
 pub mod shell_state;
@@ -63,7 +66,8 @@ pub enum AgentError {
 }
 
 const USAGE: &str = "paddock-agent serve --socket PATH [--daemon] [--idle-exit SECONDS] \
-                     [--egress-port PORT] | \
+                     [--egress-port PORT] [--relay-stdio] | \
+                     paddock-agent relay-listen --socket PATH [--send FILE] -- PROGRAM [ARGS...] | \
                      paddock-agent terminal -- PROGRAM [ARGS...] | \
                      paddock-agent egress-forward --socket EGRESS_SOCKET --port PORT [--run ID] \
                      -- PROGRAM [ARGS...] | \
@@ -78,6 +82,7 @@ pub fn run_main(args: Vec<String>) -> i32 {
             _ => Err(AgentError::Usage(USAGE.into())),
         },
         Some((first, rest)) if first == "egress-forward" => egress_forward(rest),
+        Some((first, rest)) if first == "relay-listen" => relay_listen(rest),
         _ => dispatch(&args).map(|()| 0),
     };
     match outcome {
@@ -138,6 +143,34 @@ fn egress_forward(args: &[String]) -> Result<i32, AgentError> {
     Err(AgentError::Usage(USAGE.into()))
 }
 
+/// `relay-listen --socket PATH [--send FILE] -- PROGRAM [ARGS...]`.
+fn relay_listen(args: &[String]) -> Result<i32, AgentError> {
+    let mut socket = None;
+    let mut send = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let mut value = || rest.next().ok_or_else(|| AgentError::Usage(USAGE.into()));
+        match arg.as_str() {
+            "--socket" => socket = Some(PathBuf::from(value()?)),
+            "--send" => send = Some(PathBuf::from(value()?)),
+            "--" => {
+                let socket = socket.ok_or_else(|| AgentError::Usage(USAGE.into()))?;
+                return relay::listen(&relay::ListenOptions {
+                    socket,
+                    send,
+                    argv: rest.cloned().collect(),
+                });
+            }
+            other => {
+                return Err(AgentError::Usage(format!(
+                    "unknown argument {other}; {USAGE}"
+                )));
+            }
+        }
+    }
+    Err(AgentError::Usage(USAGE.into()))
+}
+
 fn dispatch(args: &[String]) -> Result<(), AgentError> {
     match args.first().map(String::as_str) {
         // A wrapper run outside a served connection (a background command) commits its
@@ -166,11 +199,13 @@ fn dispatch(args: &[String]) -> Result<(), AgentError> {
             let mut idle_exit = None;
             let mut egress_port = None;
             let mut daemon = false;
+            let mut relay_stdio = false;
             let mut passed = Vec::new();
             let mut rest = args[1..].iter();
             while let Some(arg) = rest.next() {
                 match arg.as_str() {
                     "--daemon" => daemon = true,
+                    "--relay-stdio" => relay_stdio = true,
                     "--socket" => {
                         let value = rest.next().ok_or_else(|| AgentError::Usage(USAGE.into()))?;
                         socket = Some(PathBuf::from(value));
@@ -202,14 +237,21 @@ fn dispatch(args: &[String]) -> Result<(), AgentError> {
                 }
             }
             let socket = socket.ok_or_else(|| AgentError::Usage(USAGE.into()))?;
-            if daemon {
-                daemon::start_detached(&socket, &passed)
+            let options = server::ServeOptions {
+                socket,
+                idle_exit,
+                egress_port,
+            };
+            if relay_stdio && daemon {
+                Err(AgentError::Usage(
+                    "--relay-stdio serves its own standard input: not with --daemon".into(),
+                ))
+            } else if relay_stdio {
+                relay::serve_stdio(options)
+            } else if daemon {
+                daemon::start_detached(&options.socket, &passed)
             } else {
-                server::serve(&server::ServeOptions {
-                    socket,
-                    idle_exit,
-                    egress_port,
-                })
+                server::serve(&options)
             }
         }
         _ => Err(AgentError::Usage(USAGE.into())),

@@ -1,0 +1,249 @@
+//! The relay: an agent that is not on the engine's file system, reached over a byte stream the
+//! engine already has to its machine (a Slurm step's standard input and output), with the agent
+//! protocol unchanged.
+//!
+//! Two ends, both in this binary:
+//! - the engine's side, `paddock-agent relay-listen --socket PATH [--send FILE] -- PROGRAM...`:
+//!   a small detached process that runs PROGRAM (`srun --jobid=J --overlap ...`) with its
+//!   standard input and output as the stream, waits for the far end's hello, then offers the
+//!   usual Unix socket at PATH. Each connection to PATH becomes a channel of the stream, so the
+//!   engine (a new `paddock call` each time, or a restarted engine) connects exactly as it
+//!   connects to a local agent. When the stream ends (the job ended, srun was killed) the socket
+//!   is removed and every open connection ends at once: the next command finds no relay and
+//!   starts a new holder step, never a hang. `--send FILE` first writes FILE's bytes to
+//!   PROGRAM's input (the agent binary, copied to the node per job).
+//! - the node's side, `paddock-agent serve --socket PATH --relay-stdio`: the agent serving its
+//!   socket on the node as usual, plus the relay on its standard input and output: each channel
+//!   the engine opens is a connection to that socket, and nothing else (the stream reaches no
+//!   other address, and carries only what the agent's socket says). When its input ends the
+//!   agent exits, and with it the holder step.
+//!
+//! Authentication is the stream's own: only the job's owner can start a step in a Slurm job
+//! (munge-signed), and the engine's socket lies in the home's agent directory, 0700.
+
+pub mod mux;
+pub mod wire;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::AgentError;
+use crate::server::{ServeOptions, lock_path};
+use mux::{Mux, tracing_line};
+use wire::{Frame, RELAY_VERSION};
+
+/// What `relay-listen` was asked to do.
+#[derive(Debug, Clone)]
+pub struct ListenOptions {
+    /// The socket offered on this machine.
+    pub socket: PathBuf,
+    /// A file written to the program's input before anything else.
+    pub send: Option<PathBuf>,
+    /// The program whose standard input and output are the stream.
+    pub argv: Vec<String>,
+}
+
+/// Reads the stream's lines, giving each frame to `each`; stray lines are reported. Returns at
+/// the end of the stream, or when `each` answers `false`.
+fn read_frames(reader: &mut impl BufRead, mut each: impl FnMut(Frame) -> bool) {
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches('\n');
+        match Frame::decode(text) {
+            Some(frame) => {
+                if !each(frame) {
+                    return;
+                }
+            }
+            None if text.is_empty() => {}
+            None => tracing_line(&format!("the far end printed: {text}")),
+        }
+    }
+}
+
+/// `relay-listen`: runs until the stream ends; answers the program's exit status.
+pub fn listen(options: &ListenOptions) -> Result<i32, AgentError> {
+    let socket_error = |e: std::io::Error| AgentError::Socket {
+        path: options.socket.clone(),
+        source: e,
+    };
+    // One relay per socket: a second start for the same session gives way.
+    let lock_file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_path(&options.socket))
+        .map_err(socket_error)?;
+    match rustix::fs::flock(
+        &lock_file,
+        rustix::fs::FlockOperation::NonBlockingLockExclusive,
+    ) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::WOULDBLOCK) => return Err(AgentError::AlreadyRunning),
+        Err(e) => return Err(socket_error(e.into())),
+    }
+    let Some((program, args)) = options.argv.split_first() else {
+        return Err(AgentError::Usage("relay-listen: no program given".into()));
+    };
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| AgentError::StartFailed(format!("cannot run {program}: {e}")))?;
+    let (Some(mut input), Some(output)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(AgentError::StartFailed(
+            "the program's pipes are missing".into(),
+        ));
+    };
+    if let Some(file) = &options.send {
+        let mut source = std::fs::File::open(file)
+            .map_err(|e| AgentError::StartFailed(format!("cannot read {}: {e}", file.display())))?;
+        std::io::copy(&mut source, &mut input)
+            .and_then(|_| input.flush())
+            .map_err(|e| {
+                AgentError::StartFailed(format!(
+                    "the far end did not take {} ({e}): {}",
+                    file.display(),
+                    ended(&mut child)
+                ))
+            })?;
+    }
+    let mut reader = BufReader::with_capacity(256 * 1024, output);
+    let mut hello = None;
+    read_frames(&mut reader, |frame| {
+        if let Frame::Hello { version } = frame {
+            hello = Some(version);
+            return false;
+        }
+        true
+    });
+    match hello {
+        Some(RELAY_VERSION) => {}
+        Some(other) => {
+            let _ = child.kill();
+            return Err(AgentError::StartFailed(format!(
+                "the far end speaks relay version {other}, this end {RELAY_VERSION}"
+            )));
+        }
+        None => {
+            return Err(AgentError::StartFailed(format!(
+                "the far end ended before its agent listened: {}",
+                ended(&mut child)
+            )));
+        }
+    }
+    // Holding the lock, a socket file left here is a dead relay's.
+    let _ = std::fs::remove_file(&options.socket);
+    let listener = UnixListener::bind(&options.socket).map_err(socket_error)?;
+    let _ = std::fs::set_permissions(&options.socket, std::fs::Permissions::from_mode(0o600));
+    let mux = Mux::new(Box::new(input));
+    {
+        let mux = mux.clone();
+        std::thread::Builder::new()
+            .name("relay-accept".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    match conn {
+                        Ok(conn) => {
+                            if let Err(err) = mux.open(conn) {
+                                tracing_line(&format!("a connection was not carried: {err}"));
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => return,
+                    }
+                }
+            })?;
+    }
+    read_frames(&mut reader, |frame| {
+        mux.route(frame, &|_| {
+            Err(std::io::Error::other(
+                "the engine's end opens no connection",
+            ))
+        });
+        true
+    });
+    // The stream is over: nothing may connect to a relay that carries nowhere.
+    let _ = std::fs::remove_file(&options.socket);
+    mux.shut_all();
+    let status = ended(&mut child);
+    tracing_line(&format!("the stream ended: {status}"));
+    drop(lock_file);
+    Ok(0)
+}
+
+/// The program's end, as words.
+fn ended(child: &mut std::process::Child) -> String {
+    // The stream's end comes first; its program follows within moments, or is ended.
+    for _ in 0..200 {
+        if let Ok(Some(status)) = child.try_wait() {
+            return format!("the relayed program exited ({status})");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    "the relayed program did not exit with its stream and was killed".into()
+}
+
+/// `serve --relay-stdio`: the agent serves `options.socket`, and carries the channels of its
+/// standard input and output to it. Returns only on an error before the agent listened; at the
+/// end of the stream the process exits.
+pub fn serve_stdio(options: ServeOptions) -> Result<(), AgentError> {
+    // The stream is this process's alone: the agent's children (shells, commands) must never
+    // write into it or hold it open. Private, close-on-exec copies carry it; descriptors 0 and
+    // 1 become /dev/null and standard error.
+    let stream_in = std::io::stdin().as_fd().try_clone_to_owned()?;
+    let stream_out = std::io::stdout().as_fd().try_clone_to_owned()?;
+    let null = std::fs::File::open("/dev/null")?;
+    rustix::stdio::dup2_stdin(&null).map_err(std::io::Error::from)?;
+    rustix::stdio::dup2_stdout(std::io::stderr().as_fd()).map_err(std::io::Error::from)?;
+
+    let socket = options.socket.clone();
+    let (done, serving) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("agent-serve".into())
+        .spawn(move || {
+            let _ = done.send(crate::server::serve(&options));
+        })?;
+    loop {
+        if UnixStream::connect(&socket).is_ok() {
+            break;
+        }
+        match serving.try_recv() {
+            Ok(Err(err)) => return Err(err),
+            Ok(Ok(())) | Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                return Err(AgentError::StartFailed("the agent stopped at start".into()));
+            }
+            Err(std::sync::mpsc::TryRecvError::Empty) => {}
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mux = Mux::new(Box::new(std::fs::File::from(stream_out)));
+    mux.send(&Frame::Hello {
+        version: RELAY_VERSION,
+    })?;
+    let mut reader = BufReader::with_capacity(256 * 1024, std::fs::File::from(stream_in));
+    read_frames(&mut reader, |frame| {
+        mux.route(frame, &|_| UnixStream::connect(&socket));
+        true
+    });
+    // The engine's end is gone: so is this agent (its socket first, so nothing new connects).
+    mux.shut_all();
+    let _ = std::fs::remove_file(&socket);
+    tracing_line("the stream ended; the agent exits");
+    std::process::exit(0)
+}
