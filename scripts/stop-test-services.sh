@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Stops what scripts/test-services.sh started: containers labelled paddock.managed=true,
 # Apptainer instances named paddock-*, Slurm jobs named paddock-*, and, by their PID files, the
-# Slurm daemons (slurmd, slurmctld and munged; then the empty cgroup v1 directories Slurm leaves
-# in /sys/fs/cgroup/*/slurm_<host>), the private sshd and the dockerd it started (a dockerd it
-# found already running is left alone). Idempotent, and quiet when nothing runs. Installed
-# packages, the image, the rootfs, the SIF and Slurm's configuration (/etc/slurm) and state
-# (/var/lib/slurm) stay, so the next start takes a few seconds. Slurm jobs not named paddock-*
-# are left running: their slurmstepd outlives the daemons, and a restart picks them up again.
+# Slurm daemons (the compute nodes pdk-node1 and pdk-node2 with their namespaces, slurmd,
+# slurmctld and munged; then the network namespaces pdk-net and pdk-node*, with them the veths,
+# and the empty cgroup v1 directories Slurm leaves in /sys/fs/cgroup/*/slurm_<node>), the
+# private sshd and the dockerd it started (a dockerd it found already running is left alone).
+# Idempotent, and quiet when nothing runs. Installed packages, the image, the rootfs, the SIF
+# and Slurm's configuration (/etc/slurm) and state (/var/lib/slurm) stay, so the next start
+# takes a few seconds. Slurm jobs not named paddock-* are left running on this machine's node:
+# their slurmstepd outlives the daemons, and a restart picks them up again. On the compute
+# nodes nothing outlives the node, so all jobs there are cancelled (else slurmctld would keep
+# them as running ghosts after the next start).
 #
 # Environment: PADDOCK_SERVICES_DIR (default /tmp/paddock-services), as for test-services.sh.
 set -euo pipefail
@@ -76,13 +80,14 @@ slurm_exe() { # daemon: the name of its binary
     p=$(readlink -f "/usr/sbin/$1" 2>/dev/null) || p=$1
     echo "${p##*/}"
 }
-paddock_jobs() { # the ids of the pending, running and completing jobs named paddock-*
-    timeout 10 squeue -h -o '%i %j' 2>/dev/null | awk '$2 ~ /^paddock-/ {print $1}'
+paddock_jobs() { # the ids of the pending, running and completing jobs named paddock-*, and of
+    # all jobs in the partition of the compute nodes
+    timeout 10 squeue -h -o '%i %j %P' 2>/dev/null | awk '$2 ~ /^paddock-/ || $3 == "nodes" {print $1}'
 }
 if pid_of /run/slurm/slurmctld.pid "$(slurm_exe slurmctld)" >/dev/null && command -v squeue >/dev/null; then
     mapfile -t jobs < <(paddock_jobs)
     if [ ${#jobs[@]} -gt 0 ]; then
-        log "cancelling ${#jobs[@]} slurm job(s) named paddock-*"
+        log "cancelling ${#jobs[@]} slurm job(s) named paddock-* or in partition nodes"
         scancel "${jobs[@]}" 2>/dev/null || true
         # Until they have ended: their processes get SIGTERM, and SIGKILL after KillWait (5 s).
         for ((i = 0; i < 300; i++)); do
@@ -93,6 +98,25 @@ if pid_of /run/slurm/slurmctld.pid "$(slurm_exe slurmctld)" >/dev/null && comman
     others=$(timeout 10 squeue -h -o '%i' 2>/dev/null | wc -l)
     if [ "$others" -gt 0 ]; then log "note: $others other slurm job(s) keep running"; fi
 fi
+# The compute nodes first: the pid file names the `unshare` that holds a node's namespaces; its
+# child is the node's init (PID 1 there), which on SIGTERM stops the node's slurmd and exits,
+# and the kernel then kills whatever is left in that PID namespace (jobs not named paddock-*
+# too: a node is powered off). The mounts (private tmpfs /tmp and so on) go with the namespace.
+SLURM_NODES=(pdk-node1 pdk-node2)
+for node in "${SLURM_NODES[@]}"; do
+    if pid=$(pid_of "/run/slurm/$node.pid" unshare); then
+        init=$(pgrep -P "$pid" | head -n 1 || true)
+        if [ -n "$init" ]; then
+            stop_pid "$init" "node $node (init)" 15
+            for ((i = 0; i < 50; i++)); do
+                running "$pid" || break
+                sleep 0.1
+            done
+        fi
+        if running "$pid"; then stop_pid "$pid" "node $node (unshare)" 5; fi
+    fi
+    rm -f "/run/slurm/$node.pid"
+done
 for daemon in slurmd slurmctld; do
     if pid=$(pid_of "/run/slurm/$daemon.pid" "$(slurm_exe "$daemon")"); then
         stop_pid "$pid" "$daemon" 15
@@ -102,6 +126,22 @@ done
 if pid=$(pid_of /run/munge/munged.pid munged); then
     stop_pid "$pid" munged 10
 fi
+# The compute nodes' network: deleting a network namespace deletes its veths, and with them
+# their peers (pdk-login here). Only once no node runs: a process in it would keep it alive.
+nodes_left=
+for node in "${SLURM_NODES[@]}"; do
+    if pid_of "/run/slurm/$node.pid" unshare >/dev/null; then nodes_left+=" $node"; fi
+done
+if [ -z "$nodes_left" ]; then
+    for ns in "${SLURM_NODES[@]}" pdk-net; do
+        if [ -e "/run/netns/$ns" ]; then
+            ip netns delete "$ns" && log "network namespace $ns removed"
+        fi
+    done
+    if ip link show dev pdk-login >/dev/null 2>&1; then ip link delete pdk-login || true; fi
+else
+    log "node(s)$nodes_left still running: their network namespaces stay"
+fi
 # proctrack/cgroup and task/cgroup leave their (empty) top directories behind; rmdir, deepest
 # first, removes only empty cgroups. Not while some slurmd (not ours, say) still runs.
 slurmd_left=
@@ -109,7 +149,7 @@ for pid in $(pgrep -x slurmd || true; pgrep -x "$(slurm_exe slurmd)" || true); d
     if running "$pid"; then slurmd_left=$pid; fi
 done
 if [ -z "$slurmd_left" ]; then
-    for d in /sys/fs/cgroup/*/slurm_"$(hostname -s)" /sys/fs/cgroup/*/slurm; do
+    for d in /sys/fs/cgroup/*/slurm_"$(hostname -s)" /sys/fs/cgroup/*/slurm_pdk-node* /sys/fs/cgroup/*/slurm; do
         if [ -d "$d" ]; then find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true; fi
     done
 fi

@@ -8,9 +8,11 @@
 #
 # It writes, under $SERVICES_DIR:
 #   policy.toml    one [backends.NAME] section per service that is up
-#   services.env   PADDOCK_TEST_POLICY=<policy.toml> and PADDOCK_TEST_BACKENDS=<comma list>
+#   services.env   PADDOCK_TEST_POLICY=<policy.toml>, PADDOCK_TEST_BACKENDS=<comma list> and, with
+#                  Slurm, PADDOCK_TEST_SLURM_NODES=<the compute nodes' names>
 #   *.log          one log per step; a failure names the step and the log to read
-#   slurm/         the logs of slurmctld and slurmd (owned by the user slurm)
+#   slurm/         the logs of slurmctld and the slurmds (owned by the user slurm), and of the
+#                  compute nodes' inits (pdk-node*.log)
 #
 # Environment:
 #   PADDOCK_SERVICES_DIR    all state (default /tmp/paddock-services)
@@ -22,10 +24,13 @@
 # Why things are done the way they are (tested recipes, timings, pitfalls): the project notes
 # "backends-on-debian.md" and "slurm-on-debian.md". Outside $SERVICES_DIR this touches: apt
 # packages, /var/lib/docker (image paddock-test:latest), /opt/apptainer, /run/sshd, the user
-# paddock-ci, and for Slurm (a machine-wide single-node cluster): /etc/slurm/slurm.conf and
-# cgroup.conf, the munge key /etc/munge/munge.key (created if absent), /run/munge, /run/slurm
-# (pid files), Slurm's state in /var/lib/slurm, munged's log /var/log/munge and the cgroup v1
-# directories /sys/fs/cgroup/*/slurm_<host>.
+# paddock-ci, and for Slurm (a machine-wide cluster: this machine's node and two compute nodes in
+# namespaces): /etc/slurm/slurm.conf and cgroup.conf, the munge key /etc/munge/munge.key
+# (created if absent), /run/munge, /run/slurm (pid files), Slurm's state in /var/lib/slurm,
+# munged's log /var/log/munge, the cgroup v1 directories /sys/fs/cgroup/*/slurm_<host> and
+# slurm_pdk-node*, the network namespaces pdk-net, pdk-node1 and pdk-node2 (/run/netns), the veth
+# pdk-login (10.77.0.1/24) and the directory /root/.local/state/paddock (created if absent; the
+# nodes mount their own over it).
 set -euo pipefail
 export LC_ALL=C
 
@@ -161,7 +166,8 @@ if want apptainer; then
     pkgs+=(busybox-static python3.11 patchelf squashfs-tools uidmap e2fsprogs libseccomp2
         libsqlite3-0 containernetworking-plugins)
 fi
-if want slurm; then pkgs+=(slurmctld slurmd slurm-client munge python3); fi
+# iproute2 and util-linux (ip, nsenter, unshare): the compute nodes' namespaces.
+if want slurm; then pkgs+=(slurmctld slurmd slurm-client munge python3 iproute2 util-linux); fi
 missing=()
 if [ ${#pkgs[@]} -gt 0 ]; then
     # One dpkg-query for all; packages dpkg has never heard of print nothing (and make it exit 1).
@@ -630,19 +636,33 @@ Subsystem sftp /usr/lib/openssh/sftp-server"
 fi
 
 # ---------------------------------------------------------------------------------------------
-# 6. Slurm 22.05: a single-node cluster of plain daemons (no systemd here): munged (as the user
-#    munge), slurmctld (drops to the user slurm) and slurmd. Cgroup v1 process tracking, so
-#    nothing a step starts outlives it, and memory limits. The node declares SLURM_CPUS CPUs
-#    whatever the machine has (config_overrides): Paddock's tests hold dozens of one-CPU
-#    sessions at once, and a session mostly waits. So no CPU pinning (task/affinity,
-#    ConstrainCores): cpusets of CPUs that do not exist would fail. The configuration is
-#    machine-wide (clients read /etc/slurm/slurm.conf); only the daemons' logs are in $SLURM_DIR.
+# 6. Slurm 22.05: plain daemons (no systemd here): munged (as the user munge), slurmctld (drops
+#    to the user slurm) and slurmd. Cgroup v1 process tracking, so nothing a step starts
+#    outlives it, and memory limits. Two partitions:
+#    - debug (the default): the single node $(hostname -s), a slurmd in this machine's own
+#      namespaces, as before;
+#    - nodes: the "compute nodes" pdk-node1 and pdk-node2, each a slurmd in its own network,
+#      mount, UTS and PID namespace (6a), with its own hostname, /tmp, Slurm spool and Paddock
+#      state directory; the rest of the file system (and munged's socket) is shared, like a
+#      cluster's shared file system. They reach the controller and each other only over a
+#      private bridge (6a); this machine, the "login" side, reaches them at 10.77.0.1X.
+#    Every node declares SLURM_CPUS CPUs whatever the machine has (config_overrides): Paddock's
+#    tests hold dozens of one-CPU sessions at once, and a session mostly waits. So no CPU
+#    pinning (task/affinity, ConstrainCores): cpusets of CPUs that do not exist would fail. The
+#    configuration is machine-wide (clients and all slurmds read /etc/slurm/slurm.conf); only
+#    the daemons' logs are in $SLURM_DIR.
 # ---------------------------------------------------------------------------------------------
 SLURM_DIR=$SERVICES_DIR/slurm
 SLURM_RUN=/run/slurm        # the pid files: in a directory of the user slurm, so slurmctld (which
                             # runs as slurm) removes its own at exit instead of leaving a stale one
 SLURM_CPUS=64
 SLURM_NODE=$(hostname -s)   # slurmd finds its NodeName line by this name
+SLURM_NODES=(pdk-node1 pdk-node2)   # the compute nodes; node i (from 0) has the address .(11+i)
+SLURM_NET=pdk-net           # the network namespace holding the bridge
+SLURM_NET_PREFIX=10.77.0    # a private /24 for the test cluster
+SLURM_CTLD_ADDR=$SLURM_NET_PREFIX.1   # this machine's end (veth pdk-login): slurmctld and srun
+SLURM_LOGIN_IF=pdk-login
+PADDOCK_HOME_DEFAULT=/root/.local/state/paddock   # Paddock's default state directory (per node)
 
 munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
 slurm_exe() { # daemon: the name of its binary (/usr/sbin/slurmctld is a symlink to slurmctld-wlm)
@@ -650,16 +670,19 @@ slurm_exe() { # daemon: the name of its binary (/usr/sbin/slurmctld is a symlink
     p=$(readlink -f "/usr/sbin/$1")
     echo "${p##*/}"
 }
-slurm_pids() { # daemon: the PIDs of its live processes, ours or not. Not zombies: init here
-    # reaps orphans only every ~2 s. (pgrep -x per name: a pattern longer than 15 characters,
-    # the length of a process name, makes pgrep complain.)
-    local pid state
+slurm_pids() { # daemon: the PIDs of its live processes in this PID namespace, ours or not (the
+    # compute nodes' slurmds, in PID namespaces of their own, do not count). Not zombies: init
+    # here reaps orphans only every ~2 s. (pgrep -x per name: a pattern longer than 15
+    # characters, the length of a process name, makes pgrep complain.)
+    local pid state ns
+    ns=$(readlink /proc/self/ns/pid)
     for pid in $(pgrep -x "$1" || true; pgrep -x "$(slurm_exe "$1")" || true); do
+        [ "$(readlink "/proc/$pid/ns/pid" 2>/dev/null)" = "$ns" ] || continue
         state=$(awk '$1 == "State:" {print $2}' "/proc/$pid/status" 2>/dev/null || true)
         if [ -n "$state" ] && [ "$state" != Z ]; then echo "$pid"; fi
     done
 }
-slurm_node_state() { sinfo -h -n "$SLURM_NODE" -o %T 2>/dev/null | head -n 1; }
+slurm_node_state() { sinfo -h -n "${1:-$SLURM_NODE}" -o %T 2>/dev/null | head -n 1; }
 slurm_fail() { # message: fail, showing the tails of our start log (the daemons' errors before
     # they open their logs, srun's messages) and of both daemons' logs (slurmd's by the EXIT trap)
     local f
@@ -667,7 +690,7 @@ slurm_fail() { # message: fail, showing the tails of our start log (the daemons'
         log "read $f; its last lines:"
         tail -n 12 "$f" 2>/dev/null | sed 's/^/    /' >&4
     done
-    STEP_LOG=$SLURM_DIR/slurmd.log
+    STEP_LOG=${SLURM_FAIL_LOG:-$SLURM_DIR/slurmd.log}
     fail "$*"
 }
 slurm_stop() { # daemon: stop it by its pid file (SIGTERM, up to 10 s, then SIGKILL)
@@ -699,6 +722,178 @@ slurm_start() { # daemon: start it unless ours runs; a foreign one (other pid fi
     # It daemonizes; errors before it opens its log file (the configuration) go to STEP_LOG.
     "/usr/sbin/$1" </dev/null >>"$STEP_LOG" 2>&1 3>&- 4>&- 9>&- || slurm_fail "$1 did not start"
     SLURM_STARTED+=("$1")
+}
+slurm_wait_node() { # node: until it takes jobs (idle, or busy with other jobs: a re-run while
+    # tests run). slurmd's first registration is sometimes retried after 1 s. A drained node (a
+    # job whose processes could not be killed, say) is resumed once, and so is a node still down
+    # 2 s after the start (a compute node that was powered off while slurmctld ran).
+    local node=$1 waited_from=$SECONDS resumed=0
+    while :; do
+        state=$(slurm_node_state "$node")
+        case $state in
+        idle | mixed | allocated | completing | planned) break ;;
+        drain* | down*)
+            if [ "$resumed" = 0 ] && { [[ $state == drain* ]] || [ $((SECONDS - waited_from)) -ge 2 ]; }; then
+                log "slurm: node $node is $state ($(sinfo -h -n "$node" -o %E)): resuming it"
+                scontrol update NodeName="$node" State=RESUME >>"$STEP_LOG" 2>&1 || true
+                resumed=1
+            fi
+            ;;
+        esac
+        # A daemon that died after daemonizing (its pid file may come a moment after the start).
+        if [ $((SECONDS - waited_from)) -ge 3 ]; then
+            pid_alive "$SLURM_RUN/slurmctld.pid" "$(slurm_exe slurmctld)" || slurm_fail "slurmctld exited"
+            if [ "$node" = "$SLURM_NODE" ]; then
+                pid_alive "$SLURM_RUN/slurmd.pid" "$(slurm_exe slurmd)" || slurm_fail "slurmd exited"
+            else
+                pid_alive "$SLURM_RUN/$node.pid" unshare ||
+                    SLURM_FAIL_LOG=$SLURM_DIR/slurmd-$node.log slurm_fail "the slurmd of node $node exited"
+            fi
+        fi
+        if [ $((SECONDS - waited_from)) -ge 30 ]; then
+            if [ "$node" != "$SLURM_NODE" ]; then SLURM_FAIL_LOG=$SLURM_DIR/slurmd-$node.log; fi
+            slurm_fail "node $node is '${state:-unreachable}' (sinfo -o %T) after 30 s, not idle"
+        fi
+        sleep 0.05
+    done
+}
+
+# --- 6a. The compute nodes' network and namespaces ---------------------------------------------
+# One network namespace $SLURM_NET holds a Linux bridge pdk-br (no address, it only switches);
+# veth pairs plug into it: pdk-login (this machine's end, $SLURM_CTLD_ADDR/24; in $SLURM_NET:
+# login) and, per node, eth0 in the node's network namespace (its address; in $SLURM_NET: the
+# node's name). No default route anywhere, IPv6 off, and this machine does not forward what
+# arrives on pdk-login (per-interface forwarding=0, whatever ip_forward Docker set): a node
+# reaches the test hosts on the bridge and its own loopback, nothing else.
+slurm_node_addr() { # node: its address (pdk-node1 -> .11)
+    local i
+    for i in "${!SLURM_NODES[@]}"; do
+        if [ "${SLURM_NODES[i]}" = "$1" ]; then echo "$SLURM_NET_PREFIX.$((11 + i))"; fi
+    done
+}
+slurm_net_ok() { # is all of it there, up and wired as slurm_net_up makes it?
+    local node
+    [ -e "/run/netns/$SLURM_NET" ] || return 1
+    ip -n "$SLURM_NET" -o link show pdk-br 2>/dev/null | grep -q 'state UP' || return 1
+    ip -o addr show dev "$SLURM_LOGIN_IF" 2>/dev/null | grep -qF " $SLURM_CTLD_ADDR/24 " || return 1
+    ip -o link show dev "$SLURM_LOGIN_IF" 2>/dev/null | grep -q 'state UP' || return 1
+    ip -n "$SLURM_NET" -o link show login 2>/dev/null | grep -q 'master pdk-br state UP' || return 1
+    for node in "${SLURM_NODES[@]}"; do
+        [ -e "/run/netns/$node" ] || return 1
+        ip -n "$SLURM_NET" -o link show "$node" 2>/dev/null | grep -q 'master pdk-br state UP' || return 1
+        ip -n "$node" -o addr show dev eth0 2>/dev/null | grep -qF " $(slurm_node_addr "$node")/24 " || return 1
+        ip -n "$node" -o link show dev eth0 2>/dev/null | grep -q 'state UP' || return 1
+    done
+}
+slurm_net_down() { # remove the namespaces (and with them every veth, the root side's too)
+    local ns
+    for ns in "${SLURM_NODES[@]}" "$SLURM_NET"; do
+        if [ -e "/run/netns/$ns" ]; then ip netns delete "$ns"; fi
+    done
+    if ip link show dev "$SLURM_LOGIN_IF" >/dev/null 2>&1; then ip link delete "$SLURM_LOGIN_IF"; fi
+}
+ns_sysctl() { # netns key=value...: sysctl inside a network namespace (not `ip netns exec`, which
+    # remounts /sys; nsenter only switches the network namespace, and /proc/sys/net follows it)
+    local ns=$1
+    shift
+    nsenter --net="/run/netns/$ns" sysctl -qw "$@"
+}
+slurm_net_up() { # (re)build it from nothing; the nodes must not be running
+    local node
+    slurm_net_down
+    ip netns add "$SLURM_NET"
+    ns_sysctl "$SLURM_NET" net.ipv4.ip_forward=0 net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+    ip -n "$SLURM_NET" link set lo up
+    ip -n "$SLURM_NET" link add pdk-br type bridge
+    ip -n "$SLURM_NET" link set pdk-br up
+    # This machine's end: created here with its peer directly in $SLURM_NET.
+    ip link add "$SLURM_LOGIN_IF" type veth peer name login netns "$SLURM_NET"
+    sysctl -qw "net.ipv6.conf.$SLURM_LOGIN_IF.disable_ipv6=1" "net.ipv4.conf.$SLURM_LOGIN_IF.forwarding=0"
+    ip addr add "$SLURM_CTLD_ADDR/24" dev "$SLURM_LOGIN_IF"
+    ip link set "$SLURM_LOGIN_IF" up
+    ip -n "$SLURM_NET" link set login master pdk-br up
+    for node in "${SLURM_NODES[@]}"; do
+        ip netns add "$node"
+        ns_sysctl "$node" net.ipv4.ip_forward=0 net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+        # Made in $SLURM_NET, the peer moved straight into the node: nothing passes through here.
+        ip -n "$SLURM_NET" link add "$node" type veth peer name eth0 netns "$node"
+        ip -n "$SLURM_NET" link set "$node" master pdk-br up
+        ip -n "$node" link set lo up
+        ip -n "$node" addr add "$(slurm_node_addr "$node")/24" dev eth0
+        ip -n "$node" link set eth0 up
+    done
+}
+
+# The init (PID 1) of a node's PID namespace, already in the node's network namespace and in a
+# new mount, UTS and IPC namespace (unshare's propagation private: nothing mounted here leaks
+# out). Private tmpfs mounts: /tmp and /dev/shm; Paddock's state directory; Slurm's spool
+# (slurmstepd's sockets) and /run/slurm (slurmd's pid file: slurmd signals the PID it finds
+# there at start, and the shared one names this machine's slurmd). The test services'
+# directory, if under /tmp, is bound back in (logs, the SIF), from a descriptor opened before
+# /tmp was covered (--no-canonicalize: else mount resolves /proc/self/fd/5 to its path name,
+# which by then names the new, empty directory). slurmd runs in the foreground, its log by -L
+# (the configured SlurmdLogFile is this machine's slurmd's); when it exits, so does this init,
+# and the kernel kills what is left in the namespace (the jobs' steps): a powered-off node.
+# Bash as PID 1 reaps the orphans (slurmstepd double-forks) in its SIGCHLD handling. Written to
+# $SLURM_DIR/node-init.sh (readable in ps; a change restarts the nodes).
+# shellcheck disable=SC2016 # expanded by the node's bash
+SLURM_NODE_INIT='#!/bin/bash
+# Written by scripts/test-services.sh: PID 1 of a Slurm compute node. Arguments: node name,
+# the test services directory, the Slurm log directory, the Paddock state directory.
+set -euo pipefail
+node=$1 services=$2 slurm_dir=$3 paddock_home=$4
+hostname "$node"
+exec 5<"$services"
+mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp
+case $services in
+/tmp/*) mkdir -p "$services"; mount --no-canonicalize --bind /proc/self/fd/5 "$services" ;;
+esac
+exec 5<&-
+mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm
+mount -t tmpfs -o mode=0700 tmpfs "$paddock_home"
+mount -t tmpfs -o mode=0755 tmpfs /var/lib/slurm/slurmd
+mount -t tmpfs -o mode=0755 tmpfs /run/slurm
+/usr/sbin/slurmd -D -N "$node" -L "$slurm_dir/slurmd-$node.log" </dev/null >/dev/null 2>&1 &
+pid=$!
+trap "kill -TERM $pid 2>/dev/null || true" TERM INT
+echo "$(date -u +%FT%TZ) node $node: slurmd started"
+rc=0
+while kill -0 "$pid" 2>/dev/null; do wait "$pid" && rc=0 || rc=$?; done
+echo "$(date -u +%FT%TZ) node $node: slurmd exited ($rc)"'
+
+slurm_node_start() { # node: start its namespaces and slurmd unless they run
+    local node=$1
+    pid_alive "$SLURM_RUN/$node.pid" unshare && return 0
+    rm -f "$SLURM_RUN/$node.pid"
+    [ -e "$SLURM_DIR/slurmd-$node.log" ] || install -o slurm -g slurm -m 0644 /dev/null "$SLURM_DIR/slurmd-$node.log"
+    # nsenter joins the node's network namespace and execs unshare, which makes the others and
+    # forks the init. Its PID (unshare's) goes to the pid file; --kill-child: should unshare be
+    # killed, the init gets SIGTERM and the node goes down. setsid: outlives our process group.
+    setsid nsenter --net="/run/netns/$node" \
+        unshare --mount --uts --ipc --pid --fork --mount-proc --propagation private --kill-child=SIGTERM \
+        /bin/bash "$SLURM_DIR/node-init.sh" "$node" "$SERVICES_DIR" "$SLURM_DIR" "$PADDOCK_HOME_DEFAULT" \
+        </dev/null >>"$SLURM_DIR/$node.log" 2>&1 3>&- 4>&- 9>&- &
+    echo $! >"$SLURM_RUN/$node.pid"
+    SLURM_STARTED+=("$node")
+}
+slurm_node_stop() { # node: SIGTERM its init (slurmd ends, then the namespace), up to 15 s, then SIGKILL
+    local node=$1 pid init
+    pid_alive "$SLURM_RUN/$node.pid" unshare || { rm -f "$SLURM_RUN/$node.pid"; return 0; }
+    pid=$(cat "$SLURM_RUN/$node.pid")
+    init=$(pgrep -P "$pid" | head -n 1 || true)
+    kill -TERM "${init:-$pid}" 2>/dev/null || true
+    for _ in $(seq 150); do
+        pid_alive "$SLURM_RUN/$node.pid" unshare || break
+        sleep 0.1
+    done
+    if pid_alive "$SLURM_RUN/$node.pid" unshare; then
+        if [ -n "$init" ]; then kill -KILL "$init" 2>/dev/null || true; fi
+        for _ in $(seq 50); do
+            pid_alive "$SLURM_RUN/$node.pid" unshare || break
+            sleep 0.1
+        done
+    fi
+    rm -f "$SLURM_RUN/$node.pid"
 }
 
 if want slurm; then
@@ -746,10 +941,19 @@ if want slurm; then
     for f in slurmctld.log slurmd.log; do
         [ -e "$SLURM_DIR/$f" ] || install -o slurm -g slurm -m 0644 /dev/null "$SLURM_DIR/$f"
     done
+    # The nodes mount their private state directory over it: it must exist.
+    mkdir -p "$PADDOCK_HOME_DEFAULT"
+    node_lines=
+    for node in "${SLURM_NODES[@]}"; do
+        node_lines+="
+NodeName=$node NodeAddr=$(slurm_node_addr "$node") CPUs=$SLURM_CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$SLURM_CPUS ThreadsPerCore=1 RealMemory=$((mem - 512)) State=UNKNOWN"
+    done
     mkdir -p /etc/slurm
-    write_if_changed /etc/slurm/slurm.conf "# Written by Paddock's scripts/test-services.sh: a single-node test cluster.
+    write_if_changed /etc/slurm/slurm.conf "# Written by Paddock's scripts/test-services.sh: a test cluster of one node on this machine
+# (partition debug) and two compute nodes in namespaces of their own (partition nodes).
 ClusterName=paddock
-SlurmctldHost=$SLURM_NODE(127.0.0.1)
+# The address the compute nodes reach this machine at (6a); slurmctld listens on all addresses.
+SlurmctldHost=$SLURM_NODE($SLURM_CTLD_ADDR)
 SlurmUser=slurm
 AuthType=auth/munge
 CredType=cred/munge
@@ -762,7 +966,7 @@ SlurmdLogFile=$SLURM_DIR/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
 # cgroup v1: nothing a step starts survives it, memory limits hold. No task/affinity and no
-# ConstrainCores (cgroup.conf): the node below has more CPUs than the machine.
+# ConstrainCores (cgroup.conf): the nodes below have more CPUs than the machine.
 ProctrackType=proctrack/cgroup
 TaskPlugin=task/cgroup
 JobAcctGatherType=jobacct_gather/none
@@ -782,10 +986,11 @@ KillWait=5
 # Finished jobs stay visible (scontrol show job) for 5 minutes: the backend reads their end state.
 MinJobAge=300
 MailProg=/bin/true
-# Take the node as declared here, not as detected: $SLURM_CPUS CPUs for many concurrent sessions.
+# Take the nodes as declared here, not as detected: $SLURM_CPUS CPUs for many concurrent sessions.
 SlurmdParameters=config_overrides
-NodeName=$SLURM_NODE NodeAddr=127.0.0.1 CPUs=$SLURM_CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$SLURM_CPUS ThreadsPerCore=1 RealMemory=$((mem - 512)) State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+NodeName=$SLURM_NODE NodeAddr=127.0.0.1 CPUs=$SLURM_CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$SLURM_CPUS ThreadsPerCore=1 RealMemory=$((mem - 512)) State=UNKNOWN$node_lines
+PartitionName=debug Nodes=$SLURM_NODE Default=YES MaxTime=INFINITE State=UP
+PartitionName=nodes Nodes=$(IFS=,; echo "${SLURM_NODES[*]}") MaxTime=INFINITE State=UP"
     slurm_changed=$CHANGED
     write_if_changed /etc/slurm/cgroup.conf "# Written by Paddock's scripts/test-services.sh
 CgroupPlugin=cgroup/v1
@@ -795,55 +1000,48 @@ ConstrainRAMSpace=yes
 ConstrainSwapSpace=no
 ConstrainDevices=no"
     if [ "$CHANGED" = 1 ]; then slurm_changed=1; fi
+    write_if_changed "$SLURM_DIR/node-init.sh" "$SLURM_NODE_INIT"
+    if [ "$CHANGED" = 1 ]; then slurm_changed=1; fi
     # slurmctld reads them as the user slurm, whatever umask wrote them.
     chmod 0644 /etc/slurm/slurm.conf /etc/slurm/cgroup.conf
 
     SLURM_STARTED=()
     STEP="slurm: slurmctld and slurmd" STEP_LOG=$SLURM_DIR/start.log
-    ctld_up=0 slurmd_up=0
+    ctld_up=0 slurmd_up=0 nodes_up=1 some_node_up=0 net_up=0
     if pid_alive "$SLURM_RUN/slurmctld.pid" "$(slurm_exe slurmctld)"; then ctld_up=1; fi
     if pid_alive "$SLURM_RUN/slurmd.pid" "$(slurm_exe slurmd)"; then slurmd_up=1; fi
-    if [ "$slurm_changed" = 1 ] && [ "$ctld_up$slurmd_up" != 00 ]; then
+    for node in "${SLURM_NODES[@]}"; do
+        if pid_alive "$SLURM_RUN/$node.pid" unshare; then some_node_up=1; else nodes_up=0; fi
+    done
+    if slurm_net_ok; then net_up=1; fi
+    if [ "$slurm_changed" = 1 ] && [ "$ctld_up$slurmd_up$some_node_up" != 000 ]; then
         # Plugins and the node's topology need a restart, not `scontrol reconfigure`. Running
-        # jobs survive it (their slurmstepd keeps running).
-        step "slurm: configuration changed: restart slurmctld and slurmd" "$STEP_LOG"
+        # jobs survive it (their slurmstepd keeps running), except on the compute nodes, whose
+        # slurmd ends with the node's namespaces.
+        step "slurm: configuration changed: restart slurmctld and the slurmds" "$STEP_LOG"
+        for node in "${SLURM_NODES[@]}"; do slurm_node_stop "$node"; done
         slurm_stop slurmd
         slurm_stop slurmctld
-    elif [ "$ctld_up$slurmd_up" != 11 ]; then
-        step "slurm: start slurmctld and slurmd" "$STEP_LOG"
+    elif [ "$ctld_up$slurmd_up$nodes_up$net_up" != 1111 ]; then
+        step "slurm: start slurmctld and the slurmds" "$STEP_LOG"
+    fi
+    if [ "$net_up" = 0 ]; then
+        # A node's slurmd in a namespace that is gone or broken cannot be repaired: restart it.
+        for node in "${SLURM_NODES[@]}"; do slurm_node_stop "$node"; done
+        slurm_net_up >>"$STEP_LOG" 2>&1 || slurm_fail "could not make the network namespaces and veths"
+        slurm_net_ok || slurm_fail "the network namespaces are not as slurm_net_up made them"
+        SLURM_STARTED+=(network)
     fi
     slurm_start slurmctld
     slurm_start slurmd
-    # Up = the node takes jobs: idle, or busy with other jobs (a re-run while tests run). slurmd's
-    # first registration is sometimes retried after 1 s. A drained node (a job whose processes
-    # could not be killed, say) is resumed once.
-    waited_from=$SECONDS
-    resumed=0
-    while :; do
-        state=$(slurm_node_state)
-        case $state in
-        idle | mixed | allocated | completing | planned) break ;;
-        drain*)
-            if [ "$resumed" = 0 ]; then
-                log "slurm: node $SLURM_NODE is $state ($(sinfo -h -n "$SLURM_NODE" -o %E)): resuming it"
-                scontrol update NodeName="$SLURM_NODE" State=RESUME >>"$STEP_LOG" 2>&1 || true
-                resumed=1
-            fi
-            ;;
-        esac
-        # A daemon that died after daemonizing (its pid file may come a moment after the start).
-        if [ $((SECONDS - waited_from)) -ge 3 ]; then
-            for daemon in slurmctld slurmd; do
-                pid_alive "$SLURM_RUN/$daemon.pid" "$(slurm_exe "$daemon")" || slurm_fail "$daemon exited"
-            done
-        fi
-        [ $((SECONDS - waited_from)) -lt 30 ] || slurm_fail "node $SLURM_NODE is '${state:-unreachable}' (sinfo -o %T) after 30 s, not idle"
-        sleep 0.05
-    done
+    for node in "${SLURM_NODES[@]}"; do slurm_node_start "$node"; done
+    for node in "$SLURM_NODE" "${SLURM_NODES[@]}"; do slurm_wait_node "$node"; done
     if [ ${#SLURM_STARTED[@]} -gt 0 ]; then
-        step_done "${SLURM_STARTED[*]} started, node $state"
+        step_done "${SLURM_STARTED[*]} started, nodes $(sinfo -h -N -o '%N=%T' | sort -u | paste -sd ' ')"
     else
-        log "slurm: slurmctld and slurmd running (pids $(cat "$SLURM_RUN/slurmctld.pid") and $(cat "$SLURM_RUN/slurmd.pid")), node $state"
+        log "slurm: slurmctld, slurmd and nodes ${SLURM_NODES[*]} running (pids $(cat "$SLURM_RUN/slurmctld.pid")," \
+            "$(cat "$SLURM_RUN/slurmd.pid") and $(cd "$SLURM_RUN" && cat "${SLURM_NODES[@]/%/.pid}" | paste -sd ' ')):" \
+            "$(sinfo -h -N -o '%N=%T' | sort -u | paste -sd ' ')"
     fi
 
     # A job name with paddock-, so stop-test-services.sh cancels it should this hang.
@@ -858,6 +1056,31 @@ ConstrainDevices=no"
         out=$("${srun_smoke[@]}" "$APPTAINER" exec --containall --no-home --cleanenv "$SIF" /bin/bash -c "$SMOKE" \
             </dev/null 2>>"$STEP_LOG") || slurm_fail "srun apptainer exec $SIF failed"
         [ "$out" = "$SMOKE_EXPECTED" ] || slurm_fail "srun apptainer exec $SIF printed '$out'"
+    fi
+    # The compute nodes: each answers with its own hostname, does not see a file this machine
+    # wrote into /tmp, and has a tmpfs of its own as Paddock's state directory.
+    probe=$(mktemp /tmp/paddock-node-probe.XXXXXX)
+    node_check="echo \$(hostname) \$([ -e $probe ] && echo tmp-shared || echo tmp-private)"
+    node_check+=" $PADDOCK_HOME_DEFAULT=\$(stat -f -c %T $PADDOCK_HOME_DEFAULT)"
+    for node in "${SLURM_NODES[@]}"; do
+        STEP="slurm: smoke test (srun -p nodes -w $node)"
+        expected="$node tmp-private $PADDOCK_HOME_DEFAULT=tmpfs"
+        out=$("${srun_smoke[@]}" -p nodes -w "$node" bash -c "$node_check" </dev/null 2>>"$STEP_LOG") ||
+            out="$out (srun failed)"
+        if [ "$out" != "$expected" ]; then
+            rm -f "$probe"
+            SLURM_FAIL_LOG=$SLURM_DIR/slurmd-$node.log slurm_fail "srun -p nodes -w $node printed '$out', not '$expected'"
+        fi
+    done
+    rm -f "$probe"
+    if want apptainer; then
+        node=${SLURM_NODES[-1]}
+        STEP="slurm: smoke test (srun -p nodes -w $node apptainer exec $SIF)"
+        out=$("${srun_smoke[@]}" -p nodes -w "$node" "$APPTAINER" exec --containall --no-home --cleanenv "$SIF" \
+            /bin/bash -c "$SMOKE" </dev/null 2>>"$STEP_LOG") ||
+            SLURM_FAIL_LOG=$SLURM_DIR/slurmd-$node.log slurm_fail "srun -p nodes -w $node apptainer exec $SIF failed"
+        [ "$out" = "$SMOKE_EXPECTED" ] ||
+            SLURM_FAIL_LOG=$SLURM_DIR/slurmd-$node.log slurm_fail "srun -p nodes -w $node apptainer exec $SIF printed '$out'"
     fi
     log "slurm: ok"
 fi
@@ -914,6 +1137,25 @@ queue_timeout_seconds = 120
 image = \"$SIF\"
 binary = \"$APPTAINER\"")
     fi
+    # The compute nodes (partition nodes, 6a), reached from this machine by srun as the relay.
+    sections+=("[backends.slurm_nodes]
+kind = \"slurm\"
+partition = \"nodes\"
+relay = \"tcp\"
+cpus = 1
+memory_mb = 512
+queue_timeout_seconds = 120")
+    if want apptainer; then
+        sections+=("[backends.slurm_nodes_apptainer]
+kind = \"slurm\"
+partition = \"nodes\"
+relay = \"tcp\"
+cpus = 1
+memory_mb = 512
+queue_timeout_seconds = 120
+image = \"$SIF\"
+binary = \"$APPTAINER\"")
+    fi
 fi
 policy="# Written by scripts/test-services.sh: one backend per started test service."
 for i in "${!sections[@]}"; do
@@ -921,8 +1163,13 @@ for i in "${!sections[@]}"; do
     policy+=${sections[i]}
 done
 write_if_changed "$SERVICES_DIR/policy.toml" "$policy"
-write_if_changed "$SERVICES_DIR/services.env" "PADDOCK_TEST_POLICY=$SERVICES_DIR/policy.toml
+services_env="PADDOCK_TEST_POLICY=$SERVICES_DIR/policy.toml
 PADDOCK_TEST_BACKENDS=$(IFS=,; echo "${up[*]}")"
+if want slurm; then
+    # The compute nodes' names (partition nodes), for tests that pick a node.
+    services_env+=$'\n'"PADDOCK_TEST_SLURM_NODES=$(IFS=,; echo "${SLURM_NODES[*]}")"
+fi
+write_if_changed "$SERVICES_DIR/services.env" "$services_env"
 
 log "up: ${up[*]:-nothing}; total $(elapsed "$T_START") s"
 echo "$SERVICES_DIR/policy.toml" >&3

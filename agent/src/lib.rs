@@ -66,8 +66,10 @@ pub enum AgentError {
 }
 
 const USAGE: &str = "paddock-agent serve --socket PATH [--daemon] [--idle-exit SECONDS] \
-                     [--egress-port PORT] [--relay-stdio] | \
-                     paddock-agent relay-listen --socket PATH [--send FILE] -- PROGRAM [ARGS...] | \
+                     [--egress-port PORT] [--relay-stdio [--relay-direct]] | \
+                     paddock-agent relay-listen --socket PATH [--send FILE] [--direct-host HOST] \
+                     -- PROGRAM [ARGS...] | \
+                     paddock-agent relay-node --socket PATH [--direct] -- PROGRAM [ARGS...] | \
                      paddock-agent terminal -- PROGRAM [ARGS...] | \
                      paddock-agent egress-forward --socket EGRESS_SOCKET --port PORT [--run ID] \
                      -- PROGRAM [ARGS...] | \
@@ -83,6 +85,7 @@ pub fn run_main(args: Vec<String>) -> i32 {
         },
         Some((first, rest)) if first == "egress-forward" => egress_forward(rest),
         Some((first, rest)) if first == "relay-listen" => relay_listen(rest),
+        Some((first, rest)) if first == "relay-node" => relay_node(rest),
         _ => dispatch(&args).map(|()| 0),
     };
     match outcome {
@@ -147,19 +150,50 @@ fn egress_forward(args: &[String]) -> Result<i32, AgentError> {
 fn relay_listen(args: &[String]) -> Result<i32, AgentError> {
     let mut socket = None;
     let mut send = None;
+    let mut direct_host = None;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         let mut value = || rest.next().ok_or_else(|| AgentError::Usage(USAGE.into()));
         match arg.as_str() {
             "--socket" => socket = Some(PathBuf::from(value()?)),
             "--send" => send = Some(PathBuf::from(value()?)),
+            "--direct-host" => direct_host = Some(value()?.clone()),
             "--" => {
                 let socket = socket.ok_or_else(|| AgentError::Usage(USAGE.into()))?;
                 return relay::listen(&relay::ListenOptions {
                     socket,
                     send,
                     argv: rest.cloned().collect(),
+                    direct_host,
                 });
+            }
+            other => {
+                return Err(AgentError::Usage(format!(
+                    "unknown argument {other}; {USAGE}"
+                )));
+            }
+        }
+    }
+    Err(AgentError::Usage(USAGE.into()))
+}
+
+/// `relay-node --socket PATH [--direct] -- PROGRAM [ARGS...]`.
+fn relay_node(args: &[String]) -> Result<i32, AgentError> {
+    let mut socket = None;
+    let mut direct = false;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--socket" => {
+                socket = Some(PathBuf::from(
+                    rest.next().ok_or_else(|| AgentError::Usage(USAGE.into()))?,
+                ));
+            }
+            "--direct" => direct = true,
+            "--" => {
+                let socket = socket.ok_or_else(|| AgentError::Usage(USAGE.into()))?;
+                let argv: Vec<String> = rest.cloned().collect();
+                return relay::relay_node(&socket, direct, &argv);
             }
             other => {
                 return Err(AgentError::Usage(format!(
@@ -200,12 +234,14 @@ fn dispatch(args: &[String]) -> Result<(), AgentError> {
             let mut egress_port = None;
             let mut daemon = false;
             let mut relay_stdio = false;
+            let mut relay_direct = false;
             let mut passed = Vec::new();
             let mut rest = args[1..].iter();
             while let Some(arg) = rest.next() {
                 match arg.as_str() {
                     "--daemon" => daemon = true,
                     "--relay-stdio" => relay_stdio = true,
+                    "--relay-direct" => relay_direct = true,
                     "--socket" => {
                         let value = rest.next().ok_or_else(|| AgentError::Usage(USAGE.into()))?;
                         socket = Some(PathBuf::from(value));
@@ -246,8 +282,12 @@ fn dispatch(args: &[String]) -> Result<(), AgentError> {
                 Err(AgentError::Usage(
                     "--relay-stdio serves its own standard input: not with --daemon".into(),
                 ))
+            } else if relay_direct && !relay_stdio {
+                Err(AgentError::Usage(
+                    "--relay-direct takes its token from --relay-stdio's stream".into(),
+                ))
             } else if relay_stdio {
-                relay::serve_stdio(options)
+                relay::serve_stdio(options, relay_direct)
             } else if daemon {
                 daemon::start_detached(&options.socket, &passed)
             } else {

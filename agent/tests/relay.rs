@@ -18,12 +18,21 @@ use paddock_agent::protocol::{
 const AGENT: &str = env!("CARGO_BIN_EXE_paddock-agent");
 
 /// The far end's script: what the Slurm holder step runs on the node.
-const FAR_END: &str = r#"d=$1; size=$2; extra=$3
+const FAR_END: &str = r#"d=$1; size=$2; extra=$3; mode=$4
 mkdir -p "$d/run" || exit 1
 trap 'rm -rf "$d"' EXIT
 head -c "$size" > "$d/paddock-agent" && chmod 0700 "$d/paddock-agent" || exit 1
 eval "$extra"
-"$d/paddock-agent" serve --socket "$d/run/agent.sock" --relay-stdio <&0 &
+"$d/paddock-agent" serve --socket "$d/run/agent.sock" --relay-stdio $mode <&0 &
+wait $!"#;
+
+/// The far end for an agent in another program (an Apptainer instance on a node): `relay-node`
+/// carries the stream to the socket that program serves.
+const FAR_END_NODE: &str = r#"d=$1; size=$2; extra=$3; mode=$4
+mkdir -p "$d/run" || exit 1
+trap 'rm -rf "$d"' EXIT
+head -c "$size" > "$d/paddock-agent" && chmod 0700 "$d/paddock-agent" || exit 1
+"$d/paddock-agent" relay-node --socket "$d/run/agent.sock" $mode -- "$d/paddock-agent" serve --socket "$d/run/agent.sock" <&0 &
 wait $!"#;
 
 struct Relay {
@@ -44,18 +53,31 @@ impl Drop for Relay {
 impl Relay {
     /// Starts `relay-listen`; `extra` runs on the far end before its agent (a stray print).
     fn start(extra: &str) -> Relay {
+        Self::start_with(extra, false)
+    }
+
+    /// With `direct`, connections go over TCP to the far agent's listener (on this machine's
+    /// loopback here), the stream carrying the token and the port.
+    fn start_with(extra: &str, direct: bool) -> Relay {
+        Self::start_far(extra, direct, FAR_END, "--relay-direct")
+    }
+
+    fn start_far(extra: &str, direct: bool, far_end: &str, direct_flag: &str) -> Relay {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("near/agent.sock");
         std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
         let far = dir.path().join("far");
         let log = dir.path().join("relay.log");
         let size = std::fs::metadata(AGENT).unwrap().len().to_string();
-        let child = Command::new(AGENT)
-            .args(["relay-listen", "--socket"])
-            .arg(&socket)
-            .args(["--send", AGENT, "--", "bash", "-c", FAR_END, "far-end"])
+        let mut command = Command::new(AGENT);
+        command.args(["relay-listen", "--socket"]).arg(&socket);
+        if direct {
+            command.args(["--direct-host", "127.0.0.1"]);
+        }
+        let child = command
+            .args(["--send", AGENT, "--", "bash", "-c", far_end, "far-end"])
             .arg(&far)
-            .args([&size, extra])
+            .args([size.as_str(), extra, if direct { direct_flag } else { "" }])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -170,6 +192,86 @@ fn runs_cross_the_relay_byte_for_byte_and_concurrently() {
     for t in threads {
         t.join().unwrap();
     }
+}
+
+#[test]
+fn runs_cross_the_direct_path_and_the_stream_keeps_only_its_life() {
+    let relay = Relay::start_with("", true);
+    let (code, out) = relay.run("head -c 300000 /dev/zero | tr '\\0' 'z'; exit 4");
+    assert_eq!(code, 4);
+    assert_eq!(out.len(), 300_000);
+    let relay = std::sync::Arc::new(relay);
+    let threads: Vec<_> = (0..20)
+        .map(|i| {
+            let relay = relay.clone();
+            std::thread::spawn(move || {
+                let (code, out) =
+                    relay.run(&format!("for n in $(seq 1 100); do echo {i}:$n; done"));
+                assert_eq!(code, 0);
+                let expected: String = (1..=100).map(|n| format!("{i}:{n}\n")).collect();
+                assert_eq!(String::from_utf8_lossy(&out), expected);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // A connection to the far agent's port without the token is refused and logged.
+    let port = far_listening_port(&relay).expect("the far agent's port");
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    conn.write_all(b"guess\n").unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut rest = Vec::new();
+    let _ = conn.read_to_end(&mut rest);
+    assert!(rest.is_empty());
+    wait_until("the refusal is logged", Duration::from_secs(5), || {
+        relay
+            .log_text()
+            .contains("refused a connection from 127.0.0.1")
+    });
+}
+
+#[test]
+fn an_agent_in_another_program_is_carried_by_relay_node_and_ended_with_the_stream() {
+    for direct in [true, false] {
+        let mut relay = Relay::start_far("", direct, FAR_END_NODE, "--direct");
+        let (code, out) = relay.run("echo through relay-node; exit 5");
+        assert_eq!(
+            (code, out.as_slice()),
+            (5, b"through relay-node\n".as_slice())
+        );
+        relay.child.kill().unwrap();
+        relay.child.wait().unwrap();
+        wait_until(
+            "the relayed agent ends with the stream",
+            Duration::from_secs(5),
+            || !relay.far.exists(),
+        );
+    }
+}
+
+/// The TCP port the far agent listens on (its socket's inode among its descriptors, found in
+/// /proc/net/tcp).
+fn far_listening_port(relay: &Relay) -> Option<u16> {
+    let pid = far_agent_pid(&relay.far);
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|l| {
+            l.to_string_lossy()
+                .strip_prefix("socket:[")
+                .map(|i| i.trim_end_matches(']').to_owned())
+        })
+        .collect();
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).ok()?;
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // State 0A: listening.
+        (fields.get(3) == Some(&"0A") && inodes.iter().any(|i| Some(&i.as_str()) == fields.get(9)))
+            .then(|| u16::from_str_radix(fields[1].rsplit(':').next()?, 16).ok())
+            .flatten()
+    })
 }
 
 #[test]

@@ -97,6 +97,22 @@ impl ApptainerTransport {
     }
 
     pub(crate) fn start_args(&self, session: &str) -> Vec<String> {
+        let agent_binds = self
+            .config
+            .agent
+            .as_ref()
+            .map(|agent| agent.binds(&self.instance_name(session)))
+            .unwrap_or_default();
+        self.start_args_binding(session, agent_binds)
+    }
+
+    /// [`ApptainerTransport::start_args`] with the agent bound from elsewhere (`host:inside`
+    /// binds): a Slurm node's own copy, when the engine's files are not on the node.
+    pub(crate) fn start_args_binding(
+        &self,
+        session: &str,
+        agent_binds: Vec<String>,
+    ) -> Vec<String> {
         let c = &self.config;
         let mut args: Vec<String> = vec![
             "instance".into(),
@@ -116,10 +132,8 @@ impl ApptainerTransport {
         for bind in &c.binds {
             args.extend(["--bind".into(), bind.clone()]);
         }
-        if let Some(agent) = &c.agent {
-            for bind in agent.binds(&self.instance_name(session)) {
-                args.extend(["--bind".into(), bind]);
-            }
+        for bind in agent_binds {
+            args.extend(["--bind".into(), bind]);
         }
         if let Some(mb) = c.memory_mb {
             args.extend(["--memory".into(), format!("{mb}M")]);

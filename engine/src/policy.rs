@@ -241,6 +241,13 @@ pub struct BackendConfig {
     /// slurm: the directory of `salloc`, `srun`, `scontrol`, `squeue`, `scancel`, `sinfo`
     /// (default: PATH).
     pub slurm_bin_dir: Option<Spanned<String>>,
+    /// slurm: how the engine reaches the session's agent on the job's node: `"none"` (the
+    /// default: through the file system, the engine on the node or sharing its `/tmp` and
+    /// state directory), `"tcp"` (for an engine on a login node and jobs on other nodes: the
+    /// holder step's standard input and output carry a per-session token, each connection goes
+    /// to a listener of the node's agent) or `"srun"` (every byte through the holder step's
+    /// standard input and output: no port on the node, slower).
+    pub relay: Option<Spanned<String>>,
     /// Environment variables set for every command.
     #[serde(default)]
     pub env: std::collections::BTreeMap<String, String>,
@@ -689,7 +696,7 @@ impl Policy {
                 other => other,
             };
             // Keys that do not apply to this kind of backend are mistakes, not no-ops.
-            let present: [(&str, Option<std::ops::Range<usize>>); 34] = [
+            let present: [(&str, Option<std::ops::Range<usize>>); 35] = [
                 ("sandbox", config.sandbox.as_ref().map(Spanned::span)),
                 ("workspace", config.workspace.as_ref().map(Spanned::span)),
                 ("image", config.image.as_ref().map(Spanned::span)),
@@ -753,6 +760,7 @@ impl Policy {
                     "slurm_bin_dir",
                     config.slurm_bin_dir.as_ref().map(Spanned::span),
                 ),
+                ("relay", config.relay.as_ref().map(Spanned::span)),
                 ("env", None),
             ];
             let applies: &[&str] = match kind {
@@ -804,6 +812,7 @@ impl Policy {
                     "extra_args",
                     "queue_timeout_seconds",
                     "slurm_bin_dir",
+                    "relay",
                     "workdir",
                     "agent",
                     // With `image`, commands run in Apptainer: its keys apply.
@@ -1005,6 +1014,9 @@ impl Policy {
                             limit.get_ref()
                         ),
                     ));
+                }
+                if let Some(relay) = &config.relay {
+                    one_of(relay, &key("relay"), &["none", "tcp", "srun"])?;
                 }
                 if let Some(t) = &config.queue_timeout_seconds
                     && *t.get_ref() == 0
@@ -1426,6 +1438,11 @@ fn proxy_refusal(kind: &str, config: &BackendConfig) -> Option<String> {
             "a bare slurm job runs on the compute node's own network, which Paddock cannot take \
              away; give the backend an `image` (commands in Apptainer) or use another backend"
         }
+        "slurm" if config.relay.as_ref().is_some_and(|r| r.get_ref() != "none") => {
+            "the proxy listens on the engine's machine, and with a relay the job's node does not \
+             share its sockets (the relay does not carry proxied connections yet); leave the \
+             relay out or use network = \"none\""
+        }
         "local" if sandbox == Some("none") => {
             "with sandbox = \"none\" commands run on this machine's own network, which Paddock \
              cannot take away; keep the sandbox (read-only or workspace-write)"
@@ -1527,6 +1544,11 @@ value = "Bearer ${GITHUB_TOKEN}"
         for (kind, extra, why) in [
             ("ssh", "host = \"h\"\n", "an ssh host keeps its own network"),
             ("slurm", "", "a bare slurm job"),
+            (
+                "slurm",
+                "image = \"x.sif\"\nrelay = \"tcp\"\n",
+                "with a relay",
+            ),
             (
                 "slurm",
                 "image = \"x.sif\"\nagent = false\n",
@@ -1672,6 +1694,19 @@ value = "Bearer ${GITHUB_TOKEN}"
         );
         let e = err("[backends.hpc]\nkind = \"slurm\"\ntime_limit = \"1 hour\"\n");
         assert!(e.contains("is not a Slurm time"), "{e}");
+        for relay in ["none", "tcp", "srun"] {
+            assert!(Policy::parse(&format!("{ok}relay = \"{relay}\"\n"), "p.toml").is_ok());
+        }
+        let e = err("[backends.hpc]\nkind = \"slurm\"\nrelay = \"ssh\"\n");
+        assert!(
+            e.starts_with("p.toml:3: backends.hpc.relay:") && e.contains("srun"),
+            "{e}"
+        );
+        let e = err("[backends.hpc]\nkind = \"docker\"\nimage = \"i\"\nrelay = \"srun\"\n");
+        assert!(
+            e.contains("backends.hpc.relay: does not apply to a docker backend"),
+            "{e}"
+        );
         let e = err("[backends.hpc]\nkind = \"docker\"\nimage = \"i\"\npartition = \"p\"\n");
         assert!(
             e.contains("backends.hpc.partition: does not apply to a docker backend"),

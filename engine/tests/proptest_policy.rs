@@ -497,6 +497,7 @@ const KINDS: &[(&str, &[&str])] = &[
             "extra_args",
             "queue_timeout_seconds",
             "slurm_bin_dir",
+            "relay",
             "workdir",
             "agent",
             "image",
@@ -563,6 +564,7 @@ const ALL_BACKEND_KEYS: &[&str] = &[
     "extra_args",
     "queue_timeout_seconds",
     "slurm_bin_dir",
+    "relay",
 ];
 
 fn backend_entries() -> BoxedStrategy<Vec<Entry>> {
@@ -656,6 +658,7 @@ fn backend_entries() -> BoxedStrategy<Vec<Entry>> {
         opt("extra_args", list(string(), 3)),
         opt("queue_timeout_seconds", int(1..=i64::MAX)),
         opt("slurm_bin_dir", string()),
+        opt("relay", one_of(&["none", "tcp", "srun"])),
         opt("workdir", string()),
         opt("agent", Just(Value::Boolean(true)).boxed()),
         // Apptainer inside the job: its keys only with an image.

@@ -21,14 +21,15 @@
 //! Authentication is the stream's own: only the job's owner can start a step in a Slurm job
 //! (munge-signed), and the engine's socket lies in the home's agent directory, 0700.
 
+pub mod direct;
 pub mod mux;
 pub mod wire;
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -46,13 +47,28 @@ pub struct ListenOptions {
     pub send: Option<PathBuf>,
     /// The program whose standard input and output are the stream.
     pub argv: Vec<String>,
+    /// Connections go directly to this host (the node's address), at the port its agent
+    /// offers, with a token sent over the stream ([`direct`]); `None`: over the stream itself.
+    pub direct_host: Option<String>,
 }
 
-/// Reads the stream's lines, giving each frame to `each`; stray lines are reported. Returns at
-/// the end of the stream, or when `each` answers `false`.
-fn read_frames(reader: &mut impl BufRead, mut each: impl FnMut(Frame) -> bool) {
+/// Reads the stream's lines, giving each frame to `each`; stray lines are reported. After a
+/// batch (all that had arrived) holding more than acknowledgements, `mux` answers
+/// [`Frame::Ack`]. Returns at the end of the stream, or when `each` answers `false`.
+fn read_frames(
+    reader: &mut BufReader<impl std::io::Read>,
+    mux: Option<&Mux>,
+    mut each: impl FnMut(Frame) -> bool,
+) {
     let mut line = Vec::new();
+    let mut unacknowledged = false;
     loop {
+        if unacknowledged && reader.buffer().is_empty() {
+            if let Some(mux) = mux {
+                let _ = mux.send(&Frame::Ack);
+            }
+            unacknowledged = false;
+        }
         line.clear();
         match reader.read_until(b'\n', &mut line) {
             Ok(0) | Err(_) => return,
@@ -62,6 +78,7 @@ fn read_frames(reader: &mut impl BufRead, mut each: impl FnMut(Frame) -> bool) {
         let text = text.trim_end_matches('\n');
         match Frame::decode(text) {
             Some(frame) => {
+                unacknowledged |= frame != Frame::Ack;
                 if !each(frame) {
                     return;
                 }
@@ -121,35 +138,67 @@ pub fn listen(options: &ListenOptions) -> Result<i32, AgentError> {
                 ))
             })?;
     }
+    let token = match &options.direct_host {
+        Some(_) => {
+            let token = direct::new_token()?;
+            let line = Frame::Token {
+                token: token.clone(),
+            }
+            .encode();
+            input
+                .write_all(line.as_bytes())
+                .and_then(|()| input.flush())
+                .map_err(|e| {
+                    AgentError::StartFailed(format!(
+                        "the far end did not take its token ({e}): {}",
+                        ended(&mut child)
+                    ))
+                })?;
+            Some(token)
+        }
+        None => None,
+    };
     let mut reader = BufReader::with_capacity(256 * 1024, output);
     let mut hello = None;
-    read_frames(&mut reader, |frame| {
-        if let Frame::Hello { version } = frame {
-            hello = Some(version);
+    read_frames(&mut reader, None, |frame| {
+        if let Frame::Hello { version, port } = frame {
+            hello = Some((version, port));
             return false;
         }
         true
     });
-    match hello {
-        Some(RELAY_VERSION) => {}
-        Some(other) => {
+    let direct = match (hello, &options.direct_host, token) {
+        (Some((RELAY_VERSION, _)), None, _) => None,
+        (Some((RELAY_VERSION, Some(port))), Some(host), Some(token)) => {
+            Some((host.clone(), port, token))
+        }
+        (Some((RELAY_VERSION, None)), Some(_), _) => {
+            let _ = child.kill();
+            return Err(AgentError::StartFailed(
+                "the far end offers no direct port (it was not started with --relay-direct)".into(),
+            ));
+        }
+        (Some((RELAY_VERSION, Some(_))), Some(_), None) => {
+            return Err(AgentError::StartFailed("no token was made".into()));
+        }
+        (Some((other, _)), _, _) => {
             let _ = child.kill();
             return Err(AgentError::StartFailed(format!(
                 "the far end speaks relay version {other}, this end {RELAY_VERSION}"
             )));
         }
-        None => {
+        (None, _, _) => {
             return Err(AgentError::StartFailed(format!(
                 "the far end ended before its agent listened: {}",
                 ended(&mut child)
             )));
         }
-    }
+    };
     // Holding the lock, a socket file left here is a dead relay's.
     let _ = std::fs::remove_file(&options.socket);
     let listener = UnixListener::bind(&options.socket).map_err(socket_error)?;
     let _ = std::fs::set_permissions(&options.socket, std::fs::Permissions::from_mode(0o600));
-    let mux = Mux::new(Box::new(input));
+    let mux = Mux::new(Box::new(input))?;
     {
         let mux = mux.clone();
         std::thread::Builder::new()
@@ -158,7 +207,25 @@ pub fn listen(options: &ListenOptions) -> Result<i32, AgentError> {
                 for conn in listener.incoming() {
                     match conn {
                         Ok(conn) => {
-                            if let Err(err) = mux.open(conn) {
+                            let carried = match &direct {
+                                None => mux.open(conn),
+                                Some((host, port, token)) => {
+                                    let (host, port, token) = (host.clone(), *port, token.clone());
+                                    std::thread::Builder::new()
+                                        .name("relay-direct-conn".into())
+                                        .spawn(move || {
+                                            if let Err(err) =
+                                                direct::carry_to_node(conn, &host, port, &token)
+                                            {
+                                                tracing_line(&format!(
+                                                    "a connection to {host}:{port} failed: {err}"
+                                                ));
+                                            }
+                                        })
+                                        .map(drop)
+                                }
+                            };
+                            if let Err(err) = carried {
                                 tracing_line(&format!("a connection was not carried: {err}"));
                             }
                         }
@@ -168,7 +235,7 @@ pub fn listen(options: &ListenOptions) -> Result<i32, AgentError> {
                 }
             })?;
     }
-    read_frames(&mut reader, |frame| {
+    read_frames(&mut reader, Some(&mux), |frame| {
         mux.route(frame, &|_| {
             Err(std::io::Error::other(
                 "the engine's end opens no connection",
@@ -199,19 +266,79 @@ fn ended(child: &mut std::process::Child) -> String {
     "the relayed program did not exit with its stream and was killed".into()
 }
 
-/// `serve --relay-stdio`: the agent serves `options.socket`, and carries the channels of its
-/// standard input and output to it. Returns only on an error before the agent listened; at the
-/// end of the stream the process exits.
-pub fn serve_stdio(options: ServeOptions) -> Result<(), AgentError> {
-    // The stream is this process's alone: the agent's children (shells, commands) must never
-    // write into it or hold it open. Private, close-on-exec copies carry it; descriptors 0 and
-    // 1 become /dev/null and standard error.
+/// Takes this process's standard input and output as the stream. It is this process's alone:
+/// children (the agent's shells and commands, a relayed agent) must never write into it or hold
+/// it open. Private, close-on-exec copies carry it; descriptors 0 and 1 become /dev/null and
+/// standard error.
+fn take_stdio() -> Result<(OwnedFd, OwnedFd), AgentError> {
     let stream_in = std::io::stdin().as_fd().try_clone_to_owned()?;
     let stream_out = std::io::stdout().as_fd().try_clone_to_owned()?;
     let null = std::fs::File::open("/dev/null")?;
     rustix::stdio::dup2_stdin(&null).map_err(std::io::Error::from)?;
     rustix::stdio::dup2_stdout(std::io::stderr().as_fd()).map_err(std::io::Error::from)?;
+    Ok((stream_in, stream_out))
+}
 
+/// Waits until `socket` accepts; `gone` says why the agent will never listen, if it will not.
+fn wait_listening(
+    socket: &Path,
+    mut gone: impl FnMut() -> Option<AgentError>,
+) -> Result<(), AgentError> {
+    loop {
+        if UnixStream::connect(socket).is_ok() {
+            return Ok(());
+        }
+        if let Some(err) = gone() {
+            return Err(err);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The node's end of the stream, once the agent listens on `socket`: the token first when
+/// `direct` (then the listener), the hello, then channels until the stream ends.
+fn carry_stdio(
+    stream_in: OwnedFd,
+    stream_out: OwnedFd,
+    socket: &Path,
+    direct: bool,
+) -> Result<(), AgentError> {
+    let mut reader = BufReader::with_capacity(256 * 1024, std::fs::File::from(stream_in));
+    let port = if direct {
+        // The token comes first on the stream; only then is anything listened for.
+        let mut token = None;
+        read_frames(&mut reader, None, |frame| {
+            if let Frame::Token { token: given } = frame {
+                token = Some(given);
+                return false;
+            }
+            true
+        });
+        let token = token.ok_or_else(|| {
+            AgentError::StartFailed("the stream ended before the relay's token came".into())
+        })?;
+        Some(direct::listen_on_node(token, socket.to_path_buf())?)
+    } else {
+        None
+    };
+    let mux = Mux::new(Box::new(std::fs::File::from(stream_out)))?;
+    mux.send(&Frame::Hello {
+        version: RELAY_VERSION,
+        port,
+    })?;
+    read_frames(&mut reader, Some(&mux), |frame| {
+        mux.route(frame, &|_| UnixStream::connect(socket));
+        true
+    });
+    mux.shut_all();
+    Ok(())
+}
+
+/// `serve --relay-stdio [--relay-direct]`: the agent serves `options.socket` and carries the
+/// stream's connections to it. Returns only on an error before the agent listened; at the end
+/// of the stream the process exits.
+pub fn serve_stdio(options: ServeOptions, direct: bool) -> Result<(), AgentError> {
+    let (stream_in, stream_out) = take_stdio()?;
     let socket = options.socket.clone();
     let (done, serving) = std::sync::mpsc::channel();
     std::thread::Builder::new()
@@ -219,31 +346,41 @@ pub fn serve_stdio(options: ServeOptions) -> Result<(), AgentError> {
         .spawn(move || {
             let _ = done.send(crate::server::serve(&options));
         })?;
-    loop {
-        if UnixStream::connect(&socket).is_ok() {
-            break;
+    wait_listening(&socket, || match serving.try_recv() {
+        Ok(Err(err)) => Some(err),
+        Ok(Ok(())) | Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+            Some(AgentError::StartFailed("the agent stopped at start".into()))
         }
-        match serving.try_recv() {
-            Ok(Err(err)) => return Err(err),
-            Ok(Ok(())) | Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                return Err(AgentError::StartFailed("the agent stopped at start".into()));
-            }
-            Err(std::sync::mpsc::TryRecvError::Empty) => {}
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let mux = Mux::new(Box::new(std::fs::File::from(stream_out)));
-    mux.send(&Frame::Hello {
-        version: RELAY_VERSION,
+        Err(std::sync::mpsc::TryRecvError::Empty) => None,
     })?;
-    let mut reader = BufReader::with_capacity(256 * 1024, std::fs::File::from(stream_in));
-    read_frames(&mut reader, |frame| {
-        mux.route(frame, &|_| UnixStream::connect(&socket));
-        true
-    });
+    carry_stdio(stream_in, stream_out, &socket, direct)?;
     // The engine's end is gone: so is this agent (its socket first, so nothing new connects).
-    mux.shut_all();
     let _ = std::fs::remove_file(&socket);
     tracing_line("the stream ended; the agent exits");
     std::process::exit(0)
+}
+
+/// `relay-node --socket PATH [--direct] -- PROGRAM...`: the node's end for an agent that runs in
+/// another program (an Apptainer instance, whose network namespace is empty): PROGRAM serves
+/// `socket`, this process carries the stream to it, and ends PROGRAM when the stream ends.
+pub fn relay_node(socket: &Path, direct: bool, argv: &[String]) -> Result<i32, AgentError> {
+    let Some((program, args)) = argv.split_first() else {
+        return Err(AgentError::Usage("relay-node: no program given".into()));
+    };
+    let (stream_in, stream_out) = take_stdio()?;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|e| AgentError::StartFailed(format!("cannot run {program}: {e}")))?;
+    wait_listening(socket, || {
+        child.try_wait().ok().flatten().map(|status| {
+            AgentError::StartFailed(format!("{program} ended before it listened ({status})"))
+        })
+    })?;
+    let carried = carry_stdio(stream_in, stream_out, socket, direct);
+    let _ = child.kill();
+    let _ = child.wait();
+    tracing_line("the stream ended; the relayed agent was ended");
+    carried.map(|()| 0)
 }

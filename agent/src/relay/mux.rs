@@ -22,12 +22,47 @@ use super::wire::{Frame, MAX_DATA};
 /// How many bytes of one channel may be in flight, unconsumed, in each direction.
 pub const WINDOW: usize = 256 * 1024;
 
+/// Credit is returned once this much of a channel was written out (not per chunk: every frame
+/// on the stream costs a message on srun's connection, see [`Frame::Ack`]).
+const CREDIT_STEP: usize = WINDOW / 4;
+
 /// One end of a multiplexed stream.
 pub struct Mux {
-    out: Mutex<Box<dyn Write + Send>>,
+    out: Arc<Outgoing>,
     channels: Mutex<HashMap<u32, Arc<Channel>>>,
     next: AtomicU32,
+}
+
+/// Frames waiting for the stream. One writer thread writes whatever has gathered in one write,
+/// so frames sent together (a message's header and body, data and its credit) travel together.
+struct Outgoing {
+    pending: Mutex<Vec<u8>>,
+    ready: Condvar,
     broken: AtomicBool,
+}
+
+impl Outgoing {
+    fn write_loop(&self, mut out: Box<dyn Write + Send>) {
+        loop {
+            let batch = {
+                let mut pending = locked(&self.pending);
+                while pending.is_empty() && !self.broken.load(Ordering::SeqCst) {
+                    pending = self
+                        .ready
+                        .wait(pending)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+                if self.broken.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::mem::take(&mut *pending)
+            };
+            if out.write_all(&batch).and_then(|()| out.flush()).is_err() {
+                self.broken.store(true, Ordering::SeqCst);
+                return;
+            }
+        }
+    }
 }
 
 struct Channel {
@@ -68,27 +103,32 @@ impl Channel {
 }
 
 impl Mux {
-    pub fn new(out: Box<dyn Write + Send>) -> Arc<Self> {
-        Arc::new(Self {
-            out: Mutex::new(out),
+    pub fn new(out: Box<dyn Write + Send>) -> io::Result<Arc<Self>> {
+        let outgoing = Arc::new(Outgoing {
+            pending: Mutex::new(Vec::new()),
+            ready: Condvar::new(),
+            broken: AtomicBool::new(false),
+        });
+        let writer = outgoing.clone();
+        std::thread::Builder::new()
+            .name("relay-writer".into())
+            .spawn(move || writer.write_loop(out))?;
+        Ok(Arc::new(Self {
+            out: outgoing,
             channels: Mutex::new(HashMap::new()),
             next: AtomicU32::new(1),
-            broken: AtomicBool::new(false),
-        })
+        }))
     }
 
-    /// Writes one frame to the stream, whole (frames of concurrent channels never interleave).
+    /// Queues one frame for the stream, whole (frames of concurrent channels never
+    /// interleave). An error once the stream is known to be broken.
     pub fn send(&self, frame: &Frame) -> io::Result<()> {
-        if self.broken.load(Ordering::SeqCst) {
+        if self.out.broken.load(Ordering::SeqCst) {
             return Err(io::ErrorKind::BrokenPipe.into());
         }
-        let line = frame.encode();
-        let mut out = locked(&self.out);
-        let written = out.write_all(line.as_bytes()).and_then(|()| out.flush());
-        if written.is_err() {
-            self.broken.store(true, Ordering::SeqCst);
-        }
-        written
+        locked(&self.out.pending).extend_from_slice(frame.encode().as_bytes());
+        self.out.ready.notify_one();
+        Ok(())
     }
 
     /// The channels open now.
@@ -112,7 +152,7 @@ impl Mux {
     pub fn route(self: &Arc<Self>, frame: Frame, connect: &dyn Fn(u32) -> io::Result<UnixStream>) {
         let channel = |id: u32| locked(&self.channels).get(&id).cloned();
         match frame {
-            Frame::Hello { .. } => {}
+            Frame::Hello { .. } | Frame::Token { .. } | Frame::Ack => {}
             Frame::Open { channel: id } => {
                 let opened = connect(id)
                     .and_then(|socket| self.register(id, socket))
@@ -154,7 +194,8 @@ impl Mux {
 
     /// The stream ended: every channel is reset, and no frame is sent any more.
     pub fn shut_all(&self) {
-        self.broken.store(true, Ordering::SeqCst);
+        self.out.broken.store(true, Ordering::SeqCst);
+        self.out.ready.notify_all();
         let all: Vec<Arc<Channel>> = locked(&self.channels).values().cloned().collect();
         for channel in all {
             channel.reset();
@@ -265,6 +306,7 @@ impl Mux {
 
     /// The channel's queue to the socket, returning credit for what was written.
     fn downlink(&self, channel: &Channel, mut socket: UnixStream) {
+        let mut unreturned = 0usize;
         loop {
             let chunk = {
                 let mut state = channel.state();
@@ -293,11 +335,15 @@ impl Mux {
                 channel.reset();
                 return;
             }
-            let credit = Frame::Credit {
-                channel: channel.id,
-                bytes: u32::try_from(chunk.len()).unwrap_or(u32::MAX),
-            };
-            let _ = self.send(&credit);
+            unreturned += chunk.len();
+            if unreturned >= CREDIT_STEP {
+                let credit = Frame::Credit {
+                    channel: channel.id,
+                    bytes: u32::try_from(unreturned).unwrap_or(u32::MAX),
+                };
+                let _ = self.send(&credit);
+                unreturned = 0;
+            }
         }
     }
 
@@ -362,8 +408,8 @@ mod tests {
     fn pair(agent: &std::path::Path) -> Pair {
         let (near_out, far_in) = UnixStream::pair().unwrap();
         let (far_out, near_in) = UnixStream::pair().unwrap();
-        let near = Mux::new(Box::new(near_out.try_clone().unwrap()));
-        let far = Mux::new(Box::new(far_out.try_clone().unwrap()));
+        let near = Mux::new(Box::new(near_out.try_clone().unwrap())).unwrap();
+        let far = Mux::new(Box::new(far_out.try_clone().unwrap())).unwrap();
         pump(near.clone(), near_in, None);
         pump(far.clone(), far_in, Some(agent.to_path_buf()));
         Pair {

@@ -21,8 +21,11 @@ pub const MAX_DATA: usize = 48 * 1024;
 /// One relay frame. Channel numbers are chosen by the side that accepted the connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
-    /// The far end's agent listens: connections may be opened.
-    Hello { version: u32 },
+    /// The far end's agent listens: connections may be opened (over the stream, or, with
+    /// `port`, directly to that TCP port of the far end's node, presenting the token).
+    Hello { version: u32, port: Option<u16> },
+    /// The engine's end gives the far end the token a direct connection must present.
+    Token { token: String },
     /// A new connection: the far end connects to its agent's socket.
     Open { channel: u32 },
     /// Bytes of a connection, in order.
@@ -33,13 +36,26 @@ pub enum Frame {
     Close { channel: u32 },
     /// The receiver consumed this many bytes: the sender may send as many more.
     Credit { channel: u32, bytes: u32 },
+    /// Frames arrived. Sent back after every batch read, so that the stream's own transport
+    /// answers at once: srun's I/O is TCP without `TCP_NODELAY`, where a second small message
+    /// waits for the first one's acknowledgement, which the receiver delays by up to 40 ms
+    /// unless it has data of its own to send (measured: 44 ms per message without this).
+    Ack,
 }
 
 impl Frame {
     /// The frame as one line, its newline included.
     pub fn encode(&self) -> String {
         match self {
-            Frame::Hello { version } => format!("{MARK}H {version}\n"),
+            Frame::Hello {
+                version,
+                port: None,
+            } => format!("{MARK}H {version}\n"),
+            Frame::Hello {
+                version,
+                port: Some(port),
+            } => format!("{MARK}H {version} {port}\n"),
+            Frame::Token { token } => format!("{MARK}T {token}\n"),
             Frame::Open { channel } => format!("{MARK}O {channel}\n"),
             Frame::Data { channel, bytes } => {
                 format!("{MARK}D {channel} {}\n", STANDARD.encode(bytes))
@@ -47,6 +63,7 @@ impl Frame {
             Frame::Eof { channel } => format!("{MARK}E {channel}\n"),
             Frame::Close { channel } => format!("{MARK}C {channel}\n"),
             Frame::Credit { channel, bytes } => format!("{MARK}K {channel} {bytes}\n"),
+            Frame::Ack => format!("{MARK}A\n"),
         }
     }
 
@@ -59,7 +76,20 @@ impl Frame {
         let frame = match kind {
             "H" => Frame::Hello {
                 version: number(words.next())?,
+                port: match words.next() {
+                    None => None,
+                    Some(port) => Some(port.parse::<u16>().ok()?),
+                },
             },
+            "T" => {
+                let token = words.next()?;
+                if token.is_empty() || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return None;
+                }
+                Frame::Token {
+                    token: token.to_owned(),
+                }
+            }
             "O" => Frame::Open {
                 channel: number(words.next())?,
             },
@@ -74,6 +104,7 @@ impl Frame {
             "C" => Frame::Close {
                 channel: number(words.next())?,
             },
+            "A" => Frame::Ack,
             "K" => Frame::Credit {
                 channel: number(words.next())?,
                 bytes: number(words.next())?,
@@ -92,7 +123,17 @@ mod tests {
     #[test]
     fn every_frame_is_one_line_that_decodes_to_itself() {
         let frames = [
-            Frame::Hello { version: 1 },
+            Frame::Hello {
+                version: 1,
+                port: None,
+            },
+            Frame::Hello {
+                version: 1,
+                port: Some(40123),
+            },
+            Frame::Token {
+                token: "0123abcdef".into(),
+            },
             Frame::Open { channel: 7 },
             Frame::Data {
                 channel: 7,
@@ -108,6 +149,7 @@ mod tests {
                 channel: 7,
                 bytes: 65536,
             },
+            Frame::Ack,
         ];
         for frame in frames {
             let line = frame.encode();
@@ -129,6 +171,9 @@ mod tests {
             "%pr D 1 !!notbase64",
             "%pr O 1 extra",
             "%pr K 1",
+            "%pr A 1",
+            "%pr H 1 70000",
+            "%pr T not-hex",
         ] {
             assert_eq!(Frame::decode(line), None, "{line:?}");
         }

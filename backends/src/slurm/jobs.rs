@@ -110,6 +110,35 @@ impl SlurmClient {
         Ok(parse_job_state(&out))
     }
 
+    /// The address of the node a running one-node `job` is on (`NodeAddr`, which is how Slurm
+    /// itself reaches the node's slurmd), and the node's name.
+    pub async fn node_of(&self, job: &str) -> Result<(String, String), String> {
+        let (ok, out, err) = self
+            .command("squeue", &["-h", "-j", job, "-o", "%N"])
+            .await?;
+        let node = out.trim().to_owned();
+        if !ok || node.is_empty() || node.contains(',') || node.contains('[') {
+            return Err(format!(
+                "Slurm names no single node for job {job} ({}{})",
+                node,
+                err.trim()
+            ));
+        }
+        let (ok, out, err) = self
+            .command("scontrol", &["show", "node", "-o", &node])
+            .await?;
+        if !ok {
+            return Err(format!("scontrol show node {node}: {}", err.trim()));
+        }
+        let address = out
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("NodeAddr="))
+            .filter(|a| !a.is_empty() && *a != "(null)")
+            .unwrap_or(&node)
+            .to_owned();
+        Ok((address, node))
+    }
+
     /// This user's jobs: (id, name).
     pub async fn own_jobs(&self) -> Result<Vec<(String, String)>, String> {
         let uid = self.uid.to_string();

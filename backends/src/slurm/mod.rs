@@ -16,12 +16,17 @@
 //! that was running, or else the next one, fail naming the job and its end state; the command
 //! after that gets a fresh allocation. Closing the session cancels the job.
 //!
-//! The agent's socket is reached at the path the agent listens on: the allocated node must see
-//! this machine's `PADDOCK_HOME` at the same path and share its socket namespace, which holds
-//! when the engine runs on the cluster node itself (single-node clusters, an engine started
-//! inside an allocation). Reaching agents on other nodes needs a relay (docs/scale-out.md).
+//! How the agent is reached:
+//! - by default at the path the agent listens on: the allocated node must see this machine's
+//!   `PADDOCK_HOME` at the same path and share its socket namespace, which holds when the
+//!   engine runs on the cluster node itself (single-node clusters, an engine started inside an
+//!   allocation);
+//! - with `relay = "srun"`, through the holder step's own standard input and output
+//!   ([`relay`]): the node needs neither this machine's files nor the agent binary, and no port
+//!   is opened on it (a login-node engine, compute nodes elsewhere).
 
 pub mod jobs;
+pub mod relay;
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::CommandExt;
@@ -70,10 +75,22 @@ pub struct SlurmConfig {
     /// Commands run in an Apptainer instance of this image (`image` and the apptainer keys).
     pub apptainer: Option<crate::apptainer::ApptainerConfig>,
     pub agent: Option<AgentPlacement>,
+    /// How the agent on the job's node is reached when the node does not share this
+    /// machine's file system ([`relay`]); `None`: through the file system.
+    pub relay: Option<RelayPath>,
     /// This user's home, for the state directory of bare sessions.
     pub home: String,
     /// The state directory's part of job names ([`crate::naming::owner_of`]).
     pub owner: String,
+}
+
+/// `relay = "tcp"` or `"srun"`: how a relayed agent's connections travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelayPath {
+    /// Directly to a listener of the node's agent, with a per-session token.
+    Direct,
+    /// Through the holder step's standard input and output.
+    Stream,
 }
 
 /// Slurm jobs as a transport.
@@ -412,6 +429,61 @@ exec "$a" exec --cleanenv --pwd / "instance://$n" {AGENT_PATH_INSIDE} serve --so
         }
     }
 
+    /// `relay = "srun"`: the holder step started by a relay on this machine, which sends the
+    /// agent binary to the node and offers `socket` here once the node's agent listens.
+    async fn relayed_holder_argv(
+        &self,
+        session: &str,
+        job: &str,
+        socket: &Path,
+        path: RelayPath,
+    ) -> Result<Vec<String>> {
+        let agent = self.agent()?;
+        let direct_host = match path {
+            RelayPath::Stream => None,
+            RelayPath::Direct => {
+                let (address, node) = self
+                    .client
+                    .node_of(job)
+                    .await
+                    .map_err(|e| self.unavailable(e))?;
+                tracing::debug!(backend = %self.config.name, job, node, address, "the session's node");
+                Some(address)
+            }
+        };
+        let size = std::fs::metadata(&agent.binary)
+            .map_err(|e| {
+                self.unavailable(format!(
+                    "cannot read the agent binary {} to send it to the node: {e}",
+                    agent.binary.display()
+                ))
+            })?
+            .len();
+        let digest = socket
+            .parent()
+            .and_then(Path::file_name)
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let node_dir = relay::node_dir(&digest);
+        let instance = match &self.apptainer {
+            None => None,
+            Some(apptainer) => Some((
+                apptainer.binary()?.display().to_string(),
+                apptainer.instance_name(session),
+                apptainer.start_args_binding(session, relay::instance_binds(&node_dir)),
+            )),
+        };
+        Ok(relay::listen_argv(
+            &agent.binary,
+            size,
+            socket,
+            direct_host.as_deref(),
+            self.srun_argv(job),
+            &node_dir,
+            instance,
+        ))
+    }
+
     /// Starts the session's holder step (allocating the job first when it has none) and
     /// answers once its agent listens.
     async fn start_holder(&self, session: &str) -> Result<()> {
@@ -428,8 +500,14 @@ exec "$a" exec --cleanenv --pwd / "instance://$n" {AGENT_PATH_INSIDE} serve --so
             .append(true)
             .open(&log_path)
             .map_err(|e| self.unavailable(format!("cannot open {}: {e}", log_path.display())))?;
-        let mut argv = self.srun_argv(&job);
-        argv.extend(self.holder_argv(session, &socket)?);
+        let argv = if let Some(path) = self.config.relay {
+            self.relayed_holder_argv(session, &job, &socket, path)
+                .await?
+        } else {
+            let mut argv = self.srun_argv(&job);
+            argv.extend(self.holder_argv(session, &socket)?);
+            argv
+        };
         let started = Instant::now();
         let mut child = std::process::Command::new(&argv[0])
             .args(&argv[1..])
@@ -546,6 +624,9 @@ impl AgentHost for SlurmTransport {
         // holder step runs it from the shared file system).
         match &self.apptainer {
             Some(_) => Some(AGENT_PATH_INSIDE.to_owned()),
+            // The node's copy lies in the holder step's own directory, which a background
+            // command's step does not know: it keeps the plain commit.
+            None if self.config.relay.is_some() => None,
             None => self
                 .config
                 .agent
@@ -560,7 +641,8 @@ impl AgentHost for SlurmTransport {
 
     /// Proxied only in an image's instance, made with no network (a bare job keeps the node's).
     fn egress(&self) -> bool {
-        self.apptainer.as_ref().is_some_and(AgentHost::egress)
+        // The proxy's sockets are on this machine; the policy refuses it with a relay.
+        self.config.relay.is_none() && self.apptainer.as_ref().is_some_and(AgentHost::egress)
     }
 
     fn agent_is_stale<'a>(
@@ -755,6 +837,7 @@ mod tests {
                 identity: "i".into(),
                 runtime_dir: PathBuf::from("/state/agents"),
             }),
+            relay: None,
             home: "/home/u".into(),
             owner: "0123abcd".into(),
         };

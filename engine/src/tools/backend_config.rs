@@ -14,7 +14,7 @@ use paddock_backends::local::{
     LocalCeilings, LocalEnvironment, LocalSandbox, PROTECTED_PATHS, SandboxMode,
 };
 use paddock_backends::remote::RemoteEnvironment;
-use paddock_backends::slurm::{DEFAULT_QUEUE_TIMEOUT, SlurmConfig, SlurmTransport};
+use paddock_backends::slurm::{DEFAULT_QUEUE_TIMEOUT, RelayPath, SlurmConfig, SlurmTransport};
 use paddock_backends::ssh::{SshConfig, SshTransport};
 use toml::Spanned;
 
@@ -119,6 +119,7 @@ pub fn implicit_local() -> BackendConfig {
         extra_args: Vec::new(),
         queue_timeout_seconds: None,
         slurm_bin_dir: None,
+        relay: None,
         env: std::collections::BTreeMap::new(),
     }
 }
@@ -347,6 +348,11 @@ pub fn build(
                 env,
                 apptainer,
                 agent: placement,
+                relay: match config.relay.as_ref().map(|r| r.get_ref().as_str()) {
+                    Some("tcp") => Some(RelayPath::Direct),
+                    Some("srun") => Some(RelayPath::Stream),
+                    _ => None,
+                },
                 home: std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()),
                 owner: paddock_backends::naming::owner_of(state_root),
             });

@@ -78,6 +78,37 @@ impl Target {
                 sessions: Default::default(),
             });
         }
+        if let Some(rest) = backend.strip_prefix("slurm_node") {
+            // The multi-node cluster: the services' `slurm_nodes` (or `slurm_nodes_apptainer`)
+            // backend with its jobs placed on compute node N (`--nodelist`).
+            let in_image = rest.ends_with("_apptainer");
+            if skipped("slurm") || (in_image && skipped("apptainer")) {
+                eprintln!("SKIPPED: the {backend} backend (PADDOCK_SKIP_BACKENDS)");
+                return None;
+            }
+            let index: usize = rest.trim_end_matches("_apptainer").parse().unwrap();
+            let nodes = super::slurm_nodes::compute_nodes();
+            let source = if in_image {
+                "slurm_nodes_apptainer"
+            } else {
+                "slurm_nodes"
+            };
+            let section = super::slurm_nodes::services_section(
+                source,
+                &[format!(
+                    "extra_args = [\"--nodelist={}\"]",
+                    nodes[index - 1]
+                )],
+            );
+            let policy = home.path().join("policy.toml");
+            std::fs::write(&policy, format!("[backends.{backend}]\n{section}\n")).unwrap();
+            return Some(Self {
+                home,
+                backend,
+                policy: Some(policy.display().to_string()),
+                sessions: Default::default(),
+            });
+        }
         if skipped(backend) || (backend == "slurm_apptainer" && skipped("slurm")) {
             eprintln!("SKIPPED: the {backend} backend (PADDOCK_SKIP_BACKENDS)");
             return None;
@@ -228,10 +259,14 @@ impl Target {
             "apptainer",
             "slurm",
             "slurm_apptainer",
+            "slurm_node1",
+            "slurm_node2",
+            "slurm_node1_apptainer",
+            "slurm_node2_apptainer",
         ]
         .iter()
         .position(|b| *b == self.backend)
-        .unwrap_or(9);
+        .unwrap_or(19);
         format!("{base}{index}")
     }
 
@@ -273,7 +308,7 @@ impl Drop for Target {
                 "apptainer" => std::process::Command::new(apptainer_binary())
                     .args(["instance", "stop", &name])
                     .output(),
-                "slurm" | "slurm_apptainer" => std::process::Command::new("scancel")
+                b if b.starts_with("slurm") => std::process::Command::new("scancel")
                     .arg(format!("--name={name}"))
                     .output(),
                 // The session's agent on the ssh host, shut down through the forwarded socket.
@@ -914,4 +949,5 @@ conformance!([
     notify_on_complete_marks_an_unread_completion,
     python_execute_returns_output_and_artifacts_with_a_scrubbed_environment,
 ];
-    local, sandboxed, docker, docker_exec, ssh, apptainer, slurm, slurm_apptainer);
+    local, sandboxed, docker, docker_exec, ssh, apptainer, slurm, slurm_apptainer,
+    slurm_node1, slurm_node2, slurm_node1_apptainer, slurm_node2_apptainer);

@@ -663,7 +663,8 @@ conformance!([
     concurrent_edits_lose_no_write,
     files_go_in_and_out_of_the_environment,
 ];
-    local, sandboxed, docker, ssh, apptainer, slurm, slurm_apptainer);
+    local, sandboxed, docker, ssh, apptainer, slurm, slurm_apptainer, slurm_node1,
+    slurm_node2_apptainer);
 
 conformance!([without_an_agent_file_tools_say_how_to_get_them]; docker_exec);
 

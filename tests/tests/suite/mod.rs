@@ -21,6 +21,7 @@ mod policies;
 mod python_compat;
 mod sessions;
 mod slurm;
+mod slurm_nodes;
 mod spill;
 mod warm;
 mod zygote_idle_work;

@@ -1,0 +1,462 @@
+//! The slurm backend beyond one node: `relay = "srun"` against the multi-node cluster that
+//! `scripts/test-services.sh` starts (compute nodes in namespaces of their own: their own
+//! network, hostname, `/tmp` and Paddock state directory; `PADDOCK_TEST_SLURM_NODES` names
+//! them). The engine runs on the "login" side and reaches each session's agent only through the
+//! holder step's standard input and output. Conformance runs there too (conformance.rs); this
+//! suite covers what only a cluster shows: placement, isolation from the engine's file system,
+//! the relay's faults (killed on the engine's side, mid-command), `scancel` from outside, a
+//! drained node, and two homes sharing session ids.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use paddock_tests::{Run, paddock_env};
+use serde_json::{Value, json};
+
+const BACKEND: &str = "slurm_nodes";
+
+fn services_policy() -> String {
+    std::env::var("PADDOCK_TEST_POLICY")
+        .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned())
+}
+
+/// The compute nodes' host names, from services.env beside the policy.
+pub(super) fn compute_nodes() -> Vec<String> {
+    let env = std::path::Path::new(&services_policy()).with_file_name("services.env");
+    let text = std::fs::read_to_string(&env).unwrap_or_default();
+    let nodes: Vec<String> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("PADDOCK_TEST_SLURM_NODES="))
+        .unwrap_or_default()
+        .split(',')
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .collect();
+    assert!(
+        nodes.len() >= 2,
+        "{} names no compute nodes (PADDOCK_TEST_SLURM_NODES): run scripts/test-services.sh \
+         as root first, or set PADDOCK_SKIP_BACKENDS=slurm",
+        env.display()
+    );
+    nodes
+}
+
+fn skipped() -> bool {
+    std::env::var("PADDOCK_SKIP_BACKENDS")
+        .unwrap_or_default()
+        .split(',')
+        .any(|b| b.trim() == "slurm")
+}
+
+/// The services' `[backends.NAME]` section, its lines, with `extra` lines added.
+pub(super) fn services_section(name: &str, extra: &[String]) -> String {
+    let path = services_policy();
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let header = format!("[backends.{name}]");
+    let start = text.find(&header).unwrap_or_else(|| {
+        panic!(
+            "the multi-node slurm test service is not up ({path} has no {header}): run \
+             scripts/test-services.sh as root first, or set PADDOCK_SKIP_BACKENDS=slurm"
+        )
+    });
+    let rest = &text[start + header.len()..];
+    let section = &rest[..rest.find("\n[").unwrap_or(rest.len())];
+    let mut lines: Vec<String> = section
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect();
+    lines.extend(extra.iter().cloned());
+    lines.join("\n")
+}
+
+struct Cluster {
+    home: tempfile::TempDir,
+    policy: String,
+}
+
+impl Cluster {
+    /// A state directory and a policy whose `slurm_nodes` backend places jobs on `node` (any
+    /// compute node when `None`).
+    fn new(node: Option<&str>) -> Option<Self> {
+        if skipped() {
+            eprintln!("SKIPPED: the slurm backend (PADDOCK_SKIP_BACKENDS)");
+            return None;
+        }
+        let extra: Vec<String> = node
+            .map(|n| format!("extra_args = [\"--nodelist={n}\"]"))
+            .into_iter()
+            .collect();
+        let home = tempfile::tempdir().unwrap();
+        let policy = home.path().join("policy.toml");
+        std::fs::write(
+            &policy,
+            format!(
+                "[backends.{BACKEND}]\n{}\n",
+                services_section(BACKEND, &extra)
+            ),
+        )
+        .unwrap();
+        Some(Self {
+            policy: policy.display().to_string(),
+            home,
+        })
+    }
+
+    fn session(&self, name: &str) -> String {
+        let tag = self
+            .home
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replace(['.', '_'], "");
+        format!("{name}-{tag}")
+    }
+
+    fn paddock(&self, args: &[&str]) -> Run {
+        let mut argv = args.to_vec();
+        argv.extend(["--policy", &self.policy]);
+        paddock_env(
+            &argv,
+            &[("PADDOCK_HOME", self.home.path().to_str().unwrap())],
+            None,
+            Duration::from_secs(200),
+        )
+    }
+
+    fn terminal(&self, session: &str, command: &str) -> (Run, Value) {
+        let args = json!({ "command": command }).to_string();
+        let run = self.paddock(&[
+            "call",
+            "terminal",
+            "--args",
+            &args,
+            "--session",
+            session,
+            "--backend",
+            BACKEND,
+        ]);
+        let value = run.json();
+        (run, value)
+    }
+
+    /// Output of a command that must succeed.
+    fn ok(&self, session: &str, command: &str) -> String {
+        let (run, v) = self.terminal(session, command);
+        assert_eq!(v["exit_code"], json!(0), "{command}: {v} {}", run.stderr);
+        v["output"].as_str().unwrap().to_owned()
+    }
+
+    /// The session's job id and the node Slurm placed it on.
+    fn job_and_node(&self, session: &str) -> (String, String) {
+        let out = self.ok(session, "echo $SLURM_JOB_ID $(hostname)");
+        let mut words = out.split_whitespace();
+        let job = words.next().unwrap_or_default().to_owned();
+        let node = words.next().unwrap_or_default().to_owned();
+        assert!(
+            job.chars().all(|c| c.is_ascii_digit()) && !job.is_empty(),
+            "{out}"
+        );
+        (job, node)
+    }
+
+    /// The relay on this machine serving this home's session (`paddock-agent relay-listen`
+    /// with its socket in the home; each test's home holds one session at a time).
+    fn relay_pid(&self) -> Option<i32> {
+        let agents = self.home.path().join("agents").display().to_string();
+        processes().into_iter().find_map(|(pid, args)| {
+            let relay = args.get(1).is_some_and(|a| a == "relay-listen")
+                && args
+                    .get(3)
+                    .is_some_and(|socket| socket.starts_with(&agents));
+            relay.then_some(pid)
+        })
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let tag = self.session("");
+        let jobs = Command::new("squeue")
+            .args(["-h", "-o", "%i %j"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        for line in jobs.lines() {
+            if let Some((id, name)) = line.split_once(' ')
+                && name.ends_with(&tag)
+            {
+                let _ = Command::new("scancel").arg(id).output();
+            }
+        }
+    }
+}
+
+/// Every process of this machine's /proc with its argv (compute nodes' included: their PID
+/// namespaces are children of ours).
+fn processes() -> Vec<(i32, Vec<String>)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args: Vec<String> = raw
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            (!args.is_empty()).then_some((pid, args))
+        })
+        .collect()
+}
+
+fn job_state(job: &str) -> String {
+    let out = Command::new("scontrol")
+        .args(["show", "job", "-o", job])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("JobState="))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn each_node_runs_its_sessions_commands_out_of_the_engines_reach() {
+    let nodes = if skipped() { return } else { compute_nodes() };
+    for node in &nodes {
+        let Some(c) = Cluster::new(Some(node)) else {
+            return;
+        };
+        let s = c.session("place");
+        let (job, on) = c.job_and_node(&s);
+        assert_eq!(&on, node, "job {job}");
+        let squeue = Command::new("squeue")
+            .args(["-h", "-j", &job, "-o", "%N"])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&squeue.stdout).trim(), node);
+        // A file the command makes in the node's /tmp is not in this machine's.
+        let marker = format!("/tmp/paddock-node-marker-{}", c.session(""));
+        c.ok(&s, &format!("touch {marker} && test -e {marker}"));
+        assert!(!std::path::Path::new(&marker).exists(), "{marker} leaked");
+        // The engine reaches the agent through a relay on this machine, not the node's socket.
+        assert!(c.relay_pid().is_some(), "no relay-listen for {s}");
+        // The agent on the node serves from a directory in the node's own /tmp.
+        let agent_dir = c.ok(&s, "ls -d /tmp/paddock-*/run 2>/dev/null | head -n 1");
+        assert!(agent_dir.starts_with("/tmp/paddock-"), "{agent_dir}");
+        assert!(!std::path::Path::new(agent_dir.trim()).exists());
+        // Closing the session leaves nothing: the job, the relay, the node's directory.
+        let close = c.paddock(&["sessions", "close", &s]);
+        assert_eq!(close.code, 0, "{}", close.stderr);
+        wait_until("the job ends", Duration::from_secs(30), || {
+            !matches!(job_state(&job).as_str(), "RUNNING" | "COMPLETING")
+        });
+        wait_until("the relay exits", Duration::from_secs(10), || {
+            c.relay_pid().is_none()
+        });
+    }
+}
+
+#[test]
+fn a_killed_relay_is_replaced_and_the_session_keeps_its_state() {
+    let Some(c) = Cluster::new(None) else { return };
+    let s = c.session("relay");
+    c.ok(&s, "mkdir -p /tmp/kept && cd /tmp/kept && export KEPT=yes");
+    let (job, _) = c.job_and_node(&s);
+    let relay = c.relay_pid().expect("a relay for the session");
+    // A command in flight when the relay dies ends at once, with an error, not a hang.
+    let started = Instant::now();
+    let in_flight = {
+        let args = json!({ "command": "sleep 30" }).to_string();
+        let mut argv = vec![
+            "call".to_owned(),
+            "terminal".into(),
+            "--args".into(),
+            args,
+            "--session".into(),
+            s.clone(),
+            "--backend".into(),
+            BACKEND.into(),
+            "--policy".into(),
+            c.policy.clone(),
+        ];
+        let home = c.home.path().display().to_string();
+        std::thread::spawn(move || {
+            let argv: Vec<&str> = argv.iter_mut().map(|a| a.as_str()).collect();
+            paddock_env(
+                &argv,
+                &[("PADDOCK_HOME", &home)],
+                None,
+                Duration::from_secs(60),
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    Command::new("kill")
+        .args(["-KILL", &relay.to_string()])
+        .status()
+        .unwrap();
+    let run = in_flight.join().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the command in flight hung for {:?}",
+        started.elapsed()
+    );
+    let said = format!("{} {}", run.stdout, run.stderr);
+    assert!(
+        run.code != 0 || said.contains("error"),
+        "the command in flight should fail: {said}"
+    );
+    // The next command gets a new holder step in the same job, with the session's state.
+    let out = c.ok(&s, "echo $PWD $KEPT $SLURM_JOB_ID");
+    assert_eq!(out.trim(), format!("/tmp/kept yes {job}"));
+    let new_relay = c.relay_pid().expect("a new relay");
+    assert_ne!(new_relay, relay);
+}
+
+#[test]
+fn a_job_cancelled_from_outside_is_named_then_replaced() {
+    let Some(c) = Cluster::new(None) else { return };
+    let s = c.session("cancel");
+    let (job, node) = c.job_and_node(&s);
+    let out = Command::new("scancel").arg(&job).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    wait_until(
+        "the relay sees its stream end",
+        Duration::from_secs(20),
+        || c.relay_pid().is_none(),
+    );
+    let (run, v) = c.terminal(&s, "true");
+    let said = format!("{v} {}", run.stderr);
+    assert!(said.contains(&job), "the error names the job: {said}");
+    assert!(said.contains("CANCELLED"), "and its state: {said}");
+    let (next, _) = c.job_and_node(&s);
+    assert_ne!(
+        next, job,
+        "a new job after the reported one (was on {node})"
+    );
+}
+
+#[test]
+fn a_session_on_a_node_drained_while_idle_goes_on_and_its_next_job_goes_elsewhere() {
+    let nodes = if skipped() { return } else { compute_nodes() };
+    let Some(c) = Cluster::new(None) else { return };
+    let s = c.session("drain");
+    let (job, node) = c.job_and_node(&s);
+    let drain = Command::new("scontrol")
+        .args([
+            "update",
+            &format!("NodeName={node}"),
+            "State=DRAIN",
+            "Reason=paddock-test",
+        ])
+        .output()
+        .unwrap();
+    assert!(drain.status.success(), "{drain:?}");
+    struct Resume(String);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            let _ = Command::new("scontrol")
+                .args(["update", &format!("NodeName={}", self.0), "State=RESUME"])
+                .output();
+        }
+    }
+    let _resume = Resume(node.clone());
+    // Draining takes no running job away: the idle session's next command runs in it.
+    let (again, on) = c.job_and_node(&s);
+    assert_eq!((again.as_str(), on.as_str()), (job.as_str(), node.as_str()));
+    // Its next job cannot go to the drained node.
+    let close = c.paddock(&["sessions", "close", &s]);
+    assert_eq!(close.code, 0, "{}", close.stderr);
+    let (_, moved) = c.job_and_node(&s);
+    assert_ne!(moved, node);
+    assert!(nodes.contains(&moved), "{moved} is not a compute node");
+}
+
+#[test]
+fn another_homes_engine_with_the_same_session_id_gets_its_own_job() {
+    let Some(a) = Cluster::new(None) else { return };
+    let Some(b) = Cluster::new(None) else { return };
+    let s = a.session("shared-id");
+    a.ok(&s, "export MINE=a");
+    let (job_a, _) = a.job_and_node(&s);
+    let out = b.ok(&s, "echo ${MINE:-unset} $SLURM_JOB_ID");
+    let mut words = out.split_whitespace();
+    assert_eq!(words.next(), Some("unset"), "{out}");
+    assert_ne!(words.next(), Some(job_a.as_str()), "{out}");
+    // B's sweep of jobs no session of its own owns leaves A's alone.
+    let sweep = b.paddock(&["sessions", "list"]);
+    assert_eq!(sweep.code, 0, "{}", sweep.stderr);
+    assert_eq!(job_state(&job_a), "RUNNING");
+    assert_eq!(a.ok(&s, "echo $MINE").trim(), "a");
+}
+
+#[test]
+fn a_hundred_concurrent_commands_across_two_nodes_keep_their_output_apart() {
+    let nodes = if skipped() { return } else { compute_nodes() };
+    let clusters: Vec<Cluster> = nodes
+        .iter()
+        .take(2)
+        .filter_map(|n| Cluster::new(Some(n)))
+        .collect();
+    if clusters.len() < 2 {
+        return;
+    }
+    let sessions: Vec<String> = clusters.iter().map(|c| c.session("burst")).collect();
+    for (c, s) in clusters.iter().zip(&sessions) {
+        c.ok(s, "true");
+    }
+    // 50 `paddock call`s per node at once, each printing its own numbered lines.
+    let started = Instant::now();
+    let threads: Vec<_> = (0..100)
+        .map(|i| {
+            let which = i % 2;
+            let policy = clusters[which].policy.clone();
+            let home = clusters[which].home.path().display().to_string();
+            let session = sessions[which].clone();
+            std::thread::spawn(move || {
+                let command = format!("for n in $(seq 1 50); do echo {i}:$n; done; hostname");
+                let args = json!({ "command": command }).to_string();
+                let run = paddock_env(
+                    &[
+                        "call",
+                        "terminal",
+                        "--args",
+                        &args,
+                        "--session",
+                        &session,
+                        "--backend",
+                        BACKEND,
+                        "--policy",
+                        &policy,
+                    ],
+                    &[("PADDOCK_HOME", &home)],
+                    None,
+                    Duration::from_secs(180),
+                );
+                (i, which, run)
+            })
+        })
+        .collect();
+    for t in threads {
+        let (i, which, run) = t.join().unwrap();
+        let v = run.json();
+        assert_eq!(v["exit_code"], json!(0), "{i}: {v} {}", run.stderr);
+        let mut expected: String = (1..=50).map(|n| format!("{i}:{n}\n")).collect();
+        expected.push_str(&nodes[which]);
+        expected.push('\n');
+        assert_eq!(v["output"].as_str().unwrap(), expected, "command {i}");
+    }
+    eprintln!("100 commands over 2 nodes: {:?}", started.elapsed());
+}
