@@ -118,7 +118,13 @@ impl SlurmTransport {
         };
         let state_root = match &config.apptainer {
             Some(_) => "/tmp/.paddock".to_owned(),
-            None => format!("{}/.cache/paddock/slurm-{}", config.home, config.name),
+            // The engine's state directory is part of it: two homes (two engines, two
+            // users of one account) with the same session id must not share, nor remove,
+            // each other's shell state on the shared home directory.
+            None => format!(
+                "{}/.cache/paddock/slurm-{}-{}",
+                config.home, config.name, config.owner
+            ),
         };
         let apptainer = config.apptainer.clone().map(ApptainerTransport::new);
         Self {

@@ -16,6 +16,7 @@ mod memory;
 mod network;
 mod notebook;
 mod pause;
+mod relay;
 mod scale;
 mod scripts;
 mod terminal;
@@ -112,6 +113,11 @@ pub const SCENARIOS: &[(&str, &str)] = &[
          and on each docker backend of --backends",
     ),
     (
+        "relay",
+        "a command on an agent on another node through the relay against a same-node agent, \
+         and 100 at once, on the slurm backends of --backends (nothing without them)",
+    ),
+    (
         "backends",
         "`terminal` on each docker/ssh/apptainer backend, with and without the agent, and \
          `paddock call terminal` on docker, against the bare tool (--backends POLICY)",
@@ -175,6 +181,7 @@ pub async fn run(name: &'static str, b: &Bench) -> Vec<ScenarioReport> {
         "files" => files::files(b).await,
         "network" => network::network(b).await,
         "pause" => pause::pause(b).await,
+        "relay" => relay::relay(b).await,
         "scale" => return scale::scale(b).await,
         other => Err(BenchError::UnknownScenario {
             name: other.into(),

@@ -1,6 +1,7 @@
 //! Load at scale: N sessions at once (8, 32, 128), each running a short mix of commands, a
 //! background process and a `python_execute`, on the local backend (the built-in policy's
-//! workspace-write sandbox) and on each docker backend of `--backends`. Reports operations per
+//! workspace-write sandbox) and on each docker backend of `--backends`; 64 sessions on each
+//! slurm backend of `--backends` whose jobs go to other nodes (`relay`). Reports operations per
 //! second by N, with the per-operation p50/p99, the engine's memory and what was left behind
 //! once every session was closed (processes, descriptors, state entries, containers).
 
@@ -21,6 +22,8 @@ use crate::stats;
 
 /// Concurrent sessions per step; the quick set stops at the first.
 const SESSIONS: [usize; 3] = [8, 32, 128];
+/// On a Slurm cluster: a session is a job, the cluster's size bounds them.
+const SLURM_SESSIONS: [usize; 2] = [8, 64];
 
 /// One session's work: what an agent's turn typically asks of its environment.
 async fn session_mix(engine: &Engine, session: &str) -> Result<Vec<f64>> {
@@ -87,6 +90,7 @@ struct Footprint {
     sessions_dir: usize,
     records: usize,
     containers: usize,
+    jobs: usize,
 }
 
 fn count_dir(path: &Path) -> usize {
@@ -99,6 +103,20 @@ async fn docker_containers(tag: &str) -> usize {
         .output()
         .await;
     out.map_or(0, |o| String::from_utf8_lossy(&o.stdout).lines().count())
+}
+
+/// Slurm jobs (running or queued) whose names carry `tag`.
+async fn slurm_jobs(tag: &str) -> usize {
+    let out = tokio::process::Command::new("squeue")
+        .args(["-h", "-o", "%j"])
+        .output()
+        .await;
+    out.map_or(0, |o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|name| name.contains(tag))
+            .count()
+    })
 }
 
 async fn footprint(tag: &str, docker: bool) -> Footprint {
@@ -114,6 +132,7 @@ async fn footprint(tag: &str, docker: bool) -> Footprint {
         } else {
             0
         },
+        jobs: slurm_jobs(tag).await,
     }
 }
 
@@ -221,11 +240,12 @@ async fn one_target(
     title: &str,
     engine: Arc<Engine>,
     docker: bool,
+    sizes: &[usize],
 ) -> ScenarioReport {
     let mut r = ScenarioReport::new(name, title, "ops/s", Better::Higher)
         .curve("concurrent sessions", true);
     let tag = format!("scale{}", std::process::id());
-    let steps: &[usize] = if b.quick { &SESSIONS[..1] } else { &SESSIONS };
+    let steps: &[usize] = if b.quick { &sizes[..1] } else { sizes };
     let mut rows = BTreeMap::new();
     for &n in steps {
         match step(&engine, n, &tag, docker).await {
@@ -305,6 +325,7 @@ pub async fn scale(b: &Bench) -> Vec<ScenarioReport> {
                 "Concurrent sessions on the local backend (workspace-write sandbox)",
                 Arc::new(engine),
                 false,
+                &SESSIONS,
             )
             .await
         }
@@ -334,6 +355,39 @@ pub async fn scale(b: &Bench) -> Vec<ScenarioReport> {
         .filter(|(_, c)| c.kind.get_ref() == "docker")
         .map(|(n, _)| n.clone())
         .collect();
+    let relayed_slurm: Vec<String> = policy
+        .backends
+        .iter()
+        .filter(|(_, c)| {
+            c.kind.get_ref() == "slurm" && c.relay.as_ref().is_some_and(|r| r.get_ref() != "none")
+        })
+        .map(|(n, _)| n.clone())
+        .collect();
+    for name in relayed_slurm {
+        let t = Instant::now();
+        let title = format!("Concurrent sessions on the slurm backend `{name}` (other nodes)");
+        let mut report = match session_engine_for(b, &policy, &name) {
+            Ok(engine) => {
+                one_target(
+                    b,
+                    &format!("scale_{name}"),
+                    &title,
+                    Arc::new(engine),
+                    false,
+                    &SLURM_SESSIONS,
+                )
+                .await
+            }
+            Err(err) => {
+                let mut r =
+                    ScenarioReport::new(&format!("scale_{name}"), &title, "ops/s", Better::Higher);
+                r.error = Some(err.to_string());
+                r
+            }
+        };
+        report.wall_s = t.elapsed().as_secs_f64();
+        out.push(report);
+    }
     for name in docker {
         let t = Instant::now();
         let engine = Engine::with_options(
@@ -349,7 +403,15 @@ pub async fn scale(b: &Bench) -> Vec<ScenarioReport> {
         let title = format!("Concurrent sessions on the docker backend `{name}`");
         let mut report = match engine {
             Ok(engine) => {
-                one_target(b, &format!("scale_{name}"), &title, Arc::new(engine), true).await
+                one_target(
+                    b,
+                    &format!("scale_{name}"),
+                    &title,
+                    Arc::new(engine),
+                    true,
+                    &SESSIONS,
+                )
+                .await
             }
             Err(err) => {
                 let mut r =
@@ -362,4 +424,17 @@ pub async fn scale(b: &Bench) -> Vec<ScenarioReport> {
         out.push(report);
     }
     out
+}
+
+fn session_engine_for(b: &Bench, policy: &Policy, name: &str) -> Result<Engine> {
+    Ok(Engine::with_options(
+        policy.clone(),
+        Registry::with_builtins(),
+        Arc::default(),
+        EngineOptions {
+            session: Some("scale".into()),
+            backend: Some(name.to_owned()),
+            exe: Some(b.exe.clone()),
+        },
+    )?)
 }
