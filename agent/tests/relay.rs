@@ -4,6 +4,12 @@
 //! the agent's socket on this side. Runs go through it as through a local agent; the stream's
 //! end removes the socket and ends open connections; a stray line on the stream is reported.
 
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "test helpers: a failed unwrap is a failed test"
+)]
+
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};

@@ -79,6 +79,11 @@ impl Cluster {
     /// A state directory and a policy whose `slurm_nodes` backend places jobs on `node` (any
     /// compute node when `None`).
     fn new(node: Option<&str>) -> Option<Self> {
+        Self::with_relay(node, "tcp")
+    }
+
+    /// [`Cluster::new`] with the services' `relay` replaced.
+    fn with_relay(node: Option<&str>, relay: &str) -> Option<Self> {
         if skipped() {
             eprintln!("SKIPPED: the slurm backend (PADDOCK_SKIP_BACKENDS)");
             return None;
@@ -94,6 +99,7 @@ impl Cluster {
             format!(
                 "[backends.{BACKEND}]\n{}\n",
                 services_section(BACKEND, &extra)
+                    .replace("relay = \"tcp\"", &format!("relay = \"{relay}\""))
             ),
         )
         .unwrap();
@@ -462,4 +468,43 @@ fn a_hundred_concurrent_commands_across_two_nodes_keep_their_output_apart() {
         assert_eq!(v["output"].as_str().unwrap(), expected, "command {i}");
     }
     eprintln!("100 commands over 2 nodes: {:?}", started.elapsed());
+}
+
+#[test]
+fn a_relay_through_srun_alone_carries_a_session_too() {
+    let Some(c) = Cluster::with_relay(None, "srun") else {
+        return;
+    };
+    assert!(
+        std::fs::read_to_string(&c.policy)
+            .unwrap()
+            .contains("relay = \"srun\"")
+    );
+    let s = c.session("stream");
+    let (_, node) = c.job_and_node(&s);
+    c.ok(&s, "cd /tmp && export VIA=stream");
+    // Bytes a terminal would rewrite, then the state (the window is crossed in the agent tests).
+    let out = c.ok(
+        &s,
+        "head -c 20000 /dev/zero | tr '\\0' 'q'; printf '\\r\\n'; echo $PWD $VIA $(hostname)",
+    );
+    assert_eq!(
+        out.len(),
+        20_000 + 2 + format!("/tmp stream {node}\n").len(),
+        "{}",
+        &out[out.len().saturating_sub(80)..]
+    );
+    assert!(out.ends_with(&format!("\r\n/tmp stream {node}\n")));
+    assert!(c.relay_pid().is_some());
+    // No port on the node: the relay's agent listens on nothing but its socket (slurmd's
+    // own port, 6818 = 0x1AA2, is the node's only TCP listener).
+    let listening = c.ok(
+        &s,
+        "awk '$4 == \"0A\" && $2 !~ /:1AA2$/' /proc/net/tcp /proc/net/tcp6 | wc -l",
+    );
+    assert_eq!(
+        listening.trim(),
+        "0",
+        "a listener on the node with relay = srun"
+    );
 }
