@@ -182,15 +182,20 @@ fn runs_cross_the_relay_byte_for_byte_and_concurrently() {
     assert!(out[..1_000_000].iter().all(|&b| b == 0xff));
     assert_eq!(&out[1_000_000..], b"a\0b\r\nc");
     // Twenty at once, each its own output in its own order.
+    twenty_at_once(relay, 200);
+}
+
+/// Twenty commands at once through `relay`, each printing `lines` numbered lines of its own.
+fn twenty_at_once(relay: Relay, lines: usize) -> std::sync::Arc<Relay> {
     let relay = std::sync::Arc::new(relay);
     let threads: Vec<_> = (0..20)
         .map(|i| {
             let relay = relay.clone();
             std::thread::spawn(move || {
                 let (code, out) =
-                    relay.run(&format!("for n in $(seq 1 200); do echo {i}:$n; done"));
+                    relay.run(&format!("for n in $(seq 1 {lines}); do echo {i}:$n; done"));
                 assert_eq!(code, 0);
-                let expected: String = (1..=200).map(|n| format!("{i}:{n}\n")).collect();
+                let expected: String = (1..=lines).map(|n| format!("{i}:{n}\n")).collect();
                 assert_eq!(String::from_utf8_lossy(&out), expected);
             })
         })
@@ -198,6 +203,7 @@ fn runs_cross_the_relay_byte_for_byte_and_concurrently() {
     for t in threads {
         t.join().unwrap();
     }
+    relay
 }
 
 #[test]
@@ -206,22 +212,7 @@ fn runs_cross_the_direct_path_and_the_stream_keeps_only_its_life() {
     let (code, out) = relay.run("head -c 300000 /dev/zero | tr '\\0' 'z'; exit 4");
     assert_eq!(code, 4);
     assert_eq!(out.len(), 300_000);
-    let relay = std::sync::Arc::new(relay);
-    let threads: Vec<_> = (0..20)
-        .map(|i| {
-            let relay = relay.clone();
-            std::thread::spawn(move || {
-                let (code, out) =
-                    relay.run(&format!("for n in $(seq 1 100); do echo {i}:$n; done"));
-                assert_eq!(code, 0);
-                let expected: String = (1..=100).map(|n| format!("{i}:{n}\n")).collect();
-                assert_eq!(String::from_utf8_lossy(&out), expected);
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+    let relay = twenty_at_once(relay, 100);
     // A connection to the far agent's port without the token is refused and logged.
     let port = far_listening_port(&relay).expect("the far agent's port");
     let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();

@@ -390,16 +390,7 @@ pub async fn scale(b: &Bench) -> Vec<ScenarioReport> {
     }
     for name in docker {
         let t = Instant::now();
-        let engine = Engine::with_options(
-            policy.clone(),
-            Registry::with_builtins(),
-            Arc::default(),
-            EngineOptions {
-                session: Some("scale".into()),
-                backend: Some(name.clone()),
-                exe: Some(b.exe.clone()),
-            },
-        );
+        let engine = session_engine_for(b, &policy, &name);
         let title = format!("Concurrent sessions on the docker backend `{name}`");
         let mut report = match engine {
             Ok(engine) => {
