@@ -853,6 +853,10 @@ mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm
 mount -t tmpfs -o mode=0700 tmpfs "$paddock_home"
 mount -t tmpfs -o mode=0755 tmpfs /var/lib/slurm/slurmd
 mount -t tmpfs -o mode=0755 tmpfs /run/slurm
+# A daemon starts in /, as a node boots: slurmstepd returns to slurmd'"'"'s directory by its path
+# after forking each task, and the directory this script was started from may be under the
+# /tmp just covered ("Unable to return to working directory" in every command'"'"'s output).
+cd /
 /usr/sbin/slurmd -D -N "$node" -L "$slurm_dir/slurmd-$node.log" </dev/null >/dev/null 2>&1 &
 pid=$!
 trap "kill -TERM $pid 2>/dev/null || true" TERM INT

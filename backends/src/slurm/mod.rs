@@ -375,10 +375,13 @@ impl SlurmTransport {
             "--ntasks=1".into(),
             self.export_arg(),
         ];
-        if self.apptainer.is_none()
-            && let Some(dir) = &self.config.workdir
-        {
-            argv.push(format!("--chdir={dir}"));
+        match &self.config.workdir {
+            Some(dir) if self.apptainer.is_none() => argv.push(format!("--chdir={dir}")),
+            // srun starts a step in its own working directory, which on another node may not
+            // exist (slurmstepd then prints "Unable to return to working directory" into the
+            // command's output): the home directory, which nodes share, does.
+            _ if self.config.relay.is_some() => argv.push(format!("--chdir={}", self.config.home)),
+            _ => {}
         }
         argv
     }
@@ -883,6 +886,19 @@ mod tests {
         let export = argv.iter().find(|a| a.starts_with("--export=")).unwrap();
         assert!(!export.contains("ALL"), "{export}");
         assert!(export.contains("HOME=/home/u"), "{export}");
+    }
+
+    #[test]
+    fn relayed_steps_start_in_the_home_directory_not_in_the_engines() {
+        let t = transport(|c| c.relay = Some(RelayPath::Direct));
+        assert!(t.srun_argv("17").contains(&"--chdir=/home/u".to_owned()));
+        let t = transport(|c| {
+            c.relay = Some(RelayPath::Direct);
+            c.workdir = Some("/scratch/u".into());
+        });
+        assert!(t.srun_argv("17").contains(&"--chdir=/scratch/u".to_owned()));
+        let t = transport(|_| {});
+        assert!(!t.srun_argv("17").iter().any(|a| a.starts_with("--chdir")));
     }
 
     #[test]
