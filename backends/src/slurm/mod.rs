@@ -21,9 +21,10 @@
 //!   `PADDOCK_HOME` at the same path and share its socket namespace, which holds when the
 //!   engine runs on the cluster node itself (single-node clusters, an engine started inside an
 //!   allocation);
-//! - with `relay = "srun"`, through the holder step's own standard input and output
-//!   ([`relay`]): the node needs neither this machine's files nor the agent binary, and no port
-//!   is opened on it (a login-node engine, compute nodes elsewhere).
+//! - with `relay = "tcp"` or `"srun"` (a login-node engine, compute nodes elsewhere), through a
+//!   relay around the holder step ([`relay`]): the node needs neither this machine's files nor
+//!   the agent binary; connections go to a token-checked port of the node's agent (`tcp`) or
+//!   through the step's own standard input and output (`srun`, no port on the node).
 
 pub mod jobs;
 pub mod relay;
@@ -438,8 +439,9 @@ exec "$a" exec --cleanenv --pwd / "instance://$n" {AGENT_PATH_INSIDE} serve --so
         }
     }
 
-    /// `relay = "srun"`: the holder step started by a relay on this machine, which sends the
-    /// agent binary to the node and offers `socket` here once the node's agent listens.
+    /// `relay = "tcp"` or `"srun"`: the holder step started by a relay on this machine, which
+    /// sends the agent binary to the node and offers `socket` here once the node's agent
+    /// listens (with `tcp`, after looking up the node's address to connect to).
     async fn relayed_holder_argv(
         &self,
         session: &str,

@@ -256,6 +256,7 @@ fn each_node_runs_its_sessions_commands_out_of_the_engines_reach() {
         let marker = format!("/tmp/paddock-node-marker-{}", c.session(""));
         c.ok(&s, &format!("touch {marker} && test -e {marker}"));
         assert!(!std::path::Path::new(&marker).exists(), "{marker} leaked");
+        c.ok(&s, &format!("rm {marker}"));
         // The engine reaches the agent through a relay on this machine, not the node's socket.
         assert!(c.relay_pid().is_some(), "no relay-listen for {s}");
         // The agent on the node serves from a directory in the node's own /tmp.
@@ -278,7 +279,11 @@ fn each_node_runs_its_sessions_commands_out_of_the_engines_reach() {
 fn a_killed_relay_is_replaced_and_the_session_keeps_its_state() {
     let Some(c) = Cluster::new(None) else { return };
     let s = c.session("relay");
-    c.ok(&s, "mkdir -p /tmp/kept && cd /tmp/kept && export KEPT=yes");
+    let kept = format!("/tmp/kept-{}", c.session(""));
+    c.ok(
+        &s,
+        &format!("mkdir -p {kept} && cd {kept} && export KEPT=yes"),
+    );
     let (job, _) = c.job_and_node(&s);
     let relay = c.relay_pid().expect("a relay for the session");
     // A command in flight when the relay dies ends at once, with an error, not a hang.
@@ -326,7 +331,8 @@ fn a_killed_relay_is_replaced_and_the_session_keeps_its_state() {
     );
     // The next command gets a new holder step in the same job, with the session's state.
     let out = c.ok(&s, "echo $PWD $KEPT $SLURM_JOB_ID");
-    assert_eq!(out.trim(), format!("/tmp/kept yes {job}"));
+    assert_eq!(out.trim(), format!("{kept} yes {job}"));
+    c.ok(&s, &format!("cd / && rm -r {kept}"));
     let new_relay = c.relay_pid().expect("a new relay");
     assert_ne!(new_relay, relay);
 }
