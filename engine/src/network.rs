@@ -16,7 +16,7 @@ use paddock_network::control::{
 };
 
 use crate::approval::ApprovalGate;
-use crate::policy::Policy;
+use crate::policy::{BackendConfig, Policy};
 use crate::vocabulary::CallContext;
 
 /// An engine re-registers a socket it registered longer ago than this (a proxy that was
@@ -82,12 +82,7 @@ impl Egress {
         gate: Arc<ApprovalGate>,
     ) -> Option<Arc<Self>> {
         // The built-in local backend has no network: only declared ones can be proxied.
-        let proxied = policy.backends.values().any(|config| {
-            config
-                .network
-                .as_ref()
-                .is_some_and(|n| n.get_ref() == "proxy")
-        });
+        let proxied = policy.backends.values().any(BackendConfig::is_proxied);
         let net = &policy.network;
         let opens =
             !net.allow.is_empty() || net.unknown.as_ref().is_some_and(|u| u.get_ref() == "ask");

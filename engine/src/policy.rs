@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
+use paddock_backends::section::SectionError;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -168,90 +169,9 @@ impl Default for ApprovalConfig {
     }
 }
 
-/// `[backends.NAME]`: where environment tools run. Which keys apply depends on `kind`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BackendConfig {
-    /// `local`, `docker`, `ssh`, `apptainer` (`singularity` is an alias), `slurm`.
-    pub kind: Spanned<String>,
-    /// local: `none`, `read-only` or `workspace-write` (the default). A policy that declares
-    /// no `local` backend gets one in the workspace-write sandbox over the current directory,
-    /// with no network (`policies/default.toml`'s); `sandbox = "none"` runs commands unconfined.
-    pub sandbox: Option<Spanned<String>>,
-    /// local, docker: the directory commands may change.
-    pub workspace: Option<Spanned<String>>,
-    /// docker, apptainer: the image.
-    pub image: Option<Spanned<String>>,
-    /// docker: `none` (default) or a network name; apptainer: `none` or `host`.
-    pub network: Option<Spanned<String>>,
-    pub memory_mb: Option<Spanned<u64>>,
-    pub cpus: Option<Spanned<f64>>,
-    /// ssh: the host, user, port and key.
-    pub host: Option<Spanned<String>>,
-    pub user: Option<Spanned<String>>,
-    pub port: Option<Spanned<u16>>,
-    pub identity_file: Option<Spanned<String>>,
-    /// ssh: a known_hosts file, and how unknown host keys are treated: `yes` (default),
-    /// `accept-new` or `no`.
-    pub known_hosts_file: Option<Spanned<String>>,
-    pub host_key_checking: Option<Spanned<String>>,
-    pub connect_timeout_seconds: Option<Spanned<u64>>,
-    /// docker: processes allowed in the container (default 512); the older name of
-    /// `max_processes`.
-    pub pids_limit: Option<Spanned<u64>>,
-    /// local, docker, apptainer: processes and threads of a whole session (local: a pids
-    /// cgroup; docker: `--pids-limit`; apptainer: `--pids-limit`).
-    pub max_processes: Option<Spanned<u64>>,
-    /// local: what one workspace-write command may add to the workspace (RLIMIT_FSIZE, and a
-    /// watcher that ends the command past it).
-    pub workspace_write_mb: Option<Spanned<u64>>,
-    /// docker: a read-only root filesystem (/tmp stays writable).
-    pub read_only: Option<Spanned<bool>>,
-    /// docker: size of the /tmp tmpfs (default 512); local: the session's private /tmp as a
-    /// tmpfs of this size.
-    pub tmp_size_mb: Option<Spanned<u64>>,
-    /// docker: the daemon socket (default: `DOCKER_HOST` or /var/run/docker.sock).
-    pub socket: Option<Spanned<String>>,
-    /// apptainer: bind mounts `src:dst[:ro]`.
-    #[serde(default)]
-    pub binds: Vec<Spanned<String>>,
-    /// apptainer: the apptainer or singularity program (default: found on PATH).
-    pub binary: Option<Spanned<String>>,
-    /// apptainer: a writable tmpfs over the image (default true), or an overlay image/dir.
-    pub writable_tmpfs: Option<Spanned<bool>>,
-    pub overlay: Option<Spanned<String>>,
-    /// Working directory commands start in.
-    pub workdir: Option<Spanned<String>>,
-    /// docker, apptainer, ssh, sandboxed local: commands go through the in-environment agent
-    /// (default true); false: one `docker exec`/`apptainer exec`/ssh/sandbox per command.
-    pub agent: Option<Spanned<bool>>,
-    /// docker: containers kept ready, agent running, for new sessions (default 0).
-    pub warm: Option<Spanned<u64>>,
-    /// slurm: the job's partition, time limit (`--time`: `MM`, `HH:MM:SS`, `D-HH:MM`),
-    /// generic resources (`--gres`), account, and more `salloc` options as given.
-    pub partition: Option<Spanned<String>>,
-    pub time_limit: Option<Spanned<String>>,
-    pub gres: Option<Spanned<String>>,
-    pub account: Option<Spanned<String>>,
-    #[serde(default)]
-    pub extra_args: Vec<Spanned<String>>,
-    /// slurm: how long a session's job may wait in the queue before it is cancelled and the
-    /// command fails (default 300).
-    pub queue_timeout_seconds: Option<Spanned<u64>>,
-    /// slurm: the directory of `salloc`, `srun`, `scontrol`, `squeue`, `scancel`, `sinfo`
-    /// (default: PATH).
-    pub slurm_bin_dir: Option<Spanned<String>>,
-    /// slurm: how the engine reaches the session's agent on the job's node: `"none"` (the
-    /// default: through the file system, the engine on the node or sharing its `/tmp` and
-    /// state directory), `"tcp"` (for an engine on a login node and jobs on other nodes: the
-    /// holder step's standard input and output carry a per-session token, each connection goes
-    /// to a listener of the node's agent) or `"srun"` (every byte through the holder step's
-    /// standard input and output: no port on the node, slower).
-    pub relay: Option<Spanned<String>>,
-    /// Environment variables set for every command.
-    #[serde(default)]
-    pub env: std::collections::BTreeMap<String, String>,
-}
+/// `[backends.NAME]`: where environment tools run, typed by its `kind`; each kind's keys,
+/// defaults and checks belong to its backend module ([`paddock_backends::registry`]).
+pub use paddock_backends::registry::BackendConfig;
 
 /// `[network]`: the egress policy of backends with `network = "proxy"` (DESIGN.md section 5).
 /// Parsed and checked now; the proxy that enforces it is not in this build yet, so no backend
@@ -457,6 +377,8 @@ pub struct Policy {
     pub tools: ToolsConfig,
     pub toolsets: ToolsetsConfig,
     pub approval: ApprovalConfig,
+    /// Parsed apart, each by its kind's section type ([`Policy::parse`]).
+    #[serde(skip)]
     pub backends: std::collections::BTreeMap<String, BackendConfig>,
     pub routes: RoutesConfig,
     pub mcp: McpConfig,
@@ -488,7 +410,7 @@ impl Policy {
 
     /// Parses and checks policy text; `name` is used in error messages.
     pub fn parse(text: &str, name: &str) -> Result<Self, PolicyError> {
-        let policy: Policy = toml::from_str(text).map_err(|err| {
+        let syntax = |err: toml::de::Error| {
             let span = err.span().unwrap_or(0..0);
             let (line, key) = locate(text, span.start);
             PolicyError::Invalid {
@@ -497,7 +419,15 @@ impl Policy {
                 key,
                 message: with_suggestion(err.message().trim()),
             }
-        })?;
+        };
+        let mut document = toml::de::DeTable::parse(text).map_err(syntax)?;
+        // `[backends.NAME]` sections are typed by their `kind`: read apart, once each.
+        let sections = document.get_mut().remove("backends");
+        let mut policy =
+            Policy::deserialize(toml::de::Deserializer::from(document)).map_err(syntax)?;
+        if let Some(sections) = sections {
+            policy.backends = parse_backends(sections, text, name)?;
+        }
         policy.validate(text, name)?;
         Ok(policy)
     }
@@ -675,398 +605,6 @@ impl Policy {
                         sev.get_ref()
                     ),
                 ));
-            }
-        }
-        for (backend, config) in &self.backends {
-            let key = |k: &str| format!("backends.{backend}.{k}");
-            one_of(
-                &config.kind,
-                &key("kind"),
-                &[
-                    "local",
-                    "docker",
-                    "ssh",
-                    "apptainer",
-                    "singularity",
-                    "slurm",
-                ],
-            )?;
-            let kind = match config.kind.get_ref().as_str() {
-                "singularity" => "apptainer",
-                other => other,
-            };
-            // Keys that do not apply to this kind of backend are mistakes, not no-ops.
-            let present: [(&str, Option<std::ops::Range<usize>>); 35] = [
-                ("sandbox", config.sandbox.as_ref().map(Spanned::span)),
-                ("workspace", config.workspace.as_ref().map(Spanned::span)),
-                ("image", config.image.as_ref().map(Spanned::span)),
-                ("network", config.network.as_ref().map(Spanned::span)),
-                ("memory_mb", config.memory_mb.as_ref().map(Spanned::span)),
-                ("cpus", config.cpus.as_ref().map(Spanned::span)),
-                ("host", config.host.as_ref().map(Spanned::span)),
-                ("user", config.user.as_ref().map(Spanned::span)),
-                ("port", config.port.as_ref().map(Spanned::span)),
-                (
-                    "identity_file",
-                    config.identity_file.as_ref().map(Spanned::span),
-                ),
-                ("binds", config.binds.first().map(Spanned::span)),
-                ("workdir", config.workdir.as_ref().map(Spanned::span)),
-                (
-                    "known_hosts_file",
-                    config.known_hosts_file.as_ref().map(Spanned::span),
-                ),
-                (
-                    "host_key_checking",
-                    config.host_key_checking.as_ref().map(Spanned::span),
-                ),
-                (
-                    "connect_timeout_seconds",
-                    config.connect_timeout_seconds.as_ref().map(Spanned::span),
-                ),
-                ("pids_limit", config.pids_limit.as_ref().map(Spanned::span)),
-                (
-                    "max_processes",
-                    config.max_processes.as_ref().map(Spanned::span),
-                ),
-                (
-                    "workspace_write_mb",
-                    config.workspace_write_mb.as_ref().map(Spanned::span),
-                ),
-                ("read_only", config.read_only.as_ref().map(Spanned::span)),
-                (
-                    "tmp_size_mb",
-                    config.tmp_size_mb.as_ref().map(Spanned::span),
-                ),
-                ("socket", config.socket.as_ref().map(Spanned::span)),
-                ("binary", config.binary.as_ref().map(Spanned::span)),
-                (
-                    "writable_tmpfs",
-                    config.writable_tmpfs.as_ref().map(Spanned::span),
-                ),
-                ("overlay", config.overlay.as_ref().map(Spanned::span)),
-                ("agent", config.agent.as_ref().map(Spanned::span)),
-                ("warm", config.warm.as_ref().map(Spanned::span)),
-                ("partition", config.partition.as_ref().map(Spanned::span)),
-                ("time_limit", config.time_limit.as_ref().map(Spanned::span)),
-                ("gres", config.gres.as_ref().map(Spanned::span)),
-                ("account", config.account.as_ref().map(Spanned::span)),
-                ("extra_args", config.extra_args.first().map(Spanned::span)),
-                (
-                    "queue_timeout_seconds",
-                    config.queue_timeout_seconds.as_ref().map(Spanned::span),
-                ),
-                (
-                    "slurm_bin_dir",
-                    config.slurm_bin_dir.as_ref().map(Spanned::span),
-                ),
-                ("relay", config.relay.as_ref().map(Spanned::span)),
-                ("env", None),
-            ];
-            let applies: &[&str] = match kind {
-                "local" => &[
-                    "sandbox",
-                    "workspace",
-                    "workdir",
-                    "network",
-                    "agent",
-                    "max_processes",
-                    "cpus",
-                    "memory_mb",
-                    "tmp_size_mb",
-                    "workspace_write_mb",
-                ],
-                "docker" => &[
-                    "image",
-                    "network",
-                    "memory_mb",
-                    "cpus",
-                    "workspace",
-                    "workdir",
-                    "pids_limit",
-                    "max_processes",
-                    "read_only",
-                    "tmp_size_mb",
-                    "socket",
-                    "agent",
-                    "warm",
-                ],
-                "ssh" => &[
-                    "host",
-                    "user",
-                    "port",
-                    "identity_file",
-                    "workdir",
-                    "known_hosts_file",
-                    "host_key_checking",
-                    "connect_timeout_seconds",
-                    "agent",
-                ],
-                "slurm" => &[
-                    "partition",
-                    "time_limit",
-                    "cpus",
-                    "memory_mb",
-                    "gres",
-                    "account",
-                    "extra_args",
-                    "queue_timeout_seconds",
-                    "slurm_bin_dir",
-                    "relay",
-                    "workdir",
-                    "agent",
-                    // With `image`, commands run in Apptainer: its keys apply.
-                    "image",
-                    "network",
-                    "binds",
-                    "binary",
-                    "writable_tmpfs",
-                    "overlay",
-                ],
-                _ => &[
-                    "image",
-                    "network",
-                    "binds",
-                    "workdir",
-                    "memory_mb",
-                    "cpus",
-                    "max_processes",
-                    "binary",
-                    "writable_tmpfs",
-                    "overlay",
-                    "agent",
-                ],
-            };
-            // Said why, before the generic "does not apply".
-            if let Some(network) = config.network.as_ref().filter(|n| n.get_ref() == "proxy")
-                && let Some(why) = proxy_refusal(kind, config)
-            {
-                // Never a silent downgrade (nor, on docker, a network of that name).
-                return Err(invalid(network.span(), &key("network"), why));
-            }
-            if kind == "apptainer"
-                && let Some(tmp) = &config.tmp_size_mb
-            {
-                return Err(invalid(
-                    tmp.span(),
-                    &key("tmp_size_mb"),
-                    "Apptainer has no flag for it: an instance's /tmp is a tmpfs without a \
-                     size, bounded only by the instance's memory (`memory_mb`, whose limit \
-                     OOM-kills inside the instance when /tmp fills it); remove it, and set \
-                     `memory_mb`"
-                        .to_owned(),
-                ));
-            }
-            for (k, span) in &present {
-                if let Some(span) = span
-                    && !applies.contains(k)
-                {
-                    return Err(invalid(
-                        span.clone(),
-                        &key(k),
-                        format!(
-                            "does not apply to a {kind} backend (its keys: {})",
-                            applies.join(", ")
-                        ),
-                    ));
-                }
-            }
-            // Per-session ceilings: a zero would stop every command, a key a backend cannot
-            // honour is refused saying why, and `pids_limit` is `max_processes`' older name.
-            for (k, value) in [
-                ("max_processes", &config.max_processes),
-                ("memory_mb", &config.memory_mb),
-                ("pids_limit", &config.pids_limit),
-                ("tmp_size_mb", &config.tmp_size_mb),
-                ("workspace_write_mb", &config.workspace_write_mb),
-            ] {
-                if let Some(value) = value
-                    && *value.get_ref() == 0
-                {
-                    return Err(invalid(
-                        value.span(),
-                        &key(k),
-                        "must be at least 1".to_owned(),
-                    ));
-                }
-            }
-            if let Some(cpus) = &config.cpus
-                && !(*cpus.get_ref() > 0.0 && cpus.get_ref().is_finite())
-            {
-                return Err(invalid(
-                    cpus.span(),
-                    &key("cpus"),
-                    format!("must be a positive number of CPUs, got {}", cpus.get_ref()),
-                ));
-            }
-            if let (Some(_), Some(max)) = (&config.pids_limit, &config.max_processes) {
-                return Err(invalid(
-                    max.span(),
-                    &key("max_processes"),
-                    "`pids_limit` is the older name of `max_processes`: keep one of them"
-                        .to_owned(),
-                ));
-            }
-            if kind == "local" {
-                let sandbox = config.sandbox.as_ref().map(|m| m.get_ref().as_str());
-                if let (Some(tmp), Some("none")) = (&config.tmp_size_mb, sandbox) {
-                    return Err(invalid(
-                        tmp.span(),
-                        &key("tmp_size_mb"),
-                        "sizes the session's private /tmp, which only a sandboxed backend has                          (with `sandbox = \"none\"` commands use the host's /tmp): remove it, \
-                         or choose a sandbox"
-                            .to_owned(),
-                    ));
-                }
-                if let Some(limit) = &config.workspace_write_mb
-                    && matches!(sandbox, Some("none" | "read-only"))
-                {
-                    return Err(invalid(
-                        limit.span(),
-                        &key("workspace_write_mb"),
-                        "bounds what a workspace-write command adds to the workspace; this \
-                         backend's commands do not write a workspace it could measure \
-                         (`sandbox` is not workspace-write): remove it"
-                            .to_owned(),
-                    ));
-                }
-            }
-            let required: &[(&str, bool)] = match kind {
-                "docker" | "apptainer" => &[("image", config.image.is_some())],
-                "ssh" => &[("host", config.host.is_some())],
-                _ => &[],
-            };
-            for (k, ok) in required {
-                if !ok {
-                    return Err(invalid(
-                        config.kind.span(),
-                        &format!("backends.{backend}"),
-                        format!("a {kind} backend needs `{k}`"),
-                    ));
-                }
-            }
-            // An unconfined local backend runs commands itself (on a spare shell); its agent
-            // exists to hold a session's sandbox. Saying `agent = true` there would be a no-op.
-            if kind == "local"
-                && let Some(agent) = &config.agent
-                && *agent.get_ref()
-                && config
-                    .sandbox
-                    .as_ref()
-                    .is_some_and(|m| m.get_ref() == "none")
-            {
-                return Err(invalid(
-                    agent.span(),
-                    &key("agent"),
-                    "the local agent holds a sandboxed session's sandbox; with `sandbox = \"none\"` \
-                     commands run directly (on a spare shell): remove `agent`, or choose a sandbox"
-                        .to_owned(),
-                ));
-            }
-            if let (Some(warm), Some(agent)) = (&config.warm, &config.agent)
-                && *warm.get_ref() > 0
-                && !*agent.get_ref()
-            {
-                return Err(invalid(
-                    warm.span(),
-                    &key("warm"),
-                    "a warm pool keeps environments with their agent running: it needs `agent = \
-                     true` (the default)"
-                        .to_owned(),
-                ));
-            }
-            if kind == "slurm" {
-                // A session's processes live in the job only while a step holds them: the
-                // agent is that step.
-                if let Some(agent) = &config.agent
-                    && !*agent.get_ref()
-                {
-                    return Err(invalid(
-                        agent.span(),
-                        &key("agent"),
-                        "a slurm session runs in the job through its agent (the step that keeps \
-                         the session's processes alive between commands): remove `agent = false`"
-                            .to_owned(),
-                    ));
-                }
-                if let Some(cpus) = &config.cpus {
-                    let n = *cpus.get_ref();
-                    if !(n >= 1.0 && n.fract() == 0.0) {
-                        return Err(invalid(
-                            cpus.span(),
-                            &key("cpus"),
-                            format!("Slurm allocates whole CPUs: {n} is not a whole number ≥ 1"),
-                        ));
-                    }
-                }
-                if let Some(limit) = &config.time_limit
-                    && !limit
-                        .get_ref()
-                        .chars()
-                        .all(|c| c.is_ascii_digit() || c == ':' || c == '-')
-                {
-                    return Err(invalid(
-                        limit.span(),
-                        &key("time_limit"),
-                        format!(
-                            "\"{}\" is not a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, \
-                             D-HH:MM:SS)",
-                            limit.get_ref()
-                        ),
-                    ));
-                }
-                if let Some(relay) = &config.relay {
-                    one_of(relay, &key("relay"), &["none", "tcp", "srun"])?;
-                }
-                if let Some(t) = &config.queue_timeout_seconds
-                    && *t.get_ref() == 0
-                {
-                    return Err(invalid(
-                        t.span(),
-                        &key("queue_timeout_seconds"),
-                        "must be at least 1".to_owned(),
-                    ));
-                }
-                let apptainer_only = [
-                    ("network", config.network.as_ref().map(Spanned::span)),
-                    ("binds", config.binds.first().map(Spanned::span)),
-                    ("binary", config.binary.as_ref().map(Spanned::span)),
-                    (
-                        "writable_tmpfs",
-                        config.writable_tmpfs.as_ref().map(Spanned::span),
-                    ),
-                    ("overlay", config.overlay.as_ref().map(Spanned::span)),
-                ];
-                if config.image.is_none()
-                    && let Some((k, Some(span))) =
-                        apptainer_only.into_iter().find(|(_, span)| span.is_some())
-                {
-                    return Err(invalid(
-                        span,
-                        &key(k),
-                        "applies to a slurm backend with `image` (commands in Apptainer) only"
-                            .to_owned(),
-                    ));
-                }
-            }
-            if let Some(checking) = &config.host_key_checking {
-                one_of(
-                    checking,
-                    &key("host_key_checking"),
-                    &["yes", "accept-new", "no"],
-                )?;
-            }
-            if (kind == "apptainer" || kind == "local" || kind == "slurm")
-                && let Some(network) = &config.network
-            {
-                one_of(network, &key("network"), &["none", "host", "proxy"])?;
-            }
-            if let Some(sandbox) = &config.sandbox {
-                one_of(
-                    sandbox,
-                    &key("sandbox"),
-                    &["none", "read-only", "workspace-write"],
-                )?;
             }
         }
         for (tool, route) in [
@@ -1423,37 +961,141 @@ impl ToolFilter {
     }
 }
 
-/// Why `network = "proxy"` cannot be had on a backend of `kind` as configured: where Paddock
-/// cannot take the environment's own route away, or where no agent inside carries connections
-/// to the proxy. `None`: it can.
-fn proxy_refusal(kind: &str, config: &BackendConfig) -> Option<String> {
-    let sandbox = config.sandbox.as_ref().map(|s| s.get_ref().as_str());
-    let agent_off = config.agent.as_ref().is_some_and(|a| !*a.get_ref());
-    let why = match kind {
-        "ssh" => {
-            "an ssh host keeps its own network, which Paddock cannot take away from its \
-             commands; use a docker, apptainer or sandboxed local backend for proxied commands"
+/// The `[backends]` table: each section parsed by the type of its `kind` (unknown keys
+/// refused), then checked by it; errors keep `file:line: backends.NAME.KEY`.
+fn parse_backends(
+    sections: Spanned<toml::de::DeValue<'_>>,
+    text: &str,
+    name: &str,
+) -> Result<std::collections::BTreeMap<String, BackendConfig>, PolicyError> {
+    use toml::de::DeValue;
+    let invalid = |span: std::ops::Range<usize>, key: String, message: String| {
+        let (line, _) = locate(text, span.start);
+        PolicyError::Invalid {
+            path: name.to_owned(),
+            line,
+            key,
+            message,
         }
-        "slurm" if config.image.is_none() => {
-            "a bare slurm job runs on the compute node's own network, which Paddock cannot take \
-             away; give the backend an `image` (commands in Apptainer) or use another backend"
-        }
-        "slurm" if config.relay.as_ref().is_some_and(|r| r.get_ref() != "none") => {
-            "the proxy listens on the engine's machine, and with a relay the job's node does not \
-             share its sockets (the relay does not carry proxied connections yet); leave the \
-             relay out or use network = \"none\""
-        }
-        "local" if sandbox == Some("none") => {
-            "with sandbox = \"none\" commands run on this machine's own network, which Paddock \
-             cannot take away; keep the sandbox (read-only or workspace-write)"
-        }
-        _ if agent_off => {
-            "the proxy is reached through the agent inside the environment, and this backend \
-             has agent = false; remove it"
-        }
-        _ => return None,
     };
-    Some(format!("\"proxy\" cannot be had here: {why}"))
+    let span = sections.span();
+    let DeValue::Table(table) = sections.into_inner() else {
+        return Err(invalid(
+            span,
+            "backends".to_owned(),
+            "must be a table of `[backends.NAME]` sections".to_owned(),
+        ));
+    };
+    let mut backends = std::collections::BTreeMap::new();
+    for (backend, section) in table {
+        let backend = backend.get_ref().to_string();
+        let key = |k: &str| format!("backends.{backend}.{k}");
+        let at = section.span();
+        let DeValue::Table(mut keys) = section.into_inner() else {
+            return Err(invalid(
+                at,
+                format!("backends.{backend}"),
+                "must be a table of the backend's keys".to_owned(),
+            ));
+        };
+        let kinds = BackendConfig::kinds();
+        let Some(kind) = keys.remove("kind") else {
+            return Err(invalid(
+                table_header(text, &format!("backends.{backend}")),
+                format!("backends.{backend}"),
+                format!("missing field `kind` (one of {})", kinds.join(", ")),
+            ));
+        };
+        let kind_span = kind.span();
+        let Some(kind) = kind.get_ref().as_str().map(str::to_owned) else {
+            return Err(invalid(
+                kind_span,
+                key("kind"),
+                format!("must be a string, one of {}", kinds.join(", ")),
+            ));
+        };
+        let parsed = BackendConfig::parse(&kind, Spanned::new(at, DeValue::Table(keys)));
+        let config = match parsed {
+            None => {
+                let hint = closest(&kind, kinds.iter().copied())
+                    .map(|b| format!("; did you mean \"{b}\"?"))
+                    .unwrap_or_default();
+                return Err(invalid(
+                    kind_span,
+                    key("kind"),
+                    format!("\"{kind}\" is not one of {}{hint}", kinds.join(", ")),
+                ));
+            }
+            Some(Err(err)) => {
+                let span = err.span().unwrap_or(kind_span);
+                let (line, located) = locate(text, span.start);
+                let message = err.message().trim();
+                let canonical = BackendConfig::canonical(&kind).unwrap_or("?");
+                return Err(PolicyError::Invalid {
+                    path: name.to_owned(),
+                    line,
+                    key: located,
+                    message: does_not_apply(message, canonical)
+                        .unwrap_or_else(|| with_suggestion(message)),
+                });
+            }
+            Some(Ok(config)) => config,
+        };
+        // Said why, before anything else: never a silent downgrade (nor, on docker, a network
+        // of that name).
+        if let Some(network) = config.network().filter(|n| n.get_ref() == "proxy")
+            && let Some(why) = config.proxy_refusal()
+        {
+            return Err(invalid(
+                network.span(),
+                key("network"),
+                format!("\"proxy\" cannot be had here: {why}"),
+            ));
+        }
+        config.check().map_err(|err| match err {
+            SectionError::Invalid {
+                span,
+                key: k,
+                message,
+            } => match span {
+                Some(span) => invalid(span, key(k), message),
+                // The section as a whole: at its `kind`.
+                None => invalid(kind_span.clone(), format!("backends.{backend}"), message),
+            },
+            SectionError::NotOneOf {
+                span,
+                key: k,
+                value,
+                allowed,
+            } => {
+                let hint = closest(&value, allowed.iter().copied())
+                    .map(|b| format!("; did you mean \"{b}\"?"))
+                    .unwrap_or_default();
+                invalid(
+                    span,
+                    key(k),
+                    format!("\"{value}\" is not one of {}{hint}", allowed.join(", ")),
+                )
+            }
+        })?;
+        backends.insert(backend, config);
+    }
+    Ok(backends)
+}
+
+/// serde's "unknown field `x`, expected one of `a`, `b`" in a backend section, said as the
+/// key that does not apply to that kind (with the closest key when it looks like a typo).
+fn does_not_apply(message: &str, kind: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (unknown, expected) = rest.split_once('`')?;
+    let keys: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    let hint = closest(unknown, keys.iter().copied())
+        .map(|best| format!("; did you mean `{best}`?"))
+        .unwrap_or_default();
+    Some(format!(
+        "does not apply to a {kind} backend (its keys: {}){hint}",
+        keys.join(", ")
+    ))
 }
 
 #[cfg(test)]

@@ -166,6 +166,25 @@ pub fn agent_dir(runtime_dir: &Path, key: &str) -> PathBuf {
     runtime_dir.join(hex::encode(&Sha256::digest(key.as_bytes())[..8]))
 }
 
+/// The socket of the agent of the environment keyed `key` (a container, an instance, a host's
+/// session) of backend `backend` of `kind`, placed by `placement`; `None`: the backend runs
+/// without the agent.
+pub fn placed_agent_socket(
+    placement: Option<&AgentPlacement>,
+    key: &str,
+    kind: &str,
+    backend: &str,
+) -> Result<PathBuf> {
+    let Some(agent) = placement else {
+        return Err(BackendError::Unavailable {
+            kind: kind.to_owned(),
+            name: backend.to_owned(),
+            reason: "this backend runs without the agent (agent = false)".to_owned(),
+        });
+    };
+    prepare_agent_dir(&agent_dir(&agent.runtime_dir, key), kind, backend)
+}
+
 /// Makes `dir` (world-writable: an image's user may not be ours; the state directory above it
 /// is the user's own) and answers the socket path in it.
 pub fn prepare_agent_dir(dir: &Path, kind: &str, name: &str) -> Result<PathBuf> {

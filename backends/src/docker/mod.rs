@@ -33,9 +33,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
+pub mod section;
 mod warm;
 
-use crate::agent::{AgentHost, AgentPlacement, agent_dir, prepare_agent_dir};
+use crate::agent::{AgentHost, AgentPlacement, agent_dir, placed_agent_socket, prepare_agent_dir};
 use crate::naming::{self, OWNER_CHARS, base_session};
 use crate::remote::{OutputSink, TargetRun, Transport};
 use crate::{BackendError, BackendFuture, Result};
@@ -62,7 +63,7 @@ const CLIENT_TIMEOUT_S: u64 = 4 * 3600;
 /// SIGCHLD), and ends on `docker stop`.
 const KEEPALIVE: &str = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done";
 
-/// `[backends.NAME]` of kind docker.
+/// A docker backend's settings, from its policy section ([`section::DockerSection`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DockerConfig {
     pub name: String,
@@ -583,12 +584,9 @@ impl AgentHost for DockerTransport {
     }
 
     fn agent_socket(&self, session: &str) -> Result<PathBuf> {
-        let Some(agent) = &self.config.agent else {
-            return Err(self.unavailable("this backend runs without the agent (agent = false)"));
-        };
-        let name = self.container_name(session);
-        prepare_agent_dir(
-            &agent_dir(&agent.runtime_dir, &name),
+        placed_agent_socket(
+            self.config.agent.as_ref(),
+            &self.container_name(session),
             "docker",
             &self.config.name,
         )

@@ -28,6 +28,7 @@
 
 pub mod jobs;
 pub mod relay;
+pub mod section;
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::CommandExt;

@@ -42,15 +42,14 @@ pub(super) fn bare_argv_in(
     config: &BackendConfig,
     environment: &str,
 ) -> Option<Vec<String>> {
-    let kind = config.kind.get_ref().as_str();
-    match kind {
-        "docker" => Some(vec![
+    match config {
+        BackendConfig::Docker(_) => Some(vec![
             "docker".into(),
             "exec".into(),
             environment.to_owned(),
             "true".into(),
         ]),
-        "ssh" => {
+        BackendConfig::Ssh(config) => {
             let mut argv: Vec<String> = [
                 "ssh",
                 "-o",
@@ -87,7 +86,7 @@ pub(super) fn bare_argv_in(
             argv.push("true".into());
             Some(argv)
         }
-        "apptainer" | "singularity" => Some(vec![
+        BackendConfig::Apptainer(config) => Some(vec![
             config
                 .binary
                 .as_ref()
@@ -145,7 +144,13 @@ fn with_exec_copies(policy: &Policy) -> Policy {
             continue;
         }
         let mut copy = config.clone();
-        copy.agent = Some(Spanned::new(0..0, false));
+        let off = Some(Spanned::new(0..0, false));
+        match &mut copy {
+            BackendConfig::Docker(c) => c.agent = off,
+            BackendConfig::Ssh(c) => c.agent = off,
+            BackendConfig::Apptainer(c) => c.agent = off,
+            _ => continue,
+        }
         derived.backends.insert(exec_name(name), copy);
     }
     derived
@@ -206,7 +211,7 @@ async fn one_backend(
     let kind = policy
         .backends
         .get(name)
-        .map_or("?", |c| c.kind.get_ref().as_str())
+        .map_or("?", BackendConfig::kind)
         .to_owned();
     let exec = exec_name(name);
     // Warm-up: brings up the container, the instance or the master connection, and the agent.
@@ -559,11 +564,11 @@ async fn first_of_session(
         .map(str::to_owned)
         .to_vec();
     docker_run.push(
-        config
-            .image
-            .as_ref()
-            .map(|i| i.get_ref().clone())
-            .unwrap_or_default(),
+        match config {
+            BackendConfig::Docker(c) => c.image.as_ref().map(|i| i.get_ref().clone()),
+            _ => None,
+        }
+        .unwrap_or_default(),
     );
     docker_run.push("true".into());
     let pid = std::process::id();
@@ -704,7 +709,7 @@ pub async fn backends(b: &Bench) -> Vec<ScenarioReport> {
             report.wall_s = t.elapsed().as_secs_f64();
         }
         out.extend(reports);
-        if config.kind.get_ref() == "docker" {
+        if matches!(config, BackendConfig::Docker(_)) {
             let t = Instant::now();
             let title = format!("`paddock call terminal` on backend `{name}`");
             let mut report = paddock_call(b, path, name, &argv)

@@ -264,12 +264,12 @@ pub fn docker_images(b: &Bench) -> Result<Vec<(String, String)>> {
     Ok(given
         .backends
         .iter()
-        .filter(|(_, config)| config.kind.get_ref() == "docker")
-        .filter_map(|(name, config)| {
-            config
+        .filter_map(|(name, config)| match config {
+            paddock_engine::policy::BackendConfig::Docker(config) => config
                 .image
                 .as_ref()
-                .map(|image| (name.clone(), image.get_ref().clone()))
+                .map(|image| (name.clone(), image.get_ref().clone())),
+            _ => None,
         })
         .collect())
 }

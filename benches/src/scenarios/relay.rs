@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use paddock_engine::engine::Engine;
-use paddock_engine::policy::Policy;
+use paddock_engine::policy::{BackendConfig, Policy};
 use serde_json::json;
 
 use super::session_engine;
@@ -50,7 +50,10 @@ pub async fn relay(b: &Bench) -> Result<Vec<ScenarioReport>> {
     let policy = Policy::load(path)?;
     let mut places = Vec::new();
     for (name, config) in &policy.backends {
-        if config.kind.get_ref() != "slurm" || config.image.is_some() {
+        let BackendConfig::Slurm(config) = config else {
+            continue;
+        };
+        if config.image.is_some() {
             continue;
         }
         let relayed = config.relay.as_ref().is_some_and(|r| r.get_ref() != "none");

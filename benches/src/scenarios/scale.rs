@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use paddock_engine::engine::{CallExtras, Engine, EngineOptions};
-use paddock_engine::policy::Policy;
+use paddock_engine::policy::{BackendConfig, Policy};
 use paddock_engine::registry::Registry;
 use serde_json::{Value, json};
 
@@ -352,14 +352,15 @@ pub async fn scale(b: &Bench) -> Vec<ScenarioReport> {
     let docker: Vec<String> = policy
         .backends
         .iter()
-        .filter(|(_, c)| c.kind.get_ref() == "docker")
+        .filter(|(_, c)| matches!(c, BackendConfig::Docker(_)))
         .map(|(n, _)| n.clone())
         .collect();
     let relayed_slurm: Vec<String> = policy
         .backends
         .iter()
-        .filter(|(_, c)| {
-            c.kind.get_ref() == "slurm" && c.relay.as_ref().is_some_and(|r| r.get_ref() != "none")
+        .filter(|(_, c)| match c {
+            BackendConfig::Slurm(c) => c.relay.as_ref().is_some_and(|r| r.get_ref() != "none"),
+            _ => false,
         })
         .map(|(n, _)| n.clone())
         .collect();

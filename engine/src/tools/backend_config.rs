@@ -1,127 +1,24 @@
-//! From a policy's `[backends.NAME]` section to a running [`Environment`]: the one place that
-//! knows each kind's keys and defaults.
+//! From a policy's `[backends.NAME]` sections to running [`Environment`]s. What each kind's
+//! keys mean belongs to its backend module ([`paddock_backends::registry`]); this module only
+//! adds the backend every policy has and what the engine provides to every constructor.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use paddock_backends::Environment;
-use paddock_backends::agent::binary as agent_binary;
-use paddock_backends::agent::{AgentPlacement, AgentTransport};
-use paddock_backends::apptainer::{ApptainerConfig, ApptainerTransport};
-use paddock_backends::docker::{DockerConfig, DockerTransport};
-use paddock_backends::egress::EgressHost;
-use paddock_backends::local::{
-    LocalCeilings, LocalEnvironment, LocalSandbox, PROTECTED_PATHS, SandboxMode,
-};
-use paddock_backends::remote::RemoteEnvironment;
-use paddock_backends::slurm::{DEFAULT_QUEUE_TIMEOUT, RelayPath, SlurmConfig, SlurmTransport};
-use paddock_backends::ssh::{SshConfig, SshTransport};
-use toml::Spanned;
+use paddock_backends::local::section::LocalSection;
+use paddock_backends::section::BuildContext;
 
 use crate::policy::{BackendConfig, Policy};
-
-/// A host path from a policy: `~/` is the home directory, and a relative path is relative to
-/// the policy file (the current directory for the built-in policy).
-fn host_path(policy: &Policy, value: &str) -> PathBuf {
-    if let Some(rest) = value.strip_prefix("~/")
-        && let Some(home) = std::env::var_os("HOME")
-    {
-        return PathBuf::from(home).join(rest);
-    }
-    let path = Path::new(value);
-    if path.is_absolute() {
-        return path.to_path_buf();
-    }
-    let base = policy
-        .source
-        .as_deref()
-        .and_then(Path::parent)
-        .filter(|p| !p.as_os_str().is_empty())
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    base.join(path)
-}
-
-/// A remote transport as an environment, through the agent when one was asked for (its binary
-/// found or not: a missing binary is an error on use, never a quiet per-command fallback).
-fn remote<T: paddock_backends::agent::AgentHost>(
-    transport: T,
-    agent: Option<Result<agent_binary::AgentBinary, agent_binary::NotFound>>,
-    state_root: &Path,
-    exe: &Path,
-    egress: Option<Arc<dyn EgressHost>>,
-) -> Arc<dyn Environment> {
-    match agent {
-        Some(binary) => Arc::new(RemoteEnvironment::new(
-            {
-                let transport = AgentTransport::new(transport, binary);
-                match egress {
-                    Some(egress) => transport.with_egress(egress),
-                    None => transport,
-                }
-            },
-            state_root.to_path_buf(),
-            exe.to_path_buf(),
-        )),
-        None => Arc::new(RemoteEnvironment::new(
-            transport,
-            state_root.to_path_buf(),
-            exe.to_path_buf(),
-        )),
-    }
-}
 
 /// The name of the backend every policy has: declared, or else [`implicit_local`].
 pub const LOCAL: &str = "local";
 
-/// `max_processes` of the built-in local backend (and of `policies/default.toml`).
-pub const DEFAULT_LOCAL_MAX_PROCESSES: u64 = 1024;
-
 /// The `local` backend of a policy that declares none (the built-in policy among them):
 /// `policies/default.toml`'s, the workspace-write sandbox over the directory Paddock runs in,
-/// with no network. It is built like a declared one; a kernel that cannot give the sandbox
-/// makes the first command fail, naming the policy key that turns it off.
+/// with no network.
 pub fn implicit_local() -> BackendConfig {
-    let text = |value: &str| Some(Spanned::new(0..0, value.to_owned()));
-    BackendConfig {
-        kind: Spanned::new(0..0, LOCAL.to_owned()),
-        sandbox: text("workspace-write"),
-        workspace: text("."),
-        network: text("none"),
-        image: None,
-        memory_mb: None,
-        cpus: None,
-        host: None,
-        user: None,
-        port: None,
-        identity_file: None,
-        known_hosts_file: None,
-        host_key_checking: None,
-        connect_timeout_seconds: None,
-        pids_limit: None,
-        // A newcomer's fork bomb is bounded too: 1024 processes and threads per session is far
-        // above what builds and test runners use here, far below what hurts the machine.
-        max_processes: Some(Spanned::new(0..0, DEFAULT_LOCAL_MAX_PROCESSES)),
-        workspace_write_mb: None,
-        read_only: None,
-        tmp_size_mb: None,
-        socket: None,
-        binds: Vec::new(),
-        binary: None,
-        writable_tmpfs: None,
-        overlay: None,
-        workdir: None,
-        agent: None,
-        warm: None,
-        partition: None,
-        time_limit: None,
-        gres: None,
-        account: None,
-        extra_args: Vec::new(),
-        queue_timeout_seconds: None,
-        slurm_bin_dir: None,
-        relay: None,
-        env: std::collections::BTreeMap::new(),
-    }
+    BackendConfig::Local(LocalSection::implicit())
 }
 
 /// Every backend of `policy` with its name: the declared ones, and [`implicit_local`] when
@@ -138,63 +35,7 @@ pub fn backends_of(policy: &Policy) -> Vec<(String, BackendConfig)> {
     all
 }
 
-fn string(value: &Option<Spanned<String>>) -> Option<String> {
-    value.as_ref().map(|v| v.get_ref().clone())
-}
-
-/// `network = "proxy"`: the environment itself gets no network; its agent carries connections
-/// to the egress proxy.
-fn proxied(config: &BackendConfig) -> bool {
-    config
-        .network
-        .as_ref()
-        .is_some_and(|n| n.get_ref() == "proxy")
-}
-
-/// The network a container or instance is made with: none when proxied.
-fn network_of(config: &BackendConfig) -> String {
-    match string(&config.network) {
-        Some(network) if network != "proxy" => network,
-        _ => "none".into(),
-    }
-}
-
-/// An apptainer backend's settings, or a slurm backend's with `image`.
-fn apptainer_config(
-    policy: &Policy,
-    name: &str,
-    config: &BackendConfig,
-    image: &str,
-    env: std::collections::BTreeMap<String, String>,
-    agent: Option<AgentPlacement>,
-    state_root: &Path,
-) -> ApptainerConfig {
-    ApptainerConfig {
-        name: name.to_owned(),
-        image: host_path(policy, image).display().to_string(),
-        binary: config
-            .binary
-            .as_ref()
-            .map(|v| host_path(policy, v.get_ref())),
-        binds: config.binds.iter().map(|b| b.get_ref().clone()).collect(),
-        network: network_of(config),
-        egress: proxied(config),
-        writable_tmpfs: config.writable_tmpfs.as_ref().is_none_or(|v| *v.get_ref()),
-        overlay: config
-            .overlay
-            .as_ref()
-            .map(|v| host_path(policy, v.get_ref()).display().to_string()),
-        memory_mb: config.memory_mb.as_ref().map(|v| *v.get_ref()),
-        cpus: config.cpus.as_ref().map(|v| *v.get_ref()),
-        max_processes: config.max_processes.as_ref().map(|v| *v.get_ref()),
-        workdir: string(&config.workdir),
-        env,
-        agent,
-        owner: paddock_backends::naming::owner_of(state_root),
-    }
-}
-
-/// The environment for one backend section (its kind was checked when the policy loaded).
+/// The environment for one backend section (checked when the policy loaded).
 pub fn build(
     policy: &Policy,
     name: &str,
@@ -203,230 +44,40 @@ pub fn build(
     exe: &Path,
     egress: Option<&Arc<crate::network::Egress>>,
 ) -> Arc<dyn Environment> {
-    let kind = config.kind.get_ref().as_str();
-    let mut env = config.env.clone();
-    let egress = egress
-        .filter(|_| proxied(config))
-        .map(|egress| egress.for_backend(name));
-    if let Some(egress) = &egress {
-        // Every way a command starts (the agent, a background supervisor) exports these.
-        env.extend(paddock_backends::egress::proxy_env());
-        if egress.terminates_tls() && kind != "local" {
-            // Containers and instances see their agent's directory at one path; the local
-            // sandbox's is per session, added where its commands start.
-            env.extend(paddock_backends::egress::ca_env(
-                paddock_backends::agent::AGENT_DIR_INSIDE,
-            ));
-        }
-    }
-    // Container and instance backends go through the in-environment agent unless told not to.
-    let agent = matches!(
-        kind,
-        "docker" | "apptainer" | "singularity" | "ssh" | "slurm"
-    )
-    .then(|| config.agent.as_ref().is_none_or(|v| *v.get_ref()))
-    .filter(|on| *on)
-    .map(|_| agent_binary::find(exe));
-    match kind {
-        "docker" => {
-            let transport = DockerTransport::new(
-                DockerConfig {
-                    name: name.to_owned(),
-                    image: string(&config.image).unwrap_or_default(),
-                    network: network_of(config),
-                    egress: proxied(config),
-                    memory_mb: config.memory_mb.as_ref().map(|v| *v.get_ref()),
-                    cpus: config.cpus.as_ref().map(|v| *v.get_ref()),
-                    // `max_processes`, or its older name.
-                    pids_limit: config
-                        .max_processes
-                        .as_ref()
-                        .or(config.pids_limit.as_ref())
-                        .map_or(512, |v| i64::try_from(*v.get_ref()).unwrap_or(i64::MAX)),
-                    read_only: config.read_only.as_ref().is_some_and(|v| *v.get_ref()),
-                    tmp_size_mb: config.tmp_size_mb.as_ref().map_or(512, |v| *v.get_ref()),
-                    workspace: config
-                        .workspace
-                        .as_ref()
-                        .map(|w| host_path(policy, w.get_ref())),
-                    workdir: string(&config.workdir),
-                    env,
-                    socket: string(&config.socket).unwrap_or_else(DockerConfig::default_socket),
-                    agent: agent
-                        .as_ref()
-                        .and_then(|found| found.as_ref().ok())
-                        .map(|binary| AgentPlacement::new(binary, state_root.join("agents"))),
-                    home: DockerConfig::home_of(state_root),
-                    warm: config
-                        .warm
-                        .as_ref()
-                        .map_or(0, |v| usize::try_from(*v.get_ref()).unwrap_or(usize::MAX)),
-                },
-                exe.to_path_buf(),
-            );
-            remote(transport, agent, state_root, exe, egress)
-        }
-        "ssh" => {
-            let transport = SshTransport::new(
-                SshConfig {
-                    name: name.to_owned(),
-                    host: string(&config.host).unwrap_or_default(),
-                    user: string(&config.user),
-                    port: config.port.as_ref().map(|v| *v.get_ref()),
-                    identity_file: config
-                        .identity_file
-                        .as_ref()
-                        .map(|v| host_path(policy, v.get_ref())),
-                    known_hosts_file: config
-                        .known_hosts_file
-                        .as_ref()
-                        .map(|v| host_path(policy, v.get_ref())),
-                    host_key_checking: string(&config.host_key_checking)
-                        .unwrap_or_else(|| "yes".into()),
-                    connect_timeout_seconds: config
-                        .connect_timeout_seconds
-                        .as_ref()
-                        .map_or(10, |v| *v.get_ref()),
-                    workdir: string(&config.workdir),
-                    env,
-                    program: PathBuf::from("ssh"),
-                    agent: agent
-                        .as_ref()
-                        .and_then(|found| found.as_ref().ok())
-                        .map(|binary| AgentPlacement::new(binary, state_root.join("agents"))),
-                },
-                state_root,
-            );
-            remote(transport, agent, state_root, exe, egress)
-        }
-        "slurm" => {
-            let placement = agent
-                .as_ref()
-                .and_then(|found| found.as_ref().ok())
-                .map(|binary| AgentPlacement::new(binary, state_root.join("agents")));
-            // With an image, commands run in an Apptainer instance on the allocated node, made
-            // with the apptainer backend's options; the job bounds memory and CPUs.
-            let apptainer = string(&config.image).map(|image| ApptainerConfig {
-                memory_mb: None,
-                cpus: None,
-                max_processes: None,
-                ..apptainer_config(
-                    policy,
-                    name,
-                    config,
-                    &image,
-                    env.clone(),
-                    placement.clone(),
-                    state_root,
-                )
-            });
-            let transport = SlurmTransport::new(SlurmConfig {
-                name: name.to_owned(),
-                partition: string(&config.partition),
-                time_limit: string(&config.time_limit),
-                // Checked to be a whole number when the policy loaded.
-                cpus: config.cpus.as_ref().map(|v| *v.get_ref() as u32),
-                memory_mb: config.memory_mb.as_ref().map(|v| *v.get_ref()),
-                gres: string(&config.gres),
-                account: string(&config.account),
-                extra_args: config
-                    .extra_args
-                    .iter()
-                    .map(|a| a.get_ref().clone())
-                    .collect(),
-                queue_timeout: config
-                    .queue_timeout_seconds
-                    .as_ref()
-                    .map_or(DEFAULT_QUEUE_TIMEOUT, |v| {
-                        std::time::Duration::from_secs(*v.get_ref())
-                    }),
-                bin_dir: config
-                    .slurm_bin_dir
-                    .as_ref()
-                    .map(|v| host_path(policy, v.get_ref())),
-                workdir: string(&config.workdir),
-                env,
-                apptainer,
-                agent: placement,
-                relay: match config.relay.as_ref().map(|r| r.get_ref().as_str()) {
-                    Some("tcp") => Some(RelayPath::Direct),
-                    Some("srun") => Some(RelayPath::Stream),
-                    _ => None,
-                },
-                home: std::env::var("HOME").unwrap_or_else(|_| "/tmp".into()),
-                owner: paddock_backends::naming::owner_of(state_root),
-            });
-            remote(transport, agent, state_root, exe, egress)
-        }
-        "apptainer" | "singularity" => {
-            let image = string(&config.image).unwrap_or_default();
-            let placement = agent
-                .as_ref()
-                .and_then(|found| found.as_ref().ok())
-                .map(|binary| AgentPlacement::new(binary, state_root.join("agents")));
-            let transport = ApptainerTransport::new(apptainer_config(
-                policy, name, config, &image, env, placement, state_root,
-            ));
-            remote(transport, agent, state_root, exe, egress)
-        }
-        _ => {
-            // An MCP client's roots name each session's workspace unless the policy names one.
-            let local = LocalEnvironment::new(name, state_root.to_path_buf(), exe.to_path_buf())
-                .with_client_workspaces(config.workspace.is_none())
-                .with_ceilings(LocalCeilings {
-                    max_processes: config.max_processes.as_ref().map(|v| *v.get_ref()),
-                    cpus: config.cpus.as_ref().map(|v| *v.get_ref()),
-                    memory_mb: config.memory_mb.as_ref().map(|v| *v.get_ref()),
-                    tmp_size_mb: config.tmp_size_mb.as_ref().map(|v| *v.get_ref()),
-                    workspace_write_mb: config.workspace_write_mb.as_ref().map(|v| *v.get_ref()),
-                });
-            let mode = string(&config.sandbox).unwrap_or_else(|| "workspace-write".into());
-            if mode == "none" {
-                return Arc::new(local.with_spare_shells());
-            }
-            // Checked when the policy loaded; a value it let through is still no sandbox-less
-            // fallback: the strictest mode.
-            let mode: SandboxMode = mode.parse().unwrap_or_else(|err: String| {
-                tracing::error!(backend = name, %err, "using the read-only sandbox");
-                SandboxMode::ReadOnly
-            });
-            // The workspace is relative to where Paddock runs (the project), not to the policy.
-            let workspace = config.workspace.as_ref().map_or(".", |w| w.get_ref());
-            let workspace = if workspace.starts_with('/') || workspace.starts_with("~/") {
-                host_path(policy, workspace)
-            } else {
-                std::env::current_dir()
-                    .unwrap_or_else(|_| PathBuf::from("/"))
-                    .join(workspace)
-            };
-            // A sandboxed session's commands share one confined environment, served by an
-            // agent, unless the policy says `agent = false`.
-            let agent = config.agent.as_ref().is_none_or(|v| *v.get_ref());
-            let local = match egress {
-                Some(egress) => local.with_egress(egress),
-                None => local,
-            };
-            Arc::new(local.with_agent(agent).with_sandbox(LocalSandbox {
-                mode,
-                workspace,
-                network: string(&config.network).is_some_and(|n| n == "host"),
-                protected: PROTECTED_PATHS.iter().map(|p| (*p).to_owned()).collect(),
-            }))
-        }
-    }
+    let ctx = BuildContext {
+        name,
+        // Relative host paths are relative to the policy file (the current directory for the
+        // built-in policy).
+        policy_dir: policy
+            .source
+            .as_deref()
+            .and_then(Path::parent)
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+        state_root,
+        exe,
+        egress: egress
+            .filter(|_| config.is_proxied())
+            .map(|egress| egress.for_backend(name)),
+    };
+    config.build(&ctx)
 }
-
 #[cfg(test)]
 mod tests {
     use pretty_assertions::assert_eq;
+    use toml::Spanned;
 
     use super::*;
 
-    /// The keys of a local backend section that are set, with their values.
+    /// The keys of a local backend section that are set, with their values (another kind:
+    /// its kind alone).
     fn local_keys(config: &BackendConfig) -> Vec<(&'static str, String)> {
+        let BackendConfig::Local(config) = config else {
+            return vec![("kind", config.kind().to_owned())];
+        };
         let text = |v: &Option<Spanned<String>>| v.as_ref().map(|s| s.get_ref().clone());
         [
-            ("kind", Some(config.kind.get_ref().clone())),
+            ("kind", Some("local".to_owned())),
             ("sandbox", text(&config.sandbox)),
             ("workspace", text(&config.workspace)),
             ("network", text(&config.network)),
@@ -531,7 +182,9 @@ mod tests {
             "p.toml",
         )
         .unwrap();
-        let c = &p.backends["local"];
+        let BackendConfig::Local(c) = &p.backends["local"] else {
+            panic!("not local")
+        };
         assert_eq!(c.max_processes.as_ref().map(|v| *v.get_ref()), Some(64));
         assert_eq!(c.workspace_write_mb.as_ref().map(|v| *v.get_ref()), Some(8));
         let e = err(&format!("{local}max_processes = 0\n"));

@@ -7,12 +7,12 @@
 //! `BatchMode=yes`: ssh never prompts; host keys are checked strictly unless the policy says
 //! otherwise.
 
+pub mod section;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::agent::{
-    AgentHost, AgentPlacement, agent_dir, check_started, prepare_agent_dir, run_collecting,
-};
+use crate::agent::{AgentHost, AgentPlacement, check_started, placed_agent_socket, run_collecting};
 use crate::remote::client::run_client;
 use crate::remote::script::shell_quote;
 use crate::remote::{OutputSink, TargetRun, Transport};
@@ -312,9 +312,9 @@ impl AgentHost for SshTransport {
     }
 
     fn agent_socket(&self, session: &str) -> Result<PathBuf> {
-        let agent = self.agent()?;
-        prepare_agent_dir(
-            &agent_dir(&agent.runtime_dir, &self.agent_key(session)),
+        placed_agent_socket(
+            self.config.agent.as_ref(),
+            &self.agent_key(session),
             "ssh",
             &self.config.name,
         )

@@ -1,5 +1,7 @@
 //! The local backend: commands on this machine, each in its own process group.
 
+pub mod section;
+
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};

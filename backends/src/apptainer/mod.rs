@@ -6,10 +6,14 @@
 //! command): the exec is tried, and when apptainer answers that no such instance exists it is
 //! started and the exec retried once.
 
+pub mod section;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::agent::{AGENT_PATH_INSIDE, AgentHost, AgentPlacement, agent_dir, prepare_agent_dir};
+use crate::agent::{
+    AGENT_PATH_INSIDE, AgentHost, AgentPlacement, agent_dir, placed_agent_socket, prepare_agent_dir,
+};
 use crate::naming;
 use crate::remote::client::run_client;
 use crate::remote::{OutputSink, TargetRun, Transport};
@@ -284,12 +288,9 @@ impl AgentHost for ApptainerTransport {
     }
 
     fn agent_socket(&self, session: &str) -> Result<PathBuf> {
-        let Some(agent) = &self.config.agent else {
-            return Err(self.unavailable("this backend runs without the agent (agent = false)"));
-        };
-        let name = self.instance_name(session);
-        prepare_agent_dir(
-            &agent_dir(&agent.runtime_dir, &name),
+        placed_agent_socket(
+            self.config.agent.as_ref(),
+            &self.instance_name(session),
             "apptainer",
             &self.config.name,
         )
