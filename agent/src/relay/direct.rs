@@ -146,8 +146,15 @@ fn read_token_line(conn: &mut TcpStream) -> Option<String> {
     None
 }
 
-/// The engine's side: carries one connection to the node's listener at `host:port`.
-pub fn carry_to_node(conn: UnixStream, host: &str, port: u16, token: &str) -> io::Result<()> {
+/// The engine's side: carries one connection to the node's listener ([`dial_node`]).
+pub fn carry_to_node(conn: UnixStream, node: TcpStream) -> io::Result<()> {
+    splice(conn, node)
+}
+
+/// A connection to the node's listener at `host:port`, the token presented. An error here
+/// means the node's end is gone (refused, unreachable, or silent for [`CONNECT_WAIT`]): the
+/// relay carries nowhere any more.
+pub fn dial_node(host: &str, port: u16, token: &str) -> io::Result<TcpStream> {
     let address = (host, port)
         .to_socket_addrs()?
         .next()
@@ -155,7 +162,7 @@ pub fn carry_to_node(conn: UnixStream, host: &str, port: u16, token: &str) -> io
     let mut node = TcpStream::connect_timeout(&address, CONNECT_WAIT)?;
     node.set_nodelay(true)?;
     node.write_all(format!("{token}\n").as_bytes())?;
-    splice(conn, node)
+    Ok(node)
 }
 
 #[cfg(test)]
@@ -192,7 +199,7 @@ mod tests {
         let (mut ours, theirs) = UnixStream::pair().unwrap();
         let carried = {
             let token = token.clone();
-            std::thread::spawn(move || carry_to_node(theirs, "127.0.0.1", port, &token))
+            std::thread::spawn(move || carry_to_node(theirs, dial_node("127.0.0.1", port, &token)?))
         };
         ours.write_all(b"through the node").unwrap();
         ours.shutdown(Shutdown::Write).unwrap();

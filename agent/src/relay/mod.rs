@@ -31,6 +31,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::AgentError;
@@ -199,8 +200,12 @@ pub fn listen(options: &ListenOptions) -> Result<i32, AgentError> {
     let listener = UnixListener::bind(&options.socket).map_err(socket_error)?;
     let _ = std::fs::set_permissions(&options.socket, std::fs::Permissions::from_mode(0o600));
     let mux = Mux::new(Box::new(input))?;
+    // Shared with the accept thread, which ends it when the node's end is gone.
+    let child = Arc::new(Mutex::new(child));
     {
         let mux = mux.clone();
+        let child = child.clone();
+        let socket = options.socket.clone();
         std::thread::Builder::new()
             .name("relay-accept".into())
             .spawn(move || {
@@ -211,16 +216,18 @@ pub fn listen(options: &ListenOptions) -> Result<i32, AgentError> {
                                 None => mux.open(conn),
                                 Some((host, port, token)) => {
                                     let (host, port, token) = (host.clone(), *port, token.clone());
+                                    let (child, socket) = (child.clone(), socket.clone());
                                     std::thread::Builder::new()
                                         .name("relay-direct-conn".into())
-                                        .spawn(move || {
-                                            if let Err(err) =
-                                                direct::carry_to_node(conn, &host, port, &token)
-                                            {
-                                                tracing_line(&format!(
-                                                    "a connection to {host}:{port} failed: {err}"
-                                                ));
+                                        .spawn(move || match direct::dial_node(&host, port, &token) {
+                                            Ok(node) => {
+                                                if let Err(err) = direct::carry_to_node(conn, node) {
+                                                    tracing_line(&format!(
+                                                        "a connection to {host}:{port} failed: {err}"
+                                                    ));
+                                                }
                                             }
+                                            Err(err) => node_gone(&host, port, &err, &socket, &child),
                                         })
                                         .map(drop)
                                 }
@@ -246,10 +253,33 @@ pub fn listen(options: &ListenOptions) -> Result<i32, AgentError> {
     // The stream is over: nothing may connect to a relay that carries nowhere.
     let _ = std::fs::remove_file(&options.socket);
     mux.shut_all();
-    let status = ended(&mut child);
+    let status = match child.lock() {
+        Ok(mut child) => ended(&mut child),
+        Err(_) => "the relayed program's state was lost".to_owned(),
+    };
     tracing_line(&format!("the stream ended: {status}"));
     drop(lock_file);
     Ok(0)
+}
+
+/// The node's listener does not answer (its agent, or the whole node, is gone): the relay
+/// carries nowhere. Its socket goes first, so the next command finds no relay and starts a new
+/// holder instead of connecting into nothing; ending the program ends the stream, and `listen`
+/// returns.
+fn node_gone(
+    host: &str,
+    port: u16,
+    err: &std::io::Error,
+    socket: &Path,
+    child: &Mutex<std::process::Child>,
+) {
+    tracing_line(&format!(
+        "the node's agent at {host}:{port} does not answer ({err}): the relay ends"
+    ));
+    let _ = std::fs::remove_file(socket);
+    if let Ok(mut child) = child.lock() {
+        let _ = child.kill();
+    }
 }
 
 /// The program's end, as words.

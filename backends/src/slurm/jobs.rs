@@ -24,6 +24,12 @@ pub struct SlurmClient {
     pub uid: u32,
 }
 
+/// Slurm's default `SlurmdPort`.
+const DEFAULT_SLURMD_PORT: u16 = 6818;
+
+/// How long a node's slurmd may take to accept a connection before it counts as gone.
+const SLURMD_PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// A job's state as Slurm reports it (`RUNNING`, `PENDING`, `TIMEOUT`, `CANCELLED`, ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobState {
@@ -137,6 +143,40 @@ impl SlurmClient {
             .unwrap_or(&node)
             .to_owned();
         Ok((address, node))
+    }
+
+    /// Whether the slurmd of the node at `address` answers on Slurm's `SlurmdPort`: `Err`
+    /// says how it does not (refused, unreachable, silent). srun itself reaches slurmd there to
+    /// start a step, so a node whose slurmd does not answer can start no step of its jobs,
+    /// whatever slurmctld still believes of them (it notices only after `SlurmdTimeout`).
+    pub async fn slurmd_answers(&self, address: &str) -> Result<(), String> {
+        let port = self.slurmd_port().await;
+        match tokio::time::timeout(
+            SLURMD_PROBE_WAIT,
+            tokio::net::TcpStream::connect((address, port)),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(err)) => Err(format!("{address}:{port}: {err}")),
+            Err(_) => Err(format!(
+                "{address}:{port}: no answer within {} s",
+                SLURMD_PROBE_WAIT.as_secs()
+            )),
+        }
+    }
+
+    /// `SlurmdPort` of the cluster's configuration (6818, Slurm's default, when it cannot be
+    /// read).
+    async fn slurmd_port(&self) -> u16 {
+        let Ok((true, out, _)) = self.command("scontrol", &["show", "config"]).await else {
+            return DEFAULT_SLURMD_PORT;
+        };
+        out.lines()
+            .filter_map(|line| line.split_once('='))
+            .find(|(key, _)| key.trim() == "SlurmdPort")
+            .and_then(|(_, value)| value.trim().parse().ok())
+            .unwrap_or(DEFAULT_SLURMD_PORT)
     }
 
     /// This user's jobs: (id, name).

@@ -226,6 +226,30 @@ impl SlurmTransport {
         self.unavailable(ended_reason(session, job, state))
     }
 
+    /// When the node of `session`'s running `job` is gone (its slurmd does not answer), the
+    /// job can start no step there again, though slurmctld still says RUNNING until
+    /// `SlurmdTimeout`: the job is cancelled and forgotten, so that the next command gets a new
+    /// allocation (Slurm places it on a node that answers: the lost one keeps the cancelled
+    /// job's completion until its slurmd returns). Answers the error naming the node and the
+    /// job's state; `None` when the node answers (the fault is elsewhere) or is unknown.
+    async fn node_lost(&self, session: &str, job: &str, what: &str) -> Option<String> {
+        let (address, node) = self.client.node_of(job).await.ok()?;
+        let silent = self.client.slurmd_answers(&address).await.err()?;
+        let cancelled = match self.client.cancel(&self.job_name(session), Some(job)).await {
+            Ok(()) => "it is cancelled".to_owned(),
+            Err(err) => format!("cancelling it failed ({err})"),
+        };
+        self.forget(session);
+        tracing::warn!(backend = %self.config.name, session, job, node, %silent, "a job's node is gone");
+        Some(format!(
+            "the agent of session '{}' on node {node} {what}: the node's slurmd does not answer \
+             ({silent}), so the node is down or cut off, while Slurm still has job {job} \
+             RUNNING; {cancelled}, what ran in it is gone, and the next command gets a new \
+             allocation on a node that answers",
+            base_session(session)
+        ))
+    }
+
     /// Removes what a bare session kept on the node's file system (its shell state and its
     /// python_execute state); a session in an image keeps it in the instance, gone with it.
     fn remove_bare_state(&self, session: &str) {
@@ -553,6 +577,9 @@ exec "$a" exec --cleanenv --pwd / "instance://$n" {AGENT_PATH_INSIDE} serve --so
                     self.forget(session);
                     return Err(self.ended(session, &job, state.as_ref()));
                 }
+                if let Some(reason) = self.node_lost(session, &job, "could not start there").await {
+                    return Err(self.unavailable(reason));
+                }
                 return Err(self.unavailable(format!(
                     "the agent's step in Slurm job {job} ended at start ({status}): {}",
                     log_tail(&log_path)
@@ -560,6 +587,9 @@ exec "$a" exec --cleanenv --pwd / "instance://$n" {AGENT_PATH_INSIDE} serve --so
             }
             if started.elapsed() > HOLDER_START_TIMEOUT {
                 let _ = child.kill();
+                if let Some(reason) = self.node_lost(session, &job, "did not start there").await {
+                    return Err(self.unavailable(reason));
+                }
                 return Err(self.unavailable(format!(
                     "the agent's step in Slurm job {job} did not listen within {} s: {}",
                     HOLDER_START_TIMEOUT.as_secs(),
@@ -673,7 +703,9 @@ impl AgentHost for SlurmTransport {
             let job = self.recorded(session)?;
             let state = self.client.job_state(&job).await.ok()?;
             if state.as_ref().is_some_and(JobState::is_running) {
-                return None;
+                return self
+                    .node_lost(session, &job, "was lost in the middle of the command")
+                    .await;
             }
             self.forget(session);
             Some(ended_reason(session, &job, state.as_ref()))
