@@ -154,6 +154,14 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
     // find no reader and be refused.
     let stdin_fifo = open_fifo(&dir.join("stdin"));
     let control_fifo = open_fifo(&dir.join("control"));
+    // The log exists before the record does: `process log` right after the start (the id is
+    // answered as soon as the record is) reads an empty log, not a missing one (seen in CI on a
+    // loaded machine, where the copier thread had not opened it yet).
+    let log_path = dir.join("log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path);
     write_json_atomic(&dir.join("meta.json"), &record)?;
     {
         let mut out = std::io::stdout();
@@ -167,16 +175,11 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
 
     // Output: to the log (capped) and to the receipt's tail.
     let tail = Arc::new(Mutex::new(Vec::<u8>::new()));
-    let log_path = dir.join("log");
     let copier = {
         let tail = tail.clone();
         let mut output = output;
         std::thread::spawn(move || {
-            let Ok(mut log) = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log_path)
-            else {
+            let Ok(mut log) = log else {
                 return;
             };
             let mut written = 0u64;

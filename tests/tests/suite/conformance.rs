@@ -666,7 +666,7 @@ fn wait_for_log(t: &Target, session: &str, id: &str, needle: &str) -> Vec<String
         let v = t.process(session, json!({"action": "log", "session_id": id}));
         let lines: Vec<String> = v["lines"]
             .as_array()
-            .unwrap()
+            .unwrap_or_else(|| panic!("process log of {id} answered no lines: {v}"))
             .iter()
             .map(|l| l.as_str().unwrap().to_owned())
             .collect();
