@@ -47,6 +47,7 @@ pub mod registry;
 pub mod remote;
 pub mod section;
 pub mod shell;
+pub mod snapshot;
 pub mod slurm;
 pub mod ssh;
 pub mod supervisor;
@@ -247,6 +248,38 @@ pub trait Environment: Send + Sync {
     /// Thaws what [`Environment::pause_session`] froze (nothing frozen: nothing to do).
     fn resume_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
         let _ = session;
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Saves what a new session needs to continue where `session` is on this backend
+    /// (`paddock sessions snapshot`): its environment's files, kept under `dir` (the
+    /// snapshot's directory, which exists) or as an image named for `tag`, and its shell
+    /// state. The session goes on unchanged. The default: not offered by this backend.
+    fn snapshot_session<'a>(
+        &'a self,
+        session: &'a str,
+        dir: &'a std::path::Path,
+        tag: &'a str,
+    ) -> BackendFuture<'a, snapshot::SavedEnvironment> {
+        let _ = (session, dir, tag);
+        Box::pin(async move { Err(snapshot::snapshot_not_offered(self.kind(), self.name())) })
+    }
+
+    /// Makes `session` (new: nothing of it here yet) start from `saved`, a part of the
+    /// snapshot in `dir`: its files and its shell state; its environment is made now.
+    fn start_from_snapshot<'a>(
+        &'a self,
+        session: &'a str,
+        saved: &'a snapshot::SavedEnvironment,
+        dir: &'a std::path::Path,
+    ) -> BackendFuture<'a, ()> {
+        let _ = (session, saved, dir);
+        Box::pin(async move { Err(snapshot::snapshot_not_offered(self.kind(), self.name())) })
+    }
+
+    /// Removes what `saved` holds outside the snapshot's directory (a docker image).
+    fn remove_snapshot<'a>(&'a self, saved: &'a snapshot::SavedEnvironment) -> BackendFuture<'a, ()> {
+        let _ = saved;
         Box::pin(async { Ok(()) })
     }
 

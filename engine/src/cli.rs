@@ -100,10 +100,16 @@ enum Command {
         #[command(subcommand)]
         command: FilesCommand,
     },
-    /// Paddock sessions: list them, or close one now.
+    /// Paddock sessions: list them, close, pause, snapshot or fork one, start one from a
+    /// snapshot.
     Sessions {
         #[command(subcommand)]
         command: SessionsCommand,
+    },
+    /// Snapshots of sessions (`paddock sessions snapshot`): list or remove them.
+    Snapshots {
+        #[command(subcommand)]
+        command: SnapshotsCommand,
     },
     /// Check policy files.
     Policy {
@@ -239,6 +245,56 @@ enum SessionsCommand {
     /// Resume a paused session now.
     Resume {
         id: String,
+        #[arg(long, value_name = "F")]
+        policy: Option<PathBuf>,
+    },
+    /// Save what a new session needs to continue where this one is (its files, its shell
+    /// state; not its running processes), as $PADDOCK_HOME/snapshots/NAME. One JSON line.
+    Snapshot {
+        id: String,
+        /// Default: made from the session id.
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long, value_name = "F")]
+        policy: Option<PathBuf>,
+    },
+    /// Start new sessions from a snapshot, each independent; their ids one per line.
+    Start {
+        /// The snapshot (see `paddock snapshots list`).
+        #[arg(long, value_name = "SNAPSHOT")]
+        from: String,
+        /// The new session's id (with --count N: ID-1 ... ID-N). Default: made from the
+        /// snapshot's name.
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+        #[arg(long, value_name = "F")]
+        policy: Option<PathBuf>,
+    },
+    /// Snapshot a session and start N new sessions from it in one step; their ids one per
+    /// line (the snapshot is kept: `paddock snapshots rm` removes it).
+    Fork {
+        id: String,
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+        #[arg(long, value_name = "F")]
+        policy: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum SnapshotsCommand {
+    /// One JSON object per line: name, session, created, age_seconds, bytes, files (how each
+    /// backend's files were kept), not_carried.
+    List {
+        #[arg(long, value_name = "F")]
+        policy: Option<PathBuf>,
+    },
+    /// Remove snapshots: their directories and images.
+    Rm {
+        #[arg(required = true)]
+        names: Vec<String>,
         #[arg(long, value_name = "F")]
         policy: Option<PathBuf>,
     },
@@ -431,6 +487,27 @@ async fn dispatch(command: Command, bench: BenchRunner) -> ExitCode {
         Command::Sessions {
             command: SessionsCommand::Resume { id, policy },
         } => sessions_pause(&id, policy.as_deref(), false).await,
+        Command::Sessions {
+            command: SessionsCommand::Snapshot { id, name, policy },
+        } => sessions_snapshot(&id, name.as_deref(), policy.as_deref()).await,
+        Command::Sessions {
+            command:
+                SessionsCommand::Start {
+                    from,
+                    session,
+                    count,
+                    policy,
+                },
+        } => sessions_start(&from, session.as_deref(), count, policy.as_deref()).await,
+        Command::Sessions {
+            command: SessionsCommand::Fork { id, count, policy },
+        } => sessions_fork(&id, count, policy.as_deref()).await,
+        Command::Snapshots {
+            command: SnapshotsCommand::List { policy },
+        } => snapshots_list(policy.as_deref()),
+        Command::Snapshots {
+            command: SnapshotsCommand::Rm { names, policy },
+        } => snapshots_rm(&names, policy.as_deref()).await,
         Command::Policy {
             command: PolicyCommand::Check { files },
         } => policy_check(&files),
@@ -920,6 +997,134 @@ async fn sessions_pause(id: &str, policy: Option<&Path>, pause: bool) -> ExitCod
             ExitCode::from(1)
         }
     }
+}
+
+/// A failed snapshot command: the error on stderr and as a JSON line, exit 1.
+fn snapshot_failed(err: &crate::engine::EngineError) -> ExitCode {
+    let _ = writeln!(std::io::stderr(), "paddock: {err}");
+    print_line(&json!({"error": err.to_string()}));
+    ExitCode::from(1)
+}
+
+async fn sessions_snapshot(id: &str, name: Option<&str>, policy: Option<&Path>) -> ExitCode {
+    let engine = match sessions_engine(policy) {
+        Ok(e) => e,
+        Err(e) => return usage_error(&e),
+    };
+    match engine.snapshot_session(id, name).await {
+        Ok(summary) => {
+            print_line(&serde_json::to_value(&summary).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err(err) => snapshot_failed(&err),
+    }
+}
+
+/// The ids of `count` sessions started from `snapshot`: `--session` (suffixed `-1`... when
+/// more than one), or made from the snapshot's name.
+fn new_session_ids(snapshot: &str, session: Option<&str>, count: usize) -> Vec<String> {
+    match session {
+        Some(id) if count == 1 => vec![id.to_owned()],
+        Some(id) => (1..=count).map(|i| format!("{id}-{i}")).collect(),
+        None => crate::snapshots::fork_ids(snapshot, count),
+    }
+}
+
+async fn sessions_start(
+    snapshot: &str,
+    session: Option<&str>,
+    count: usize,
+    policy: Option<&Path>,
+) -> ExitCode {
+    if count == 0 {
+        return usage_error("--count must be at least 1");
+    }
+    let engine = match sessions_engine(policy) {
+        Ok(e) => e,
+        Err(e) => return usage_error(&e),
+    };
+    let ids = new_session_ids(snapshot, session, count);
+    match engine.start_from_snapshot(snapshot, &ids).await {
+        Ok(()) => {
+            let mut out = std::io::stdout().lock();
+            for id in &ids {
+                let _ = writeln!(out, "{id}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            let _ = writeln!(std::io::stderr(), "paddock: {err}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn sessions_fork(id: &str, count: usize, policy: Option<&Path>) -> ExitCode {
+    if count == 0 {
+        return usage_error("--count must be at least 1");
+    }
+    let engine = match sessions_engine(policy) {
+        Ok(e) => e,
+        Err(e) => return usage_error(&e),
+    };
+    match engine.fork_session(id, count).await {
+        Ok((summary, ids)) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "paddock: snapshot {} of session {id} ({} bytes) kept; `paddock snapshots rm {}` removes it",
+                summary.name,
+                summary.bytes,
+                summary.name
+            );
+            let mut out = std::io::stdout().lock();
+            for id in &ids {
+                let _ = writeln!(out, "{id}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            let _ = writeln!(std::io::stderr(), "paddock: {err}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn snapshots_list(policy: Option<&Path>) -> ExitCode {
+    let engine = match sessions_engine(policy) {
+        Ok(e) => e,
+        Err(e) => return usage_error(&e),
+    };
+    match engine.list_snapshots() {
+        Ok(list) => {
+            for entry in list {
+                match entry {
+                    Ok(summary) => print_line(&serde_json::to_value(&summary).unwrap_or_default()),
+                    Err((name, error)) => print_line(&json!({"name": name, "error": error})),
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => snapshot_failed(&err),
+    }
+}
+
+async fn snapshots_rm(names: &[String], policy: Option<&Path>) -> ExitCode {
+    let engine = match sessions_engine(policy) {
+        Ok(e) => e,
+        Err(e) => return usage_error(&e),
+    };
+    let mut code = ExitCode::SUCCESS;
+    for name in names {
+        match engine.remove_snapshot(name).await {
+            Ok(()) => print_line(&json!({"name": name, "removed": true})),
+            Err(err) => {
+                let _ = writeln!(std::io::stderr(), "paddock: {err}");
+                print_line(&json!({"name": name, "removed": false, "error": err.to_string()}));
+                code = ExitCode::from(1);
+            }
+        }
+    }
+    code
 }
 
 async fn tools(policy: Option<PathBuf>, format: Format) -> ExitCode {

@@ -29,6 +29,8 @@ pub enum EngineError {
     Session(#[from] crate::sessions::SessionError),
     #[error("this engine has no environment tools, hence no sessions")]
     NoSessions,
+    #[error(transparent)]
+    Snapshot(#[from] crate::snapshots::SnapshotError),
 }
 
 /// Who is calling and where environment tools run, for one engine.
@@ -312,6 +314,62 @@ impl Engine {
     /// call thaws it.
     pub async fn pause_session(&self, id: &str) -> Result<PauseReport, EngineError> {
         Ok(self.sessions()?.pause(id).await?)
+    }
+
+    /// The snapshots of this engine's home, under the policy's `[snapshots]` limits.
+    fn snapshots(&self) -> Result<crate::snapshots::Snapshots<'_>, EngineError> {
+        let limits = crate::snapshots::Limits {
+            max_count: usize::try_from(*self.policy.snapshots.max_count.get_ref()).unwrap_or(1),
+            max_total_bytes: u64::try_from(*self.policy.snapshots.max_total_mb.get_ref())
+                .unwrap_or(1)
+                .saturating_mul(1 << 20),
+        };
+        Ok(crate::snapshots::Snapshots::new(self.sessions()?, limits))
+    }
+
+    /// Saves session `id` as snapshot `name` (default: made from the id); the session goes on
+    /// unchanged (`paddock sessions snapshot`).
+    pub async fn snapshot_session(
+        &self,
+        id: &str,
+        name: Option<&str>,
+    ) -> Result<crate::snapshots::SnapshotSummary, EngineError> {
+        Ok(self.snapshots()?.snapshot(id, name).await?)
+    }
+
+    /// Starts each of `ids` (new sessions) from snapshot `name` (`paddock sessions start
+    /// --from`).
+    pub async fn start_from_snapshot(&self, name: &str, ids: &[String]) -> Result<(), EngineError> {
+        for id in ids {
+            crate::sessions::check_id(id)?;
+        }
+        Ok(self.snapshots()?.start_from(name, ids).await?)
+    }
+
+    /// Snapshots session `id` and starts `count` new sessions from it (`paddock sessions
+    /// fork`); answers the snapshot and the new ids.
+    pub async fn fork_session(
+        &self,
+        id: &str,
+        count: usize,
+    ) -> Result<(crate::snapshots::SnapshotSummary, Vec<String>), EngineError> {
+        let snapshots = self.snapshots()?;
+        let summary = snapshots.snapshot(id, None).await?;
+        let ids = crate::snapshots::fork_ids(id, count);
+        snapshots.start_from(&summary.name, &ids).await?;
+        Ok((summary, ids))
+    }
+
+    /// `paddock snapshots list`: each snapshot, or why it cannot be read.
+    pub fn list_snapshots(
+        &self,
+    ) -> Result<Vec<Result<crate::snapshots::SnapshotSummary, (String, String)>>, EngineError> {
+        Ok(self.snapshots()?.list())
+    }
+
+    /// `paddock snapshots rm NAME`.
+    pub async fn remove_snapshot(&self, name: &str) -> Result<(), EngineError> {
+        Ok(self.snapshots()?.remove(name).await?)
     }
 
     /// Thaws a paused session now (`paddock sessions resume`).

@@ -39,6 +39,7 @@ pub mod network;
 pub mod policy;
 pub mod registry;
 pub mod sessions;
+pub mod snapshots;
 pub mod tools;
 pub mod toolsets;
 pub mod vocabulary;

@@ -369,6 +369,24 @@ impl SessionsConfig {
     }
 }
 
+/// `[snapshots]`: how many snapshots a home keeps, and how much they may take
+/// (`paddock sessions snapshot` refuses a new one past either, naming the key).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SnapshotsConfig {
+    pub max_count: Spanned<i64>,
+    pub max_total_mb: Spanned<i64>,
+}
+
+impl Default for SnapshotsConfig {
+    fn default() -> Self {
+        Self {
+            max_count: Spanned::new(0..0, 50),
+            max_total_mb: Spanned::new(0..0, 20 * 1024),
+        }
+    }
+}
+
 /// A whole policy file.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -384,6 +402,7 @@ pub struct Policy {
     pub mcp: McpConfig,
     pub processes: ProcessesConfig,
     pub sessions: SessionsConfig,
+    pub snapshots: SnapshotsConfig,
     pub network: NetworkConfig,
     /// Where it came from (`<built-in>` for the default).
     #[serde(skip)]
@@ -758,6 +777,18 @@ impl Policy {
             ));
         }
         let idle = *self.sessions.idle_timeout_seconds.get_ref();
+        for (value, key) in [
+            (&self.snapshots.max_count, "snapshots.max_count"),
+            (&self.snapshots.max_total_mb, "snapshots.max_total_mb"),
+        ] {
+            if *value.get_ref() < 1 {
+                return Err(invalid(
+                    value.span(),
+                    key,
+                    format!("must be at least 1, got {}", value.get_ref()),
+                ));
+            }
+        }
         if idle <= 0 {
             return Err(invalid(
                 self.sessions.idle_timeout_seconds.span(),

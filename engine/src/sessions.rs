@@ -149,7 +149,7 @@ fn now_secs() -> u64 {
 }
 
 /// Same rule as the backends' (`shell::check_session`): the id names a file and a directory.
-fn check_id(id: &str) -> Result<(), SessionError> {
+pub fn check_id(id: &str) -> Result<(), SessionError> {
     paddock_backends::shell::check_session(id).map_err(|_| SessionError::InvalidId(id.to_owned()))
 }
 
@@ -375,6 +375,21 @@ impl Sessions {
             }
         }
         paused
+    }
+
+    /// Backend `name`'s environment in this engine's policy.
+    pub fn environment(&self, name: &str) -> Option<&Arc<dyn Environment>> {
+        self.backends.get(name)
+    }
+
+    /// The durable registry of background processes.
+    pub fn processes(&self) -> &ProcessRegistry {
+        &self.processes
+    }
+
+    /// The engine's state directory (`$PADDOCK_HOME`).
+    pub fn state_root(&self) -> &Path {
+        &self.state_root
     }
 
     pub fn store(&self) -> &SessionStore {

@@ -594,6 +594,26 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
         self.inner.resume_session(session)
     }
 
+    fn commit_session<'a>(
+        &'a self,
+        session: &'a str,
+        tag: &'a str,
+    ) -> Option<BackendFuture<'a, (String, u64)>> {
+        self.inner.commit_session(session, tag)
+    }
+
+    fn start_from_image<'a>(
+        &'a self,
+        session: &'a str,
+        image: &'a str,
+    ) -> Option<BackendFuture<'a, ()>> {
+        self.inner.start_from_image(session, image)
+    }
+
+    fn remove_image<'a>(&'a self, image: &'a str) -> BackendFuture<'a, ()> {
+        self.inner.remove_image(image)
+    }
+
     fn prewarm(&self) {
         if self.binary.is_ok() {
             self.inner.prewarm();

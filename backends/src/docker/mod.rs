@@ -34,6 +34,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
 pub mod section;
+mod snapshot;
 mod warm;
 
 use crate::agent::{AgentHost, AgentPlacement, agent_dir, placed_agent_socket, prepare_agent_dir};
@@ -130,6 +131,9 @@ pub struct DockerTransport {
     /// Containers this engine saw running (checked again when an exec fails).
     running: Mutex<HashSet<String>>,
     swept: tokio::sync::OnceCell<()>,
+    /// Containers of forked sessions (name → the snapshot image they are made from), until
+    /// they are made.
+    from_snapshot: Mutex<std::collections::HashMap<String, String>>,
 }
 
 /// What `paddock __docker-attach` runs.
@@ -163,6 +167,7 @@ impl DockerTransport {
             client: tokio::sync::OnceCell::new(),
             running: Mutex::new(HashSet::new()),
             swept: tokio::sync::OnceCell::new(),
+            from_snapshot: Mutex::default(),
         }
     }
 
@@ -265,8 +270,14 @@ impl DockerTransport {
             binds,
             ..Default::default()
         };
+        let image = self
+            .from_snapshot
+            .lock()
+            .ok()
+            .and_then(|from| from.get(&self.container_name(session)).cloned())
+            .unwrap_or_else(|| c.image.clone());
         ContainerCreateBody {
-            image: Some(c.image.clone()),
+            image: Some(image),
             cmd: Some(vec!["bash".into(), "-c".into(), KEEPALIVE.into()]),
             labels: Some(self.labels(session)),
             working_dir: Some(workdir),
@@ -699,6 +710,26 @@ impl Transport for DockerTransport {
             // The detached filler counts what is ready and makes only what is missing.
             self.spawn_refill();
         }
+    }
+
+    fn commit_session<'a>(
+        &'a self,
+        session: &'a str,
+        tag: &'a str,
+    ) -> Option<BackendFuture<'a, (String, u64)>> {
+        Some(Box::pin(self.commit(session, tag)))
+    }
+
+    fn start_from_image<'a>(
+        &'a self,
+        session: &'a str,
+        image: &'a str,
+    ) -> Option<BackendFuture<'a, ()>> {
+        Some(Box::pin(self.start_from(session, image)))
+    }
+
+    fn remove_image<'a>(&'a self, image: &'a str) -> BackendFuture<'a, ()> {
+        Box::pin(self.remove_snapshot_image(image))
     }
 
     fn pause_session<'a>(&'a self, session: &'a str) -> Option<BackendFuture<'a, bool>> {

@@ -1,6 +1,7 @@
 //! The local backend: commands on this machine, each in its own process group.
 
 pub mod section;
+mod snapshot;
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
@@ -407,6 +408,7 @@ impl LocalEnvironment {
             .lock()
             .ok()
             .and_then(|map| map.get(session).cloned())
+            .or_else(|| self.forked_workspace(session))
     }
 
     /// The sandbox of `session`'s commands: the backend's, over the workspace its client named.
@@ -1769,6 +1771,7 @@ impl Environment for LocalEnvironment {
             // killed and the groups removed; its /tmp tmpfs is unmounted before it is removed.
             self.release_ceilings(session);
             let _ = std::fs::remove_dir_all(self.session_tmp(session));
+            self.remove_fork(session);
             match std::fs::remove_dir_all(&dir) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -1778,6 +1781,24 @@ impl Environment for LocalEnvironment {
                 }),
             }
         })
+    }
+
+    fn snapshot_session<'a>(
+        &'a self,
+        session: &'a str,
+        dir: &'a Path,
+        _tag: &'a str,
+    ) -> BackendFuture<'a, crate::snapshot::SavedEnvironment> {
+        Box::pin(self.snapshot(session, dir))
+    }
+
+    fn start_from_snapshot<'a>(
+        &'a self,
+        session: &'a str,
+        saved: &'a crate::snapshot::SavedEnvironment,
+        dir: &'a Path,
+    ) -> BackendFuture<'a, ()> {
+        Box::pin(self.start_from(session, saved, dir))
     }
 
     fn pause_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, bool> {

@@ -30,6 +30,7 @@ use crate::launch::RemoteLaunch;
 use crate::output::Utf8Capped;
 use crate::processes::{ProcessRecord, ProcessRegistry, ProcessSpec};
 use crate::shell::check_command;
+use crate::snapshot::SavedEnvironment;
 use crate::{
     BackendError, BackendFuture, BackgroundRequest, Environment, ExecOutput, ExecRequest,
     RemoteFile, Result,
@@ -119,6 +120,30 @@ pub trait Transport: Send + Sync + 'static {
     /// Thaws what [`Transport::pause_session`] froze.
     fn resume_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
         let _ = session;
+        Box::pin(async { Ok(()) })
+    }
+    /// Commits the session's environment to an image for snapshot `tag`; answers the image
+    /// and its size. `None`: this transport keeps no snapshot.
+    fn commit_session<'a>(
+        &'a self,
+        session: &'a str,
+        tag: &'a str,
+    ) -> Option<BackendFuture<'a, (String, u64)>> {
+        let _ = (session, tag);
+        None
+    }
+    /// Makes the (new) session's environment from a snapshot's `image`.
+    fn start_from_image<'a>(
+        &'a self,
+        session: &'a str,
+        image: &'a str,
+    ) -> Option<BackendFuture<'a, ()>> {
+        let _ = (session, image);
+        None
+    }
+    /// Removes a snapshot's image.
+    fn remove_image<'a>(&'a self, image: &'a str) -> BackendFuture<'a, ()> {
+        let _ = image;
         Box::pin(async { Ok(()) })
     }
     /// Starts filling the warm pool, if the backend has one.
@@ -357,6 +382,80 @@ impl<T: Transport> RemoteEnvironment<T> {
     }
 
     /// Files under `dir` on the target (python_execute's artifacts).
+    /// The session's shell state files ([`crate::snapshot::SHELL_FILES`]), read in a run of
+    /// the session (the state its next command would start from).
+    async fn read_shell(&self, session: &str) -> Result<BTreeMap<String, String>> {
+        let command = crate::snapshot::SHELL_FILES
+            .iter()
+            .map(|f| {
+                format!(
+                    "if [ -f \"$__p_state/{f}\" ]; then printf '{f} '; base64 -w0 \"$__p_state/{f}\"; echo; fi"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let out = self
+            .run_command(ExecRequest {
+                command,
+                session: session.to_owned(),
+                workdir: None,
+                env: BTreeMap::new(),
+                stdin: None,
+                timeout: Duration::from_secs(60),
+                pty: false,
+                max_output_chars: 16 * 1024 * 1024,
+            })
+            .await?;
+        if out.exit_code != 0 {
+            return Err(BackendError::Io(std::io::Error::other(format!(
+                "reading the session's shell state on the {} backend failed (exit {}): {}",
+                self.transport.kind(),
+                out.exit_code,
+                out.output.trim()
+            ))));
+        }
+        use base64::Engine as _;
+        let mut shell = BTreeMap::new();
+        for line in out.output.lines() {
+            if let Some((name, data)) = line.split_once(' ')
+                && crate::snapshot::SHELL_FILES.contains(&name)
+                && let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(data.trim())
+            {
+                shell.insert(name.to_owned(), String::from_utf8_lossy(&bytes).into_owned());
+            }
+        }
+        Ok(shell)
+    }
+
+    /// Writes a snapshot's shell state as the (new) session's, through the environment's
+    /// agent (a run of the wrapper would save its own state over it).
+    async fn write_shell(&self, session: &str, shell: &BTreeMap<String, String>) -> Result<()> {
+        let dir = format!("{}/sessions/{session}", self.transport.state_root());
+        for (name, content) in shell {
+            if !crate::snapshot::SHELL_FILES.contains(&name.as_str()) {
+                continue;
+            }
+            let content = if name == "env.sh" {
+                crate::snapshot::shell_for_new_session(content)
+            } else {
+                content.clone()
+            };
+            let request = paddock_files::FileRequest::Write {
+                path: format!("{dir}/{name}"),
+                content,
+            };
+            match Environment::files(self, session, request).await? {
+                Ok(_) => {}
+                Err(err) => {
+                    return Err(BackendError::Io(std::io::Error::other(format!(
+                        "writing the session's shell state ({name}) failed: {err}"
+                    ))));
+                }
+            }
+        }
+        Ok(())
+    }
+
     async fn collect(
         &self,
         session: &str,
@@ -548,6 +647,77 @@ impl<T: Transport> Environment for RemoteEnvironment<T> {
 
     fn resume_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
         self.transport.resume_session(session)
+    }
+
+    fn snapshot_session<'a>(
+        &'a self,
+        session: &'a str,
+        _dir: &'a std::path::Path,
+        tag: &'a str,
+    ) -> BackendFuture<'a, SavedEnvironment> {
+        Box::pin(async move {
+            let Some(commit) = self.transport.commit_session(session, tag) else {
+                return Err(crate::snapshot::snapshot_not_offered(
+                    self.transport.kind(),
+                    self.transport.name(),
+                ));
+            };
+            // The image first: a session with no environment here fails before anything runs.
+            let (image, bytes) = commit.await?;
+            let shell = match self.read_shell(session).await {
+                Ok(shell) => shell,
+                Err(err) => {
+                    let _ = self.transport.remove_image(&image).await;
+                    return Err(err);
+                }
+            };
+            Ok(SavedEnvironment {
+                kind: self.transport.kind().to_owned(),
+                files: "docker commit".to_owned(),
+                image: Some(image),
+                workspace: None,
+                workspace_was: None,
+                shell,
+                bytes,
+                not_carried: vec![
+                    "/tmp outside the session's state (a tmpfs, not in the image)".to_owned(),
+                ],
+            })
+        })
+    }
+
+    fn start_from_snapshot<'a>(
+        &'a self,
+        session: &'a str,
+        saved: &'a SavedEnvironment,
+        _dir: &'a std::path::Path,
+    ) -> BackendFuture<'a, ()> {
+        Box::pin(async move {
+            let (Some(image), Some(start)) = (
+                saved.image.as_deref(),
+                saved
+                    .image
+                    .as_deref()
+                    .and_then(|image| self.transport.start_from_image(session, image)),
+            ) else {
+                return Err(crate::snapshot::snapshot_not_offered(
+                    self.transport.kind(),
+                    self.transport.name(),
+                ));
+            };
+            tracing::debug!(session, image, "a session made from a snapshot");
+            start.await?;
+            self.write_shell(session, &saved.shell).await
+        })
+    }
+
+    fn remove_snapshot<'a>(&'a self, saved: &'a SavedEnvironment) -> BackendFuture<'a, ()> {
+        Box::pin(async move {
+            match &saved.image {
+                Some(image) => self.transport.remove_image(image).await,
+                None => Ok(()),
+            }
+        })
     }
 
     fn prewarm(&self) {

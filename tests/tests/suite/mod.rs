@@ -22,6 +22,7 @@ mod python_compat;
 mod sessions;
 mod slurm;
 mod slurm_nodes;
+mod snapshots;
 mod spill;
 mod warm;
 mod zygote_idle_work;
