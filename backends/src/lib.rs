@@ -47,8 +47,8 @@ pub mod registry;
 pub mod remote;
 pub mod section;
 pub mod shell;
-pub mod snapshot;
 pub mod slurm;
+pub mod snapshot;
 pub mod ssh;
 pub mod supervisor;
 mod tmp_mount;
@@ -278,7 +278,10 @@ pub trait Environment: Send + Sync {
     }
 
     /// Removes what `saved` holds outside the snapshot's directory (a docker image).
-    fn remove_snapshot<'a>(&'a self, saved: &'a snapshot::SavedEnvironment) -> BackendFuture<'a, ()> {
+    fn remove_snapshot<'a>(
+        &'a self,
+        saved: &'a snapshot::SavedEnvironment,
+    ) -> BackendFuture<'a, ()> {
         let _ = saved;
         Box::pin(async { Ok(()) })
     }

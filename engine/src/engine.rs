@@ -361,9 +361,7 @@ impl Engine {
     }
 
     /// `paddock snapshots list`: each snapshot, or why it cannot be read.
-    pub fn list_snapshots(
-        &self,
-    ) -> Result<Vec<Result<crate::snapshots::SnapshotSummary, (String, String)>>, EngineError> {
+    pub fn list_snapshots(&self) -> Result<Vec<crate::snapshots::Listed>, EngineError> {
         Ok(self.snapshots()?.list())
     }
 

@@ -43,7 +43,9 @@ pub enum SnapshotError {
     InvalidName(String),
     #[error("session '{0}' exists: a session started from a snapshot needs a new id")]
     SessionExists(String),
-    #[error("snapshot '{name}' cannot be read ({reason}): remove it with `paddock snapshots rm {name}`")]
+    #[error(
+        "snapshot '{name}' cannot be read ({reason}): remove it with `paddock snapshots rm {name}`"
+    )]
     Corrupt { name: String, reason: String },
     #[error(
         "snapshot '{name}' was made by another Paddock home ({home}), whose images and files \
@@ -87,6 +89,9 @@ pub struct Manifest {
     #[serde(default)]
     pub not_carried: Vec<String>,
 }
+
+/// A listed snapshot, or (its name, why it cannot be read).
+pub type Listed = Result<SnapshotSummary, (String, String)>;
 
 /// One line of `paddock snapshots list` (and what `sessions snapshot` prints).
 #[derive(Debug, Clone, Serialize)]
@@ -168,7 +173,9 @@ fn default_name(session: &str) -> String {
     let base = if base.is_empty() { "session" } else { base };
     format!(
         "{base}-{}",
-        paddock_backends::ids::new_run_id("").get(..8).unwrap_or("0")
+        paddock_backends::ids::new_run_id("")
+            .get(..8)
+            .unwrap_or("0")
     )
 }
 
@@ -251,7 +258,7 @@ impl<'a> Snapshots<'a> {
     }
 
     /// `paddock snapshots list`.
-    pub fn list(&self) -> Vec<Result<SnapshotSummary, (String, String)>> {
+    pub fn list(&self) -> Vec<Listed> {
         std::fs::read_dir(self.root())
             .into_iter()
             .flatten()
@@ -351,7 +358,11 @@ impl<'a> Snapshots<'a> {
         Ok(manifest.summary())
     }
 
-    fn environment(&self, name: &str, backend: &str) -> Result<&Arc<dyn Environment>, SnapshotError> {
+    fn environment(
+        &self,
+        name: &str,
+        backend: &str,
+    ) -> Result<&Arc<dyn Environment>, SnapshotError> {
         self.sessions
             .environment(backend)
             .ok_or_else(|| SnapshotError::NoBackend {
@@ -462,7 +473,9 @@ pub fn fork_ids(base: &str, count: usize) -> Vec<String> {
         .map(|i| {
             format!(
                 "{stem}-fork{i}-{}",
-                paddock_backends::ids::new_run_id("").get(..6).unwrap_or("0")
+                paddock_backends::ids::new_run_id("")
+                    .get(..6)
+                    .unwrap_or("0")
             )
         })
         .collect()

@@ -77,7 +77,10 @@ impl DockerTransport {
         }
         let name = self.container_name(session);
         if docker
-            .inspect_container(&name, None::<bollard::query_parameters::InspectContainerOptions>)
+            .inspect_container(
+                &name,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
             .await
             .is_ok()
         {

@@ -22,7 +22,10 @@ async fn copy_tree(from: &Path, to: &Path) -> Result<&'static str> {
     };
     std::fs::create_dir_all(to).map_err(state)?;
     let source = format!("{}/.", from.display());
-    for (how, reflink) in [("reflink copy", "--reflink=always"), ("copy", "--reflink=never")] {
+    for (how, reflink) in [
+        ("reflink copy", "--reflink=always"),
+        ("copy", "--reflink=never"),
+    ] {
         let out = tokio::process::Command::new("cp")
             .args(["-a", reflink, "--", &source])
             .arg(to)
@@ -79,7 +82,8 @@ impl LocalEnvironment {
             .join(WORKSPACE_FILE);
         let text = std::fs::read_to_string(file).ok()?;
         let path = PathBuf::from(text.trim());
-        path.starts_with(self.state_root.join("forks")).then_some(path)
+        path.starts_with(self.state_root.join("forks"))
+            .then_some(path)
     }
 
     /// Removes a forked session's workspace copy (at close).

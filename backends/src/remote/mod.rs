@@ -421,7 +421,10 @@ impl<T: Transport> RemoteEnvironment<T> {
                 && crate::snapshot::SHELL_FILES.contains(&name)
                 && let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(data.trim())
             {
-                shell.insert(name.to_owned(), String::from_utf8_lossy(&bytes).into_owned());
+                shell.insert(
+                    name.to_owned(),
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                );
             }
         }
         Ok(shell)

@@ -151,7 +151,11 @@ fn mode(path: &Path) -> u32 {
 fn snapshot_and_fork(t: &Target) {
     // Docker's /tmp is a tmpfs, never in a committed image: the files go where a container
     // keeps them. The local sandbox writes its workspace only.
-    let base = if t.backend == "docker" { "/var/tmp/snap" } else { "." };
+    let base = if t.backend == "docker" {
+        "/var/tmp/snap"
+    } else {
+        "."
+    };
     t.ok(
         "orig",
         &format!(
@@ -211,7 +215,11 @@ fn snapshot_and_fork(t: &Target) {
     }
     if t.backend == "docker" {
         for fork in &forks {
-            assert!(containers(fork).is_empty(), "{fork}: {:?}", containers(fork));
+            assert!(
+                containers(fork).is_empty(),
+                "{fork}: {:?}",
+                containers(fork)
+            );
         }
     } else {
         let left: Vec<_> = std::fs::read_dir(t.home.path().join("forks/local"))
@@ -296,7 +304,11 @@ fn bad_snapshots_and_forks_are_refused_leaving_nothing_half_made() {
     std::fs::write(&manifest, other.to_string()).unwrap();
     let run = t.paddock(&["sessions", "start", "--from", "one", "--session", "n1"]);
     assert_eq!(run.code, 1);
-    assert!(run.stderr.contains("another Paddock home"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("another Paddock home"),
+        "{}",
+        run.stderr
+    );
     // A truncated manifest.
     std::fs::write(&manifest, &good[..good.len() / 2]).unwrap();
     let run = t.paddock(&["sessions", "start", "--from", "one", "--session", "n2"]);
@@ -324,12 +336,22 @@ fn a_fork_whose_docker_image_was_removed_is_refused_leaving_nothing() {
         &std::fs::read_to_string(t.snapshots_dir().join("gone/manifest.json")).unwrap(),
     )
     .unwrap();
-    let image = manifest["backends"]["docker"]["image"].as_str().unwrap().to_owned();
-    let rmi = Command::new("docker").args(["rmi", "-f", &image]).output().unwrap();
+    let image = manifest["backends"]["docker"]["image"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let rmi = Command::new("docker")
+        .args(["rmi", "-f", &image])
+        .output()
+        .unwrap();
     assert!(rmi.status.success(), "{rmi:?}");
     let run = t.paddock(&["sessions", "start", "--from", "gone", "--session", "g2"]);
     assert_eq!(run.code, 1, "{}", run.stdout);
-    assert!(run.stderr.contains(&image) && run.stderr.contains("gone"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&image) && run.stderr.contains("gone"),
+        "{}",
+        run.stderr
+    );
     assert!(containers("g2").is_empty(), "{:?}", containers("g2"));
     assert_eq!(t.sessions(), vec!["g".to_owned()]);
     let run = t.paddock(&["snapshots", "rm", "gone"]);
@@ -344,9 +366,7 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
         let path = entry.path();
         if path.is_dir() {
             found.extend(files_containing(&path, needle));
-        } else if std::fs::read(&path)
-            .is_ok_and(|b| String::from_utf8_lossy(&b).contains(needle))
-        {
+        } else if std::fs::read(&path).is_ok_and(|b| String::from_utf8_lossy(&b).contains(needle)) {
             found.push(path);
         }
     }
