@@ -381,7 +381,6 @@ impl<T: Transport> RemoteEnvironment<T> {
             .await
     }
 
-    /// Files under `dir` on the target (python_execute's artifacts).
     /// The session's shell state files ([`crate::snapshot::SHELL_FILES`]), read in a run of
     /// the session (the state its next command would start from).
     async fn read_shell(&self, session: &str) -> Result<BTreeMap<String, String>> {
@@ -394,29 +393,18 @@ impl<T: Transport> RemoteEnvironment<T> {
             })
             .collect::<Vec<_>>()
             .join("\n");
-        let out = self
-            .run_command(ExecRequest {
+        let output = self
+            .run_script(
+                session,
                 command,
-                session: session.to_owned(),
-                workdir: None,
-                env: BTreeMap::new(),
-                stdin: None,
-                timeout: Duration::from_secs(60),
-                pty: false,
-                max_output_chars: 16 * 1024 * 1024,
-            })
+                None,
+                16 * 1024 * 1024,
+                "reading the session's shell state",
+            )
             .await?;
-        if out.exit_code != 0 {
-            return Err(BackendError::Io(std::io::Error::other(format!(
-                "reading the session's shell state on the {} backend failed (exit {}): {}",
-                self.transport.kind(),
-                out.exit_code,
-                out.output.trim()
-            ))));
-        }
         use base64::Engine as _;
         let mut shell = BTreeMap::new();
-        for line in out.output.lines() {
+        for line in output.lines() {
             if let Some((name, data)) = line.split_once(' ')
                 && crate::snapshot::SHELL_FILES.contains(&name)
                 && let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(data.trim())
@@ -459,6 +447,40 @@ impl<T: Transport> RemoteEnvironment<T> {
         Ok(())
     }
 
+    /// Runs `command` in the session through the wrapper (stdin `stdin`); answers its output,
+    /// or an error saying `what` failed when it exits non-zero.
+    async fn run_script(
+        &self,
+        session: &str,
+        command: String,
+        stdin: Option<Vec<u8>>,
+        max_output_chars: usize,
+        what: &str,
+    ) -> Result<String> {
+        let out = self
+            .run_command(ExecRequest {
+                command,
+                session: session.to_owned(),
+                workdir: None,
+                env: BTreeMap::new(),
+                stdin,
+                timeout: Duration::from_secs(120),
+                pty: false,
+                max_output_chars,
+            })
+            .await?;
+        if out.exit_code != 0 {
+            return Err(BackendError::Io(std::io::Error::other(format!(
+                "{what} on the {} backend failed (exit {}): {}",
+                self.transport.kind(),
+                out.exit_code,
+                out.output.trim()
+            ))));
+        }
+        Ok(out.output)
+    }
+
+    /// Files under `dir` on the target (python_execute's artifacts).
     async fn collect(
         &self,
         session: &str,
@@ -473,27 +495,16 @@ impl<T: Transport> RemoteEnvironment<T> {
             inline_bytes,
             script::COLLECT_FILES_SCRIPT
         );
-        let out = self
-            .run_command(ExecRequest {
+        let output = self
+            .run_script(
+                session,
                 command,
-                session: session.to_owned(),
-                workdir: None,
-                env: BTreeMap::new(),
-                stdin: None,
-                timeout: Duration::from_secs(120),
-                pty: false,
-                max_output_chars: 64 * 1024 * 1024,
-            })
+                None,
+                64 * 1024 * 1024,
+                &format!("listing {dir}"),
+            )
             .await?;
-        if out.exit_code != 0 {
-            return Err(BackendError::Io(std::io::Error::other(format!(
-                "listing {dir} on the {} backend failed (exit {}): {}",
-                self.transport.kind(),
-                out.exit_code,
-                out.output.trim()
-            ))));
-        }
-        out.output
+        output
             .lines()
             .filter(|l| l.starts_with('{'))
             .map(|l| {
@@ -511,27 +522,15 @@ impl<T: Transport> RemoteEnvironment<T> {
             "__p_file={}; case $__p_file in /*) ;; *) __p_file=$__p_start/$__p_file ;; esac; mkdir -p -- \"$(dirname -- \"$__p_file\")\" && cat > \"$__p_file\"",
             script::shell_quote(path)
         );
-        let out = self
-            .run_command(ExecRequest {
-                command,
-                session: session.to_owned(),
-                workdir: None,
-                env: BTreeMap::new(),
-                stdin: Some(contents),
-                timeout: Duration::from_secs(120),
-                pty: false,
-                max_output_chars: 4096,
-            })
-            .await?;
-        if out.exit_code != 0 {
-            return Err(BackendError::Io(std::io::Error::other(format!(
-                "writing {path} on the {} backend failed (exit {}): {}",
-                self.transport.kind(),
-                out.exit_code,
-                out.output.trim()
-            ))));
-        }
-        Ok(())
+        self.run_script(
+            session,
+            command,
+            Some(contents),
+            4096,
+            &format!("writing {path}"),
+        )
+        .await
+        .map(drop)
     }
 }
 
