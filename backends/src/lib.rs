@@ -254,14 +254,17 @@ pub trait Environment: Send + Sync {
     /// Saves what a new session needs to continue where `session` is on this backend
     /// (`paddock sessions snapshot`): its environment's files, kept under `dir` (the
     /// snapshot's directory, which exists) or as an image named for `tag`, and its shell
-    /// state. The session goes on unchanged. The default: not offered by this backend.
+    /// state. The session goes on unchanged. Files that would take more than `budget_bytes`
+    /// are refused before they are copied, where their size can be known first. The default:
+    /// not offered by this backend.
     fn snapshot_session<'a>(
         &'a self,
         session: &'a str,
         dir: &'a std::path::Path,
         tag: &'a str,
+        budget_bytes: u64,
     ) -> BackendFuture<'a, snapshot::SavedEnvironment> {
-        let _ = (session, dir, tag);
+        let _ = (session, dir, tag, budget_bytes);
         Box::pin(async move { Err(snapshot::snapshot_not_offered(self.kind(), self.name())) })
     }
 

@@ -117,6 +117,13 @@ impl Engine {
             // A library user's own tool of the same name wins.
             let _ = registry.register(tool);
         }
+        // Off unless `[toolsets]` enables `sessions_admin`.
+        for tool in crate::tools::sessions_admin::sessions_admin_tools(
+            envs.clone(),
+            crate::snapshots::Limits::of(&policy.snapshots),
+        ) {
+            let _ = registry.register(tool);
+        }
         // Offered where [network] lets something through; elsewhere it could only refuse.
         if let Some(egress) = envs.egress().filter(|e| e.offers_web()) {
             let _ = registry.register(Arc::new(crate::tools::http_request::HttpRequest::new(
@@ -318,12 +325,7 @@ impl Engine {
 
     /// The snapshots of this engine's home, under the policy's `[snapshots]` limits.
     fn snapshots(&self) -> Result<crate::snapshots::Snapshots<'_>, EngineError> {
-        let limits = crate::snapshots::Limits {
-            max_count: usize::try_from(*self.policy.snapshots.max_count.get_ref()).unwrap_or(1),
-            max_total_bytes: u64::try_from(*self.policy.snapshots.max_total_mb.get_ref())
-                .unwrap_or(1)
-                .saturating_mul(1 << 20),
-        };
+        let limits = crate::snapshots::Limits::of(&self.policy.snapshots);
         Ok(crate::snapshots::Snapshots::new(self.sessions()?, limits))
     }
 

@@ -829,12 +829,17 @@ impl Policy {
                 .unwrap_or_default(),
             (None, None) => vec!["*".to_owned()],
         };
-        let disabled = self
+        let mut disabled: Vec<String> = self
             .toolsets
             .disabled
             .iter()
             .map(|s| s.get_ref().clone())
             .collect();
+        // Every toolset unless the policy says otherwise, but an orchestrator's: saving and
+        // branching sessions is for operators who enable it.
+        if self.toolsets.enabled.is_none() && self.toolsets.preset.is_none() {
+            disabled.push("sessions_admin".to_owned());
+        }
         (enabled, disabled)
     }
 

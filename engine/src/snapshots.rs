@@ -72,6 +72,18 @@ pub struct Limits {
     pub max_total_bytes: u64,
 }
 
+impl Limits {
+    /// The policy's `[snapshots]` (checked positive when it loaded).
+    pub fn of(config: &crate::policy::SnapshotsConfig) -> Self {
+        Self {
+            max_count: usize::try_from(*config.max_count.get_ref()).unwrap_or(1),
+            max_total_bytes: u64::try_from(*config.max_total_mb.get_ref())
+                .unwrap_or(1)
+                .saturating_mul(1 << 20),
+        }
+    }
+}
+
 /// `manifest.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
@@ -328,11 +340,16 @@ impl<'a> Snapshots<'a> {
                 })
                 .collect(),
         };
+        let kept: u64 = existing.iter().map(Manifest::bytes).sum();
         let made = async {
             for backend in &record.backends {
                 let env = self.environment(&name, backend)?;
+                let budget = self
+                    .limits
+                    .max_total_bytes
+                    .saturating_sub(kept + manifest.bytes());
                 let part = env
-                    .snapshot_session(session, &dir, &name)
+                    .snapshot_session(session, &dir, &name, budget)
                     .await
                     .map_err(|e| SnapshotError::Backend {
                         backend: backend.clone(),
@@ -340,7 +357,7 @@ impl<'a> Snapshots<'a> {
                     })?;
                 manifest.backends.insert(backend.clone(), part);
             }
-            let total: u64 = existing.iter().map(Manifest::bytes).sum::<u64>() + manifest.bytes();
+            let total = kept + manifest.bytes();
             if total > self.limits.max_total_bytes {
                 return Err(SnapshotError::Limit(format!(
                     "the snapshots would take {} MB, over the policy's limit ([snapshots] \

@@ -80,6 +80,14 @@ impl Default for Toolsets {
             &[],
         );
         add("mcp", "Tools of the bridged MCP servers", &[], &[]);
+        // Off by default: an orchestrator's tools, not an agent's.
+        add(
+            "sessions_admin",
+            "session_snapshot, session_fork, snapshot_list, snapshot_remove: save and branch \
+             sessions",
+            &[],
+            &[],
+        );
         add(
             "core",
             "Everything Paddock itself provides",
@@ -95,7 +103,7 @@ impl Default for Toolsets {
         .map(|(a, b)| (a.to_owned(), b.to_owned()))
         .collect();
         let presets = [
-            ("all", vec!["core", "mcp"]),
+            ("all", vec!["core", "mcp", "sessions_admin"]),
             ("default", vec!["core", "mcp"]),
             ("minimal", vec!["builtin", "codemode"]),
             ("no-shell", vec!["builtin", "codemode", "mcp"]),

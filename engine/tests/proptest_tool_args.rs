@@ -111,7 +111,10 @@ fn isolated(test: &str, property: fn(&Engine, &tokio::runtime::Runtime)) {
 /// backends, code mode off, and the hook that stops tools from running.
 fn engine() -> Engine {
     let policy = Policy::parse(
-        "[codemode]\nenabled = false\n[approval]\nmode = \"deny\"\napprover = \"none\"\n",
+        // Every toolset on (`all` includes the `sessions_admin` tools, off by default), so that
+        // every registered tool's arguments are checked.
+        "[codemode]\nenabled = false\n[approval]\nmode = \"deny\"\napprover = \"none\"\n\
+         [toolsets]\npreset = \"all\"\n",
         "proptest.toml",
     )
     .unwrap();

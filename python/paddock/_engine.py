@@ -354,6 +354,29 @@ class Engine:
         message = {"type": "download", "remote": remote, "local": os.path.abspath(os.fspath(local))}
         return self._unwrap(self._request_sync(message))
 
+    async def snapshot(self, session: Optional[str] = None, *, name: Optional[str] = None) -> Dict[str, Any]:
+        """Saves `session` (default: this engine's) as a snapshot: its files and shell state,
+        not its running processes (`paddock sessions snapshot`). Returns `{"name", "bytes",
+        "files", "not_carried", ...}`, or raises `ToolError` (`sessions:snapshot_failed`)."""
+        message = {"type": "snapshot", "session": session, "name": name}
+        return self._unwrap(await self._request(message))
+
+    def snapshot_sync(self, session: Optional[str] = None, *, name: Optional[str] = None) -> Dict[str, Any]:
+        """`snapshot`, blocking."""
+        message = {"type": "snapshot", "session": session, "name": name}
+        return self._unwrap(self._request_sync(message))
+
+    async def fork(self, snapshot: str, count: int = 1) -> List[str]:
+        """Starts `count` new sessions from snapshot `snapshot`, each independent; returns their
+        ids (use one as `Engine(session=ID)`; `paddock sessions close ID` ends it)."""
+        message = {"type": "fork", "snapshot": snapshot, "count": count}
+        return list(self._unwrap(await self._request(message))["sessions"])
+
+    def fork_sync(self, snapshot: str, count: int = 1) -> List[str]:
+        """`fork`, blocking."""
+        message = {"type": "fork", "snapshot": snapshot, "count": count}
+        return list(self._unwrap(self._request_sync(message))["sessions"])
+
     async def events(self) -> AsyncIterator[Dict[str, Any]]:
         """Every ToolCallEvent from now on (needs `Engine(events=True)` or `on_event`)."""
         if not self._events_on:

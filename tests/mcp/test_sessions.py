@@ -67,3 +67,47 @@ async def test_stdio_session_named_on_the_command_line_closes_with_the_connectio
         assert [s["id"] for s in sessions(p)] == ["named-stdio"]
     wait_until(lambda: sessions(p) == [], 15, "the named session to be closed")
     assert not (p.home / "sessions" / "named-stdio").exists()
+
+
+async def test_an_operator_snapshots_and_forks_sessions_over_mcp(paddock_factory, tmp_path: Path) -> None:
+    """The `sessions_admin` toolset, off by default, enabled by the policy: a session is saved,
+    forked twice, listed and removed through MCP tools; the forks carry its files and exports."""
+    enabled = '[toolsets]\nenabled = ["core", "mcp", "sessions_admin"]\n'
+    default = paddock_factory("http", "legacy")
+    async with default.client() as c:
+        names = {t.name for t in (await c.list_tools()).tools}
+        assert "session_snapshot" not in names, "sessions_admin is off by default"
+    p = paddock_factory(
+        "http", "legacy", sandbox="workspace-write", home=tmp_path / "admin-home", policy_extra=enabled
+    )
+    async with p.client() as c:
+        names = {t.name for t in (await c.list_tools()).tools}
+        assert {"session_snapshot", "session_fork", "snapshot_list", "snapshot_remove"} <= names, names
+        r = await c.call_tool("terminal", {"command": "echo kept > k.txt && export FROM_MCP=yes"})
+        assert not r.is_error, r
+        made = await c.call_tool("session_snapshot", {"name": "over-mcp"})
+        assert not made.is_error, made
+        assert made.structured_content["name"] == "over-mcp", made
+        forked = await c.call_tool("session_fork", {"snapshot": "over-mcp", "count": 2})
+        assert not forked.is_error, forked
+        ids = forked.structured_content["sessions"]
+        assert len(ids) == 2, forked
+        listed = await c.call_tool("snapshot_list", {})
+        assert [s["name"] for s in listed.structured_content["snapshots"]] == ["over-mcp"], listed
+        bad = await c.call_tool("session_fork", {"snapshot": "nothing-here"})
+        assert bad.is_error, bad
+    for sid in ids:
+        out = subprocess.run(
+            [str(p.binary), "call", "terminal", "--args", json.dumps({"command": "cat k.txt; echo $FROM_MCP"}),
+             "--session", sid, "--policy", str(p.policy)],
+            env=p.env(), cwd=str(p.workdir), capture_output=True, text=True, timeout=60, check=True,
+        )
+        assert json.loads(out.stdout)["output"] == "kept\nyes\n", out.stdout
+        subprocess.run(
+            [str(p.binary), "sessions", "close", sid, "--policy", str(p.policy)],
+            env=p.env(), capture_output=True, timeout=60, check=True,
+        )
+    async with p.client() as c:
+        removed = await c.call_tool("snapshot_remove", {"name": "over-mcp"})
+        assert not removed.is_error, removed
+    assert not (tmp_path / "admin-home" / "snapshots" / "over-mcp").exists()

@@ -645,3 +645,36 @@ def test_pydantic_models_as_parameters() -> None:
         assert result["result"] == {"item": "tea", "total": 6}, result
         refused = engine.run_tools_script_sync("await tools.place(order={'quantity': 2})")
         assert refused["ok"] is False and "order" in refused["error"], refused
+
+
+def test_a_session_is_snapshotted_and_forked_from_python(private_state: Path) -> None:
+    paddock_bin = paddock.find_paddock_bin()
+
+    def close(*sessions: str) -> None:
+        for sid in sessions:
+            subprocess.run([paddock_bin, "sessions", "close", sid], check=True, capture_output=True)
+
+    with paddock.Engine(session="py-snap") as engine:
+        engine.call_sync("terminal", command="mkdir -p w && cd w && echo kept > k.txt && export FROM_PY=yes")
+        made = engine.snapshot_sync(name="py-snap-1")
+        assert made["name"] == "py-snap-1" and made["session"] == "py-snap", made
+        assert made["files"]["local"] in ("reflink copy", "copy"), made
+        ids = engine.fork_sync("py-snap-1", 2)
+        assert len(ids) == 2 and len(set(ids)) == 2, ids
+        with pytest.raises(paddock.ToolError) as err:
+            engine.fork_sync("no-such-snapshot")
+        assert err.value.code == "sessions:snapshot_failed"
+        assert "no snapshot 'no-such-snapshot'" in str(err.value)
+
+    async def in_fork(sid: str) -> List[str]:
+        async with paddock.Engine(session=sid) as fork:
+            answer = await fork.call("terminal", command="pwd; cat k.txt; echo $FROM_PY; echo mine > m.txt")
+            return str(answer["output"]).split()
+
+    for sid in ids:
+        out = asyncio.run(in_fork(sid))
+        assert out[0].endswith("/w") and out[1:] == ["kept", "yes"], out
+    # Each fork wrote its own m.txt; the original's workspace has none.
+    assert not (private_state / "w" / "m.txt").exists()
+    close("py-snap", *ids)
+    subprocess.run([paddock_bin, "snapshots", "rm", "py-snap-1"], check=True, capture_output=True)

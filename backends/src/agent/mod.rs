@@ -556,13 +556,15 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
             let link = self.connect(session).await?;
             match link.files(request).await {
                 Ok(answer) => Ok(answer),
-                Err(LinkError::Refused(message)) => Err(self.unavailable(format!(
-                    "the agent refused the file operation: {message}"
-                ))),
+                Err(LinkError::Refused(message)) => {
+                    Err(self
+                        .unavailable(format!("the agent refused the file operation: {message}")))
+                }
                 Err(other) => Err(match self.inner.explain_loss(session).await {
                     Some(reason) => self.unavailable(reason),
                     None => self.unavailable(format!(
-                        "the agent serving this session failed during a file operation                          ({other}); the next call starts a new agent"
+                        "the agent serving this session failed during a file operation \
+                         ({other}); the next call starts a new agent"
                     )),
                 }),
             }

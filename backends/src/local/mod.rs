@@ -1788,8 +1788,9 @@ impl Environment for LocalEnvironment {
         session: &'a str,
         dir: &'a Path,
         _tag: &'a str,
+        budget_bytes: u64,
     ) -> BackendFuture<'a, crate::snapshot::SavedEnvironment> {
-        Box::pin(self.snapshot(session, dir))
+        Box::pin(self.snapshot(session, dir, budget_bytes))
     }
 
     fn start_from_snapshot<'a>(

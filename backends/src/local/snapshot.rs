@@ -94,7 +94,12 @@ impl LocalEnvironment {
         }
     }
 
-    pub(super) async fn snapshot(&self, session: &str, dir: &Path) -> Result<SavedEnvironment> {
+    pub(super) async fn snapshot(
+        &self,
+        session: &str,
+        dir: &Path,
+        budget_bytes: u64,
+    ) -> Result<SavedEnvironment> {
         crate::shell::check_session(session)?;
         let unavailable = |reason: String| BackendError::Unavailable {
             kind: "local".into(),
@@ -120,6 +125,26 @@ impl LocalEnvironment {
             if let Ok(text) = std::fs::read_to_string(state.join(name)) {
                 shell.insert(name.to_owned(), text);
             }
+        }
+        if dir.starts_with(&sandbox.workspace) {
+            return Err(unavailable(format!(
+                "the snapshot would be kept inside the workspace it copies ({} is under {}): \
+                 set PADDOCK_HOME to a directory outside the workspace",
+                dir.display(),
+                sandbox.workspace.display()
+            )));
+        }
+        // Measured first: a workspace over the limit is refused before it is copied.
+        let workspace_bytes = tree_bytes(&sandbox.workspace);
+        if workspace_bytes > budget_bytes {
+            return Err(unavailable(format!(
+                "the workspace {} holds {} MB, over what the snapshots may still take ({} MB: \
+                 [snapshots] max_total_mb, less the snapshots kept); remove snapshots or raise \
+                 the limit",
+                sandbox.workspace.display(),
+                workspace_bytes.div_ceil(1 << 20),
+                budget_bytes >> 20
+            )));
         }
         let relative = format!("{}/workspace", self.name);
         let copy = dir.join(&relative);

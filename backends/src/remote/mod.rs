@@ -656,6 +656,7 @@ impl<T: Transport> Environment for RemoteEnvironment<T> {
         session: &'a str,
         _dir: &'a std::path::Path,
         tag: &'a str,
+        _budget_bytes: u64,
     ) -> BackendFuture<'a, SavedEnvironment> {
         Box::pin(async move {
             let Some(commit) = self.transport.commit_session(session, tag) else {

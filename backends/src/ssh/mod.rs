@@ -297,7 +297,8 @@ echo "{AGENT_SOCKET}$s/agent.sock""#
             .map_err(|e| self.unavailable(format!("cannot run ssh -O forward: {e}")))?;
         if !out.status.success() {
             return Err(self.unavailable(format!(
-                "the master connection would not forward the agent's socket (is                  AllowStreamLocalForwarding off on the host?): {}",
+                "the master connection would not forward the agent's socket (is \
+                 AllowStreamLocalForwarding off on the host?): {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             )));
         }

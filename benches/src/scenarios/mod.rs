@@ -19,6 +19,7 @@ mod pause;
 mod relay;
 mod scale;
 mod scripts;
+mod snapshot;
 mod terminal;
 
 use std::time::{Duration, Instant};
@@ -113,6 +114,12 @@ pub const SCENARIOS: &[(&str, &str)] = &[
          and on each docker backend of --backends",
     ),
     (
+        "snapshot",
+        "`sessions snapshot`, a fork of 16 sessions and a forked session's first command, in \
+         the sandbox and on each docker backend of --backends, against building the state from \
+         scratch",
+    ),
+    (
         "relay",
         "a command on an agent on another node through the relay against a same-node agent, \
          and 100 at once, on the slurm backends of --backends (nothing without them)",
@@ -181,6 +188,7 @@ pub async fn run(name: &'static str, b: &Bench) -> Vec<ScenarioReport> {
         "files" => files::files(b).await,
         "network" => network::network(b).await,
         "pause" => pause::pause(b).await,
+        "snapshot" => snapshot::snapshot(b).await,
         "relay" => relay::relay(b).await,
         "scale" => return scale::scale(b).await,
         other => Err(BenchError::UnknownScenario {
@@ -253,6 +261,50 @@ pub fn session_engine(
             exe: Some(b.exe.clone()),
         },
     )?)
+}
+
+/// One place a scenario measures: a backend's name, an engine on it, and whether it is docker.
+pub struct Place {
+    pub name: String,
+    pub engine: Engine,
+    pub docker: bool,
+}
+
+/// The sandboxed local backend over `workspace`, and each docker backend of `--backends`,
+/// each with an engine whose session is `session` (`what` names the scenario in errors).
+pub fn sandbox_and_docker(
+    b: &Bench,
+    workspace: &std::path::Path,
+    session: &str,
+    what: &str,
+) -> Result<Vec<Place>> {
+    let sandboxed = paddock_engine::policy::Policy::parse(
+        &format!(
+            "[backends.sandboxed]\nkind = \"local\"\nsandbox = \"workspace-write\"\nworkspace = {}\n",
+            toml::Value::String(workspace.display().to_string())
+        ),
+        &format!("<bench {what}: sandboxed>"),
+    )?;
+    let mut out = vec![Place {
+        name: "sandboxed".into(),
+        engine: session_engine(b, sandboxed, session, Some("sandboxed"))?,
+        docker: false,
+    }];
+    for (name, image) in docker_images(b)? {
+        let policy = paddock_engine::policy::Policy::parse(
+            &format!(
+                "[backends.{name}]\nkind = \"docker\"\nimage = {}\n",
+                toml::Value::String(image)
+            ),
+            &format!("<bench {what}: docker>"),
+        )?;
+        out.push(Place {
+            engine: session_engine(b, policy, session, Some(&name))?,
+            name,
+            docker: true,
+        });
+    }
+    Ok(out)
 }
 
 /// The docker backends of `--backends` (name, image), for scenarios that make their own.

@@ -5,56 +5,19 @@
 
 use std::time::Instant;
 
-use paddock_engine::engine::Engine;
-use paddock_engine::policy::Policy;
 use serde_json::json;
-use toml::Value;
 
+use super::sandbox_and_docker;
 use super::terminal::Scratch;
-use super::{docker_images, session_engine};
 use crate::error::{BenchError, Result};
 use crate::harness::{Bench, ms};
 use crate::report::{Better, Outcome, Role, ScenarioReport};
 
 const SESSION: &str = "bench-pause";
 
-struct Place {
-    name: String,
-    engine: Engine,
-}
-
-/// The sandboxed local backend, and each docker backend of `--backends`.
-fn places(b: &Bench, scratch: &Scratch) -> Result<Vec<Place>> {
-    let sandboxed = Policy::parse(
-        &format!(
-            "[backends.sandboxed]\nkind = \"local\"\nsandbox = \"workspace-write\"\nworkspace = {}\n",
-            Value::String(scratch.0.display().to_string())
-        ),
-        "<bench pause: sandboxed>",
-    )?;
-    let mut out = vec![Place {
-        name: "sandboxed".into(),
-        engine: session_engine(b, sandboxed, SESSION, Some("sandboxed"))?,
-    }];
-    for (name, image) in docker_images(b)? {
-        let policy = Policy::parse(
-            &format!(
-                "[backends.{name}]\nkind = \"docker\"\nimage = {}\n",
-                Value::String(image)
-            ),
-            "<bench pause: docker>",
-        )?;
-        out.push(Place {
-            engine: session_engine(b, policy, SESSION, Some(&name))?,
-            name,
-        });
-    }
-    Ok(out)
-}
-
 pub async fn pause(b: &Bench) -> Result<Vec<ScenarioReport>> {
     let scratch = Scratch::new("pause")?;
-    let places = places(b, &scratch)?;
+    let places = sandbox_and_docker(b, &scratch.0, SESSION, "pause")?;
     for place in &places {
         // The session holds its environment and a background process to freeze.
         place

@@ -238,6 +238,14 @@ impl Embedded {
                         local: local.into(),
                     },
                 ),
+                Inbound::Message(ClientMessage::Snapshot { id, session, name }) => {
+                    (id, Job::Snapshot { session, name })
+                }
+                Inbound::Message(ClientMessage::Fork {
+                    id,
+                    snapshot,
+                    count,
+                }) => (id, Job::Fork { snapshot, count }),
                 Inbound::Message(ClientMessage::Cancel { id }) => {
                     let handle = running.lock().ok().and_then(|mut r| r.remove(&id));
                     if let Some(handle) = handle {
@@ -345,6 +353,19 @@ enum Job {
         remote: String,
         local: std::path::PathBuf,
     },
+    Snapshot {
+        session: Option<String>,
+        name: Option<String>,
+    },
+    Fork {
+        snapshot: String,
+        count: usize,
+    },
+}
+
+/// A failed snapshot or fork, as the client reads a failed call.
+fn snapshot_error(err: crate::engine::EngineError) -> Value {
+    serde_json::json!({"error": err.to_string(), "error_code": "sessions:snapshot_failed"})
 }
 
 /// A failed upload or download, as the client reads a failed call.
@@ -400,6 +421,29 @@ impl RequestContext {
                 .download(&remote, &local)
                 .await
                 .map_err(transfer_error),
+            Job::Snapshot { session, name } => {
+                let session = session.unwrap_or_else(|| self.engine.session().to_owned());
+                self.engine
+                    .snapshot_session(&session, name.as_deref())
+                    .await
+                    .map(|summary| serde_json::to_value(summary).unwrap_or_default())
+                    .map_err(snapshot_error)
+            }
+            Job::Fork { snapshot, count } => {
+                if count == 0 {
+                    Err(serde_json::json!({
+                        "error": "fork: count must be at least 1",
+                        "error_code": "tool:invalid_arguments"
+                    }))
+                } else {
+                    let ids = crate::snapshots::fork_ids(&snapshot, count);
+                    self.engine
+                        .start_from_snapshot(&snapshot, &ids)
+                        .await
+                        .map(|()| serde_json::json!({"snapshot": snapshot, "sessions": ids}))
+                        .map_err(snapshot_error)
+                }
+            }
         };
         let message = match answer {
             Ok(value) => ServerMessage::Result {

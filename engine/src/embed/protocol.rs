@@ -49,6 +49,23 @@ pub enum ClientMessage {
         remote: String,
         local: String,
     },
+    /// Saves a session (default: the engine's) as a snapshot; answered by one `result` (what
+    /// `paddock sessions snapshot` prints).
+    Snapshot {
+        id: u64,
+        #[serde(default)]
+        session: Option<String>,
+        #[serde(default)]
+        name: Option<String>,
+    },
+    /// Starts `count` new sessions from snapshot `snapshot`; answered by one `result`
+    /// (`{"snapshot", "sessions": [ids]}`).
+    Fork {
+        id: u64,
+        snapshot: String,
+        #[serde(default = "one")]
+        count: usize,
+    },
     /// The answer to `host_call` `id`: `ok` with `value`, or not with `error`.
     HostResult {
         id: u64,
@@ -70,6 +87,10 @@ pub enum ClientMessage {
     Cancel { id: u64 },
     /// Ends the engine: running requests are cancelled, the engine's session is closed.
     Close,
+}
+
+fn one() -> usize {
+    1
 }
 
 fn empty_object() -> Value {

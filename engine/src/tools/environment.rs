@@ -28,7 +28,9 @@ const MAX_OUTPUT_CHARS: usize = super::spill::CAPTURE_CEILING_CHARS;
 fn output_cut(printed_chars: usize) -> Option<String> {
     (printed_chars > MAX_OUTPUT_CHARS).then(|| {
         format!(
-            "the command printed {printed_chars} characters, more than the {MAX_OUTPUT_CHARS}              Paddock captures: `output` keeps the first and last {} and the middle is lost;              redirect the output to a file and read that in parts",
+            "the command printed {printed_chars} characters, more than the {MAX_OUTPUT_CHARS} \
+             Paddock captures: `output` keeps the first and last {} and the middle is lost; \
+             redirect the output to a file and read that in parts",
             MAX_OUTPUT_CHARS / 2
         )
     })

@@ -6,6 +6,7 @@ pub mod environment;
 mod files;
 pub mod http_request;
 pub mod read_output;
+pub mod sessions_admin;
 pub mod spill;
 pub mod transfer;
 mod wait;

@@ -405,3 +405,16 @@ fn a_snapshot_holds_no_credential_the_engine_kept_from_commands() {
     assert_eq!(files_containing(&dir, secret), Vec::<PathBuf>::new());
     t.close("cred");
 }
+
+/// A workspace larger than what `[snapshots] max_total_mb` leaves is refused before it is
+/// copied, naming the key.
+#[test]
+fn a_workspace_over_the_size_limit_is_refused_before_it_is_copied() {
+    let t = Target::local().with_policy_text("[snapshots]\nmax_total_mb = 1\n");
+    t.ok("big", "head -c 3000000 /dev/zero > big.bin");
+    let run = t.paddock(&["sessions", "snapshot", "big", "--name", "big"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(run.stderr.contains("max_total_mb"), "{}", run.stderr);
+    assert!(!t.snapshots_dir().join("big").exists());
+    t.close("big");
+}
