@@ -259,10 +259,13 @@ impl<'a> Snapshots<'a> {
         }
         for (backend, part) in &manifest.backends {
             if let Some(copy) = &part.workspace
-                && !dir.join(copy).is_dir()
+                && (copy.starts_with('/')
+                    || copy.split('/').any(|c| c == "..")
+                    || !dir.join(copy).is_dir())
             {
                 return Err(corrupt(format!(
-                    "backend '{backend}''s workspace copy {copy} is missing"
+                    "backend '{backend}''s workspace copy {copy} is missing or not inside the \
+                     snapshot"
                 )));
             }
         }
@@ -271,12 +274,16 @@ impl<'a> Snapshots<'a> {
 
     /// `paddock snapshots list`.
     pub fn list(&self) -> Vec<Listed> {
-        std::fs::read_dir(self.root())
+        let mut names: Vec<String> = std::fs::read_dir(self.root())
             .into_iter()
             .flatten()
             .flatten()
             .filter(|e| e.path().is_dir())
             .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        names
+            .into_iter()
             .map(|name| {
                 self.load(&name)
                     .map(|m| m.summary())
