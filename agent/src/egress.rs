@@ -57,7 +57,19 @@ pub fn forward_for(
     let Some((program, args)) = argv.split_first() else {
         return Err(std::io::Error::other("egress-forward: no program to run"));
     };
-    listen(port, proxy, run)?;
+    let listener = TcpListener::bind(("127.0.0.1", port))?;
+    run_forwarded(listener, proxy, run, program, args)
+}
+
+/// The program of [`forward_for`] with its listener already bound.
+fn run_forwarded(
+    listener: TcpListener,
+    proxy: PathBuf,
+    run: Option<String>,
+    program: &str,
+    args: &[String],
+) -> std::io::Result<i32> {
+    serve(listener, proxy, run)?;
     let status = std::process::Command::new(program).args(args).status()?;
     Ok(status
         .code()
@@ -67,7 +79,12 @@ pub fn forward_for(
 /// Serves `127.0.0.1:port` from a thread: each connection carried to `proxy`. `run` names the
 /// run of every connection (one program's listener); without it the proxy asks the agent.
 fn listen(port: u16, proxy: PathBuf, run: Option<String>) -> std::io::Result<()> {
-    let listener = TcpListener::bind(("127.0.0.1", port))?;
+    serve(TcpListener::bind(("127.0.0.1", port))?, proxy, run)
+}
+
+/// Serves an already bound listener from a thread (tests bind port 0 themselves: a port
+/// probed and released can be taken by any client's connection before it is bound again).
+fn serve(listener: TcpListener, proxy: PathBuf, run: Option<String>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("egress".into())
         .spawn(move || {
@@ -179,11 +196,11 @@ mod tests {
     fn a_connection_is_carried_with_its_preamble_and_both_directions() {
         let dir = tempfile::tempdir().unwrap();
         let agent_socket = dir.path().join("agent.sock");
-        let proxy = std::os::unix::net::UnixListener::bind(dir.path().join(EGRESS_SOCKET)).unwrap();
-        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = probe.local_addr().unwrap().port();
-        drop(probe);
-        start(port, &agent_socket).unwrap();
+        let proxy_path = agent_socket.with_file_name(EGRESS_SOCKET);
+        let proxy = std::os::unix::net::UnixListener::bind(&proxy_path).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        serve(listener, proxy_path, None).unwrap();
         let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
         client.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
         client.shutdown(Shutdown::Write).unwrap();
@@ -209,13 +226,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let proxy_path = dir.path().join(EGRESS_SOCKET);
         let proxy = std::os::unix::net::UnixListener::bind(&proxy_path).unwrap();
-        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = probe.local_addr().unwrap().port();
-        drop(probe);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
         let program = format!("exec 3<>/dev/tcp/127.0.0.1/{port}; echo hi >&3; exit 3");
-        let argv: Vec<String> = ["bash", "-c", &program].map(String::from).to_vec();
-        let forwarded =
-            std::thread::spawn(move || forward_for(port, proxy_path, Some("p-7".into()), &argv));
+        let args: Vec<String> = ["-c", &program].map(String::from).to_vec();
+        let forwarded = std::thread::spawn(move || {
+            run_forwarded(listener, proxy_path, Some("p-7".into()), "bash", &args)
+        });
         let (mut carried, _) = proxy.accept().unwrap();
         let mut seen = String::new();
         carried.read_to_string(&mut seen).unwrap();
@@ -231,10 +248,9 @@ mod tests {
     #[test]
     fn without_the_proxy_a_command_reads_why() {
         let dir = tempfile::tempdir().unwrap();
-        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = probe.local_addr().unwrap().port();
-        drop(probe);
-        start(port, &dir.path().join("agent.sock")).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        serve(listener, dir.path().join(EGRESS_SOCKET), None).unwrap();
         let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
         let mut answer = String::new();
         client.read_to_string(&mut answer).unwrap();
