@@ -150,6 +150,7 @@ impl Engine {
         if let Some(session) = options.session {
             engine.session = session;
         }
+        sessions.set_notebook_saver(engine.codemode.notebook_saver());
         engine.sessions = Some(sessions);
         engine.environments = Some(envs);
         Ok(engine)
@@ -169,6 +170,7 @@ impl Engine {
             SandboxPool::new(pool),
             Arc::new(registry),
             *policy.codemode.max_kept_sessions.get_ref(),
+            &state_root,
         );
         Self {
             policy,

@@ -311,6 +311,8 @@ pub struct Sessions {
     idle_timeout: Duration,
     /// `[sessions] idle_action = "pause"`: how long a session stays idle before it is paused.
     pause_after: Option<Duration>,
+    /// The engine's notebooks, whose names a snapshot saves.
+    notebook_saver: std::sync::OnceLock<crate::codemode::NotebookSaver>,
 }
 
 impl Sessions {
@@ -327,6 +329,23 @@ impl Sessions {
             state_root,
             idle_timeout,
             pause_after: None,
+            notebook_saver: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Gives snapshots the engine's notebooks (once; later calls change nothing).
+    pub fn set_notebook_saver(&self, saver: crate::codemode::NotebookSaver) {
+        let _ = self.notebook_saver.set(saver);
+    }
+
+    /// The names of `session`'s notebook in this engine, for a snapshot.
+    pub async fn notebook_names(
+        &self,
+        session: &str,
+    ) -> Result<Option<crate::codemode::saved_state::NotebookState>, String> {
+        match self.notebook_saver.get() {
+            Some(saver) => saver.dump(session).await,
+            None => Ok(None),
         }
     }
 

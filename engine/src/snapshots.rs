@@ -3,7 +3,9 @@
 //!
 //! A snapshot is a directory `$PADDOCK_HOME/snapshots/NAME/` (owner-only) holding
 //! `manifest.json` and what each backend kept there (the sandboxed local backend's workspace
-//! copy); a docker backend's part is an image (`paddock-snapshot:...`), named in the manifest.
+//! copy) and, when the session's notebook (code mode's `keep_state`) held names in this
+//! engine, `notebook.json` (see [`crate::codemode::saved_state`]); a docker backend's part is
+//! an image (`paddock-snapshot:...`), named in the manifest.
 //! Each backend keeps its own part ([`Environment::snapshot_session`]); this module orders
 //! them, keeps the manifest, enforces `[snapshots]` limits, and undoes a half-made snapshot or
 //! fork. Running background processes are listed as not carried.
@@ -19,6 +21,7 @@ use paddock_backends::processes::ProcessState;
 use paddock_backends::snapshot::SavedEnvironment;
 use serde::{Deserialize, Serialize};
 
+use crate::codemode::saved_state::{self, NotebookState, SAVED_STATE_FILE, SavedStates};
 use crate::sessions::Sessions;
 
 /// Directory of the snapshots, under the state root.
@@ -58,6 +61,8 @@ pub enum SnapshotError {
     Backend { backend: String, reason: String },
     #[error("snapshot '{name}' names backend '{backend}', which this policy does not define")]
     NoBackend { name: String, backend: String },
+    #[error("the notebook of session '{session}': {reason}")]
+    Notebook { session: String, reason: String },
     #[error("{path}: {source}")]
     Io {
         path: String,
@@ -100,6 +105,35 @@ pub struct Manifest {
     /// Background processes that were running and are not carried.
     #[serde(default)]
     pub not_carried: Vec<String>,
+    /// The notebook's names (`notebook.json`), when the session's notebook held any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notebook: Option<NotebookPart>,
+}
+
+/// What a snapshot holds of a notebook.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NotebookPart {
+    /// The names kept (values pickled, modules by name).
+    pub names: Vec<String>,
+    /// The names that could not be kept, with why.
+    pub not_kept: Vec<NotKept>,
+    /// Size of `notebook.json`.
+    pub bytes: u64,
+}
+
+/// A notebook name a snapshot does not hold.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NotKept {
+    pub name: String,
+    pub why: String,
+}
+
+/// The notebook part of a snapshot's summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct NotebookSummary {
+    /// How many names it holds.
+    pub names: usize,
+    pub not_kept: Vec<NotKept>,
 }
 
 /// A listed snapshot, or (its name, why it cannot be read).
@@ -116,6 +150,9 @@ pub struct SnapshotSummary {
     /// Backend → how its files were kept (`docker commit`, `reflink copy`, `copy`).
     pub files: BTreeMap<String, String>,
     pub not_carried: Vec<String>,
+    /// The notebook's names, when it held any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notebook: Option<NotebookSummary>,
 }
 
 impl Manifest {
@@ -139,11 +176,16 @@ impl Manifest {
                     part.not_carried.iter().map(move |n| format!("{name}: {n}"))
                 }))
                 .collect(),
+            notebook: self.notebook.as_ref().map(|n| NotebookSummary {
+                names: n.names.len(),
+                not_kept: n.not_kept.clone(),
+            }),
         }
     }
 
     fn bytes(&self) -> u64 {
-        self.backends.values().map(|p| p.bytes).sum()
+        self.backends.values().map(|p| p.bytes).sum::<u64>()
+            + self.notebook.as_ref().map_or(0, |n| n.bytes)
     }
 }
 
@@ -269,6 +311,11 @@ impl<'a> Snapshots<'a> {
                 )));
             }
         }
+        if manifest.notebook.is_some() && !dir.join(SAVED_STATE_FILE).is_file() {
+            return Err(corrupt(format!(
+                "{SAVED_STATE_FILE}, which its manifest names, is missing"
+            )));
+        }
         Ok(manifest)
     }
 
@@ -298,11 +345,22 @@ impl<'a> Snapshots<'a> {
         session: &str,
         name: Option<&str>,
     ) -> Result<SnapshotSummary, SnapshotError> {
-        let Some(record) = self.sessions.store().get(session) else {
-            return Err(SnapshotError::UnknownSession(session.to_owned()));
-        };
         let name = name.map_or_else(|| default_name(session), str::to_owned);
         check_name(&name)?;
+        let record = self.sessions.store().get(session);
+        // A session that only ran notebook scripts has names here and no record.
+        let notebook = self
+            .sessions
+            .notebook_names(session)
+            .await
+            .map_err(|reason| SnapshotError::Notebook {
+                session: session.to_owned(),
+                reason,
+            })?;
+        if record.is_none() && notebook.is_none() {
+            return Err(SnapshotError::UnknownSession(session.to_owned()));
+        }
+        let backends = record.map(|r| r.backends).unwrap_or_default();
         let existing: Vec<Manifest> = self.manifests().into_iter().flatten().collect();
         if existing.len() >= self.limits.max_count {
             return Err(SnapshotError::Limit(format!(
@@ -333,6 +391,7 @@ impl<'a> Snapshots<'a> {
             created: now_secs(),
             home: self.home(),
             backends: BTreeMap::new(),
+            notebook: None,
             not_carried: self
                 .sessions
                 .processes()
@@ -349,7 +408,10 @@ impl<'a> Snapshots<'a> {
         };
         let kept: u64 = existing.iter().map(Manifest::bytes).sum();
         let made = async {
-            for backend in &record.backends {
+            if let Some(state) = &notebook {
+                manifest.notebook = Some(save_notebook(&dir, state)?);
+            }
+            for backend in &backends {
                 let env = self.environment(&name, backend)?;
                 let budget = self
                     .limits
@@ -430,6 +492,17 @@ impl<'a> Snapshots<'a> {
     pub async fn start_from(&self, name: &str, ids: &[String]) -> Result<(), SnapshotError> {
         let manifest = self.load(name)?;
         let dir = self.root().join(name);
+        let notebook =
+            match manifest.notebook {
+                Some(_) => Some(saved_state::read(&dir.join(SAVED_STATE_FILE)).map_err(
+                    |reason| SnapshotError::Corrupt {
+                        name: name.to_owned(),
+                        reason,
+                    },
+                )?),
+                None => None,
+            };
+        let saved = SavedStates::new(self.sessions.state_root());
         for id in ids {
             if self.sessions.store().get(id).is_some() {
                 return Err(SnapshotError::SessionExists(id.clone()));
@@ -438,7 +511,17 @@ impl<'a> Snapshots<'a> {
         let mut made: Vec<String> = Vec::new();
         for id in ids {
             let mut result = Ok(());
-            for (backend, part) in &manifest.backends {
+            if let Some(state) = &notebook {
+                // Recorded first, so that closing it removes the names.
+                self.sessions.store().touch(id, None);
+                if let Err(err) = saved.place(id, state) {
+                    result = Err(SnapshotError::Io {
+                        path: format!("session {id}'s {SAVED_STATE_FILE}"),
+                        source: err,
+                    });
+                }
+            }
+            for (backend, part) in manifest.backends.iter().filter(|_| result.is_ok()) {
                 let env = match self.environment(name, backend) {
                     Ok(env) => env,
                     Err(err) => {
@@ -468,6 +551,28 @@ impl<'a> Snapshots<'a> {
         }
         Ok(())
     }
+}
+
+/// Writes a notebook's names into snapshot directory `dir`.
+fn save_notebook(dir: &Path, state: &NotebookState) -> Result<NotebookPart, SnapshotError> {
+    let path = dir.join(SAVED_STATE_FILE);
+    let io = |source| SnapshotError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    saved_state::write_private(&path, state).map_err(io)?;
+    Ok(NotebookPart {
+        names: state.names.clone(),
+        not_kept: state
+            .not_kept
+            .iter()
+            .map(|(name, why)| NotKept {
+                name: name.clone(),
+                why: why.clone(),
+            })
+            .collect(),
+        bytes: std::fs::metadata(&path).map_err(io)?.len(),
+    })
 }
 
 /// Writes `manifest.json` owner-only, atomically.

@@ -60,6 +60,7 @@ pub fn child_main(socket: OwnedFd, zygote_pid: i32, sandbox: &SandboxInterpreter
     // A notebook child (the first request asks for kept state) runs every script of its
     // session, one after another, in one namespace; any other child runs one script and exits.
     let mut session_baseline: Option<usize> = None;
+    let mut session_budget: u64 = 0;
     let mut rehearsed = false;
     loop {
         let request = loop {
@@ -70,6 +71,26 @@ pub fn child_main(socket: OwnedFd, zygote_pid: i32, sandbox: &SandboxInterpreter
             let wait = (!rehearsed).then_some(REHEARSAL_GRACE);
             match channel.recv(wait) {
                 Ok(Some(Message::Run(request))) => break request,
+                Ok(Some(Message::DumpState)) => {
+                    // Pickling runs the names' own `__reduce__`: under the session's heap
+                    // budget, as its scripts are.
+                    if let Some(baseline) = session_baseline {
+                        arm_heap_limit(session_budget, baseline);
+                    }
+                    let dumped = guarded(|| crate::interpreter::dump_state(&sandbox.interpreter));
+                    ARMED.store(false, Ordering::SeqCst);
+                    confine::set_hard_ceiling(0);
+                    send_or_exit(&mut channel, Message::StateDumped(dumped));
+                }
+                Ok(Some(Message::LoadState(state))) => {
+                    // Loaded names count against the session's budget, as names its own
+                    // scripts defined would.
+                    session_baseline.get_or_insert_with(confine::live_bytes);
+                    let loaded =
+                        guarded(|| crate::interpreter::load_state(&sandbox.interpreter, &state));
+                    rehearsed = true;
+                    send_or_exit(&mut channel, Message::StateLoaded(loaded));
+                }
                 Ok(Some(_)) => continue,
                 Ok(None) if !rehearsed => {
                     crate::interpreter::rehearse(&sandbox.interpreter);
@@ -83,6 +104,7 @@ pub fn child_main(socket: OwnedFd, zygote_pid: i32, sandbox: &SandboxInterpreter
         // The session's budget counts from before its first script: names kept by earlier
         // scripts use it up, as they would in one long script.
         let baseline = *session_baseline.get_or_insert_with(confine::live_bytes);
+        session_budget = request.max_memory_bytes;
         arm_heap_limit(request.max_memory_bytes, baseline);
         crate::host::install_channel(channel);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -127,6 +149,30 @@ pub fn child_main(socket: OwnedFd, zygote_pid: i32, sandbox: &SandboxInterpreter
         if !keep_state {
             confine::exit_immediately(0);
         }
+    }
+}
+
+/// Runs a state dump or load; a panic of the runtime is an error, not the child's end.
+fn guarded<T>(work: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
+        .unwrap_or_else(|_| Err("the sandbox runtime panicked".into()))
+}
+
+/// Sends an answer between scripts; one too large for a frame is sent as that error instead
+/// (the state stays). A lost channel ends the child.
+fn send_or_exit(channel: &mut ChildChannel, message: Message) {
+    let message = match message.to_frame() {
+        Ok(_) => message,
+        Err(err) => {
+            let reason = format!("the notebook's names do not fit in one message: {err}");
+            match message {
+                Message::StateDumped(_) => Message::StateDumped(Err(reason)),
+                _ => Message::StateLoaded(Err(reason)),
+            }
+        }
+    };
+    if channel.send(&message).is_err() {
+        confine::exit_immediately(EXIT_CHANNEL_LOST);
     }
 }
 

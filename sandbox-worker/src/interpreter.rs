@@ -11,7 +11,7 @@ use rustpython_vm::signal::{UserSignalSender, user_signal_channel};
 use rustpython_vm::{AsObject, Interpreter, PyObjectRef, PyResult, Settings, VirtualMachine};
 
 use crate::SandboxError;
-use crate::wire::{RunRequest, ScriptFailure, ScriptOutcome};
+use crate::wire::{LoadedState, NotebookState, RunRequest, ScriptFailure, ScriptOutcome};
 
 /// Installs the runtime modules (their sources come from `crate::runtime`, through
 /// `_host.source`). `os` first: standard modules import it at import time.
@@ -101,6 +101,40 @@ pub fn run_script(interpreter: &Interpreter, request: &RunRequest) -> ScriptOutc
     interpreter.enter(|vm| {
         discard_stale_signals(vm);
         run_entered(vm, request)
+    })
+}
+
+/// A notebook child's names, for a snapshot (`_paddock_runtime._notebook_dump`). An error
+/// names what failed; the names stay as they were either way.
+pub fn dump_state(interpreter: &Interpreter) -> Result<NotebookState, String> {
+    let text = call_runtime_text(interpreter, "_notebook_dump", None)?;
+    serde_json::from_str(&text).map_err(|e| format!("the runtime's dump is not a state: {e}"))
+}
+
+/// Makes this child's notebook from `state` (`_paddock_runtime._notebook_load`).
+pub fn load_state(interpreter: &Interpreter, state: &NotebookState) -> Result<LoadedState, String> {
+    let json = serde_json::to_string(state).map_err(|e| e.to_string())?;
+    let text = call_runtime_text(interpreter, "_notebook_load", Some(json))?;
+    serde_json::from_str(&text).map_err(|e| format!("the runtime's answer is not a load: {e}"))
+}
+
+/// Calls a runtime function of at most one string argument that answers a string.
+fn call_runtime_text(
+    interpreter: &Interpreter,
+    function: &str,
+    argument: Option<String>,
+) -> Result<String, String> {
+    interpreter.enter(|vm| {
+        discard_stale_signals(vm);
+        let runtime = vm
+            .import("_paddock_runtime", 0)
+            .map_err(|exc| describe_exception(vm, &exc))?;
+        let answer = match argument {
+            Some(text) => vm.call_method(&runtime, function, (vm.ctx.new_str(text),)),
+            None => vm.call_method(&runtime, function, ()),
+        }
+        .map_err(|exc| describe_exception(vm, &exc))?;
+        string_of(vm, &answer).map_err(|exc| describe_exception(vm, &exc))
     })
 }
 

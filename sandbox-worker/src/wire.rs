@@ -59,6 +59,37 @@ pub enum Message {
     /// The script ended; the child exits right after (a notebook child waits for the next
     /// `Run` instead).
     Finished(ScriptOutcome),
+    /// Engine asks a notebook child, between scripts, for its names (a snapshot).
+    DumpState,
+    /// The child's answer to [`Message::DumpState`].
+    StateDumped(Result<NotebookState, String>),
+    /// Engine gives a fresh child a notebook's names before its first script (a session
+    /// started from a snapshot); the child is a notebook child from then on.
+    LoadState(NotebookState),
+    /// The child's answer to [`Message::LoadState`]: the names restored and those that could
+    /// not be, with why; an error when nothing could be.
+    StateLoaded(Result<LoadedState, String>),
+}
+
+/// A notebook's names in a form another child (of another engine process) can load.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NotebookState {
+    /// A pickle (protocol 4) of a dict of the kept names, base64.
+    pub pickle_base64: String,
+    /// (name, module) of each name bound to a module: imported again by name.
+    pub modules: Vec<(String, String)>,
+    /// Every name kept, sorted.
+    pub names: Vec<String>,
+    /// (name, why) of each name that could not be kept.
+    pub not_kept: Vec<(String, String)>,
+}
+
+/// What loading a [`NotebookState`] restored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadedState {
+    pub names: Vec<String>,
+    /// (name, why) of each name that could not be restored (a module this sandbox refuses).
+    pub not_restored: Vec<(String, String)>,
 }
 
 /// What the child needs to run one script.

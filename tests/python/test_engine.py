@@ -4,6 +4,7 @@ events, limits, concurrency, the built-in tools, the sync API, and nothing left 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import threading
@@ -678,3 +679,125 @@ def test_a_session_is_snapshotted_and_forked_from_python(private_state: Path) ->
     assert not (private_state / "w" / "m.txt").exists()
     close("py-snap", *ids)
     subprocess.run([paddock_bin, "snapshots", "rm", "py-snap-1"], check=True, capture_output=True)
+
+
+def test_notebook_names_survive_a_snapshot_and_load_in_another_process(private_state: Path) -> None:
+    paddock_bin = paddock.find_paddock_bin()
+    home = Path(os.environ["PADDOCK_HOME"])
+    define = (
+        "import math\nfrom collections import Counter\nimport datetime\n"
+        "rows = [{'id': i, 'name': f'row {i}'} for i in range(200)]\n"
+        "seen = Counter('abca')\nwhen = datetime.date(2026, 12, 6)\n"
+        "shared = [1]\npair = [shared, shared]\n"
+        "def helper(x):\n    return x\n"
+        "class Box:\n    pass\n"
+        "box = Box()\nsquares = (i * i for i in range(3))\n"
+        "len(rows)"
+    )
+    with paddock.Engine(keep_state=True, session="nb-orig") as engine:
+        assert engine.run_tools_script_sync(define)["result"] == 200
+        made = engine.snapshot_sync(name="nb-snap")
+        # The names kept, and those that could not be, each with why.
+        not_kept = {n["name"]: n["why"] for n in made["notebook"]["not_kept"]}
+        assert set(not_kept) == {"helper", "Box", "box", "squares"}, made
+        assert "defined by a script" in not_kept["helper"], not_kept
+        assert "instance of Box" in not_kept["box"], not_kept
+        assert "generator" in not_kept["squares"], not_kept
+        assert made["notebook"]["names"] >= 7, made
+        snapshot_file = home / "snapshots" / "nb-snap" / "notebook.json"
+        assert snapshot_file.stat().st_mode & 0o777 == 0o600
+        ids = engine.fork_sync("nb-snap", 2)
+        # The original goes on unchanged: its names, functions included, are all there.
+        after = engine.run_tools_script_sync("rows.append('orig'); [len(rows), helper(3), type(box).__name__]")
+        assert after["result"] == [201, 3, "Box"], after
+
+    async def scripts_in(sid: str, *codes: str) -> List[Dict[str, Any]]:
+        # Another engine process: the names are loaded into its fresh notebook child.
+        async with paddock.Engine(keep_state=True, session=sid) as fork:
+            return [await fork.run_tools_script(code) for code in codes]
+
+    read = "[len(rows), rows[199]['name'], math.floor(2.5), dict(seen), when.isoformat(), pair[0] is pair[1]]"
+    one, no_helper = asyncio.run(scripts_in(ids[0], "rows.append('fork one')\n" + read, "helper(1)"))
+    assert one["ok"], one
+    assert one["result"] == [201, "row 199", 2, {"a": 2, "b": 1, "c": 1}, "2026-12-06", True], one
+    restored = one["notebook"]["restored"]
+    assert restored["names"] == made["notebook"]["names"], restored
+    assert {n["name"] for n in restored["not_restored"]} == set(not_kept), restored
+    assert one["notebook"]["fresh"] is False, one
+    # A function that was not kept is a NameError in the fork, as the snapshot said.
+    assert not no_helper["ok"] and "NameError" in no_helper["error"], no_helper
+    # The second fork, loaded by another program (the CLI), never saw the first fork's nor the
+    # original's append.
+    cli = subprocess.run(
+        [paddock_bin, "run", "--keep-state", "--session", ids[1], "-"],
+        input=read,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    two = json.loads(cli.stdout.splitlines()[0])
+    assert two["ok"] and two["result"][0] == 200 and two["notebook"]["restored"]["names"] > 0, two
+    # The names are used once: a later engine on that session starts empty.
+    (again,) = asyncio.run(scripts_in(ids[1], "rows"))
+    assert not again["ok"] and "NameError" in again["error"], again
+    assert "restored" not in again["notebook"], again
+    for sid in ["nb-orig", *ids]:
+        subprocess.run([paddock_bin, "sessions", "close", sid], check=False, capture_output=True)
+    assert not any((home / "sessions").glob("*/notebook.json"))
+    subprocess.run([paddock_bin, "snapshots", "rm", "nb-snap"], check=True, capture_output=True)
+
+
+def test_a_snapshot_whose_notebook_file_is_corrupt_forks_nothing(private_state: Path) -> None:
+    paddock_bin = paddock.find_paddock_bin()
+    home = Path(os.environ["PADDOCK_HOME"])
+    with paddock.Engine(keep_state=True, session="nb-bad") as engine:
+        engine.run_tools_script_sync("x = 1")
+        engine.snapshot_sync(name="nb-bad-snap")
+        (home / "snapshots" / "nb-bad-snap" / "notebook.json").write_text('{"pickle_base64": ')
+        with pytest.raises(paddock.ToolError) as err:
+            engine.fork_sync("nb-bad-snap", 2)
+        assert "nb-bad-snap" in str(err.value) and "notebook" in str(err.value), err.value
+        listed = subprocess.run([paddock_bin, "sessions", "list"], capture_output=True, text=True, check=True)
+        assert "nb-bad-snap-fork" not in listed.stdout, listed.stdout
+        (home / "snapshots" / "nb-bad-snap" / "notebook.json").unlink()
+        with pytest.raises(paddock.ToolError) as err:
+            engine.fork_sync("nb-bad-snap", 1)
+        assert "notebook.json, which its manifest names, is missing" in str(err.value), err.value
+    subprocess.run([paddock_bin, "snapshots", "rm", "nb-bad-snap"], check=True, capture_output=True)
+
+
+def test_hostile_names_cannot_break_or_hang_a_snapshot(private_state: Path) -> None:
+    paddock_bin = paddock.find_paddock_bin()
+    with paddock.Engine(keep_state=True, session="nb-hostile") as engine:
+        defined = engine.run_tools_script_sync(
+            "class Raises:\n    def __reduce__(self):\n        raise RuntimeError('no pickling me')\n"
+            "class Hog:\n    def __reduce__(self):\n        grow = []\n        while True:\n"
+            "            grow.append('x' * 1000000)\n"
+            # Claiming a module's name gets past the check for classes a script defined.
+            "Raises.__module__ = Hog.__module__ = 'json'\n"
+            "bad, hog, plain = Raises(), Hog(), [1, 2]\n"
+        )
+        assert defined["ok"], defined
+        made = engine.snapshot_sync(name="nb-hostile-1")
+        why = {n["name"]: n["why"] for n in made["notebook"]["not_kept"]}
+        assert "no pickling me" in why["bad"], why
+        # Pickling runs under the session's heap limit, as its scripts do.
+        assert "MemoryError" in why["hog"], why
+        assert made["notebook"]["names"] == 1, made
+        assert engine.run_tools_script_sync("plain")["result"] == [1, 2]
+        # A name whose pickling never ends: the snapshot fails within its limit, the child is
+        # ended, and the session's next script says why its names are gone.
+        spin = "class Spin:\n    def __reduce__(self):\n        while True:\n            pass\n"
+        engine.run_tools_script_sync(spin + "Spin.__module__ = 'json'\nspin = Spin()")
+        started = time.monotonic()
+        with pytest.raises(paddock.ToolError) as err:
+            engine.snapshot_sync(name="nb-hostile-2")
+        assert time.monotonic() - started < 20
+        assert "did not answer within 10 s" in str(err.value), err.value
+        after = engine.run_tools_script_sync("plain")
+        assert not after["ok"] and "NameError" in after["error"], after
+        assert "saving the names for a snapshot failed" in after["notebook"]["reset_reason"], after
+        # Nothing of the failed snapshot is left.
+        listed = subprocess.run([paddock_bin, "snapshots", "list"], capture_output=True, text=True, check=True)
+        assert "nb-hostile-2" not in listed.stdout and "nb-hostile-1" in listed.stdout, listed.stdout
+    subprocess.run([paddock_bin, "snapshots", "rm", "nb-hostile-1"], check=True, capture_output=True)

@@ -20,6 +20,7 @@ mod relay;
 mod scale;
 mod scripts;
 mod snapshot;
+mod snapshot_notebook;
 mod terminal;
 
 use std::time::{Duration, Instant};
@@ -117,7 +118,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "snapshot",
         "`sessions snapshot`, a fork of 16 sessions and a forked session's first command, in \
          the sandbox and on each docker backend of --backends, against building the state from \
-         scratch",
+         scratch; a notebook's names dumped and loaded",
     ),
     (
         "relay",

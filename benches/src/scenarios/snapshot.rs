@@ -214,6 +214,7 @@ pub async fn snapshot(b: &Bench) -> Result<Vec<ScenarioReport>> {
             ),
         );
     }
+    let notebook = super::snapshot_notebook::notebook(b).await?;
     Ok(vec![
         report(
             "snapshot_session",
@@ -235,5 +236,6 @@ pub async fn snapshot(b: &Bench) -> Result<Vec<ScenarioReport>> {
             "One call makes them all, one after another (the full set: 16, the quick set: 4).",
         ),
         from_scratch,
+        notebook,
     ])
 }

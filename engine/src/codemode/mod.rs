@@ -5,8 +5,10 @@
 pub use crate::vocabulary::deadline;
 mod notebook;
 pub mod pool;
+pub mod saved_state;
 
-use std::sync::Arc;
+use std::path::Path;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -21,6 +23,7 @@ use deadline::Deadline;
 use notebook::{LiveChild, Notebook, Notebooks};
 use paddock_backends::output::{CappedText, cap_text};
 use pool::{Checkout, ExitInfo, FrameReader, SandboxPool};
+use saved_state::{ExchangeError, NotebookState, SavedStates};
 
 /// The tool name of code mode itself.
 pub use crate::vocabulary::RUN_TOOLS_SCRIPT;
@@ -65,7 +68,27 @@ impl Default for Limits {
 pub struct CodeMode {
     pool: SandboxPool,
     registry: Arc<Registry>,
-    notebooks: Notebooks,
+    notebooks: Arc<Notebooks>,
+    /// Names from snapshots, waiting for their session's first notebook script.
+    saved: SavedStates,
+}
+
+/// Saves a session's notebook names for a snapshot. `Sessions` holds one, so that every way of
+/// making a snapshot (the CLI, MCP, the Python package) reaches the engine's notebooks; it
+/// does not keep them alive.
+#[derive(Clone)]
+pub struct NotebookSaver {
+    notebooks: Weak<Notebooks>,
+}
+
+impl NotebookSaver {
+    /// The names of `session`'s notebook; `None` when it holds none (or the engine is gone).
+    pub async fn dump(&self, session: &str) -> Result<Option<NotebookState>, String> {
+        match self.notebooks.upgrade() {
+            Some(notebooks) => notebooks.dump(session).await,
+            None => Ok(None),
+        }
+    }
 }
 
 /// A nested tool call in flight: resolves to (call id, tool, reply).
@@ -126,11 +149,25 @@ impl From<Rejected> for Ending {
 impl CodeMode {
     /// `max_kept_sessions`: notebook sessions holding a child at once (`[codemode]
     /// max_kept_sessions`); one more evicts the least recently used.
-    pub fn new(pool: SandboxPool, registry: Arc<Registry>, max_kept_sessions: usize) -> Self {
+    /// Names saved by snapshots wait under `state_root` (see [`saved_state`]).
+    pub fn new(
+        pool: SandboxPool,
+        registry: Arc<Registry>,
+        max_kept_sessions: usize,
+        state_root: &Path,
+    ) -> Self {
         Self {
             pool,
             registry,
-            notebooks: Notebooks::new(max_kept_sessions),
+            notebooks: Arc::new(Notebooks::new(max_kept_sessions)),
+            saved: SavedStates::new(state_root),
+        }
+    }
+
+    /// What snapshots use to save this engine's notebook names.
+    pub fn notebook_saver(&self) -> NotebookSaver {
+        NotebookSaver {
+            notebooks: Arc::downgrade(&self.notebooks),
         }
     }
 
@@ -282,7 +319,15 @@ impl CodeMode {
             .run_cell(code, limits, ctx, &deadline, &mut notebook, &mut record)
             .await;
         let mut result = render(ending.ending, record, limits);
-        let mut described = notebook.describe(&ctx.session, ending.fresh, ending.reset.as_deref());
+        let loaded = ending.restored.as_ref().is_some_and(|r| r.loaded);
+        let mut described = notebook.describe(
+            &ctx.session,
+            ending.fresh && !loaded,
+            ending.reset.as_deref(),
+        );
+        if let Some(restored) = ending.restored {
+            described["restored"] = restored.report;
+        }
         described["state_kept"] = json!(notebook.child.is_some());
         if let Some(how) = &ending.ended {
             described["state_ended"] = json!(how);
@@ -315,6 +360,7 @@ impl CodeMode {
             fresh,
             reset: reset.clone(),
             ended: None,
+            restored: None,
         };
         let (request, allowed) = match self.request_for(code, limits, true, record) {
             Ok(prepared) => prepared,
@@ -377,6 +423,31 @@ impl CodeMode {
                 }
             }
         };
+        let restored = if fresh {
+            self.restore(&ctx.session, &mut live).await
+        } else {
+            None
+        };
+        if let Some(Restored {
+            child_lost: Some(reason),
+            ..
+        }) = &restored
+        {
+            live.checkout.release_slot();
+            live.checkout.forget_exit();
+            notebook.end(format!(
+                "the snapshot's names could not be loaded ({reason}); the session starts empty"
+            ));
+            let mut failed = cell(Ending::Failed {
+                code: codes::SANDBOX_FAILED,
+                message: format!(
+                    "the snapshot's names could not be loaded: {reason}; the script did not run: \
+                     run it again to start without them"
+                ),
+            });
+            failed.restored = restored;
+            return failed;
+        }
         notebook.cells += 1;
         let ending = match live.checkout.send(&Message::Run(request)).await {
             Ok(()) => {
@@ -402,6 +473,7 @@ impl CodeMode {
                 "the previous script {cause}; the names defined before it are gone"
             ));
             let mut ended = cell(ending);
+            ended.restored = restored;
             ended.ended = Some(format!(
                 "this script {cause}; the session's names are gone and its next script starts \
                  fresh"
@@ -410,7 +482,49 @@ impl CodeMode {
         }
         notebook.reset_reason = None;
         notebook.child = Some(live);
-        cell(ending)
+        let mut ran = cell(ending);
+        ran.restored = restored;
+        ran
+    }
+
+    /// Loads the names a snapshot left for `session` into its fresh child, if it left any.
+    async fn restore(&self, session: &str, live: &mut LiveChild) -> Option<Restored> {
+        let failed = |reason: String, child_lost: Option<String>| Restored {
+            report: json!({"failed": reason}),
+            loaded: false,
+            child_lost,
+        };
+        let state = match self.saved.take(session)? {
+            Ok(state) => state,
+            Err(reason) => return Some(failed(reason, None)),
+        };
+        let started = Instant::now();
+        let mut not_restored: Vec<Value> = state
+            .not_kept
+            .iter()
+            .map(|(name, why)| json!({"name": name, "why": why}))
+            .collect();
+        Some(match saved_state::load(live, state).await {
+            Ok(loaded) => {
+                not_restored.extend(
+                    loaded
+                        .not_restored
+                        .iter()
+                        .map(|(name, why)| json!({"name": name, "why": why})),
+                );
+                Restored {
+                    report: json!({
+                        "names": loaded.names.len(),
+                        "not_restored": not_restored,
+                        "load_ms": started.elapsed().as_secs_f64() * 1000.0,
+                    }),
+                    loaded: true,
+                    child_lost: None,
+                }
+            }
+            Err(ExchangeError::Refused(reason)) => failed(reason, None),
+            Err(ExchangeError::ChildLost(reason)) => failed(reason.clone(), Some(reason)),
+        })
     }
 
     /// Serves one child until its script ends, the deadline passes or the child dies. The
@@ -537,6 +651,18 @@ struct CellEnding {
     reset: Option<String>,
     /// How this script ended the state, when it did.
     ended: Option<String>,
+    /// The names a snapshot left for the session, loaded before this script.
+    restored: Option<Restored>,
+}
+
+/// What loading a snapshot's names before a script did.
+struct Restored {
+    /// The result's `notebook.restored`: `{names, not_restored, load_ms}` or `{failed}`.
+    report: Value,
+    /// Names were loaded: the script did not start empty.
+    loaded: bool,
+    /// The child died or hung while loading: the script cannot run in it.
+    child_lost: Option<String>,
 }
 
 /// Why a notebook's state cannot go on after this ending, if it cannot (a timeout or a crash

@@ -15,6 +15,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::pool::{Checkout, FrameReader, lock};
+use super::saved_state::{self, ExchangeError, NotebookState};
+
+/// How long a snapshot waits for a running script of the session before it gives up.
+const SCRIPT_WAIT: Duration = Duration::from_secs(60);
 
 /// A notebook child and the reader of its frames (bytes already read stay buffered in it).
 pub(super) struct LiveChild {
@@ -111,6 +115,47 @@ impl Notebooks {
             },
         );
         state
+    }
+
+    /// The notebook of `session`, if it has one.
+    fn existing(&self, session: &str) -> Option<Arc<tokio::sync::Mutex<Notebook>>> {
+        lock(&self.entries).get(session).map(|e| e.state.clone())
+    }
+
+    /// The names of `session`'s notebook, for a snapshot; `None` when it holds none. Waits
+    /// for a script of the session that is running. A child that fails the dump without
+    /// answering is ended, and the session's next script hears why.
+    pub async fn dump(&self, session: &str) -> Result<Option<NotebookState>, String> {
+        let Some(state) = self.existing(session) else {
+            return Ok(None);
+        };
+        let mut notebook = tokio::time::timeout(SCRIPT_WAIT, state.lock_owned())
+            .await
+            .map_err(|_| {
+                format!(
+                    "a script of session '{session}' has run for more than {} s: snapshot the                      session when it ends",
+                    SCRIPT_WAIT.as_secs()
+                )
+            })?;
+        let Some(live) = notebook.child.as_mut() else {
+            return Ok(None);
+        };
+        if live.checkout.has_exited() || !live.checkout.zygote_alive() {
+            notebook.end("the session's sandbox child had ended while it waited".into());
+            return Ok(None);
+        }
+        match saved_state::dump(live).await {
+            Ok(state) => Ok(Some(state)),
+            Err(ExchangeError::Refused(reason)) => Err(reason),
+            Err(ExchangeError::ChildLost(reason)) => {
+                live.checkout.forget_exit();
+                notebook.end(format!(
+                    "saving the names for a snapshot failed ({reason}); the names defined \
+                     before are gone"
+                ));
+                Err(reason)
+            }
+        }
     }
 
     /// Closes `session`'s state now (its child is killed). Answers whether it had any.

@@ -1077,6 +1077,86 @@ def _script_scope(keep_state):
     return scope
 
 
+# Names the runtime puts in every script's namespace: never part of a notebook's saved state.
+_RUNTIME_NAMES = frozenset(("__builtins__", "__name__", "tools", "__paddock_return__",
+                            "__paddock_result__"))
+
+
+def _why_not_kept(value):
+    """Why pickle cannot keep `value` in a way a new child can load, before trying it."""
+    kind = type(value)
+    if getattr(value, "__module__", None) == "__main__" and (
+            isinstance(value, type) or callable(value)):
+        return ("defined by a script: pickle keeps functions and classes by reference, and "
+                "their code is not in the snapshot; define it again after the fork")
+    if getattr(kind, "__module__", None) == "__main__":
+        return ("an instance of " + kind.__name__ + ", a class defined by a script, which a new "
+                "session does not have")
+    return None
+
+
+def _notebook_dump():
+    """The notebook's names, as the JSON of a `wire::NotebookState`."""
+    import pickle
+    scope = _NOTEBOOK_SCOPE or {}
+    modules, values, skipped = [], {}, []
+    for name, value in scope.items():
+        if name in _RUNTIME_NAMES:
+            continue
+        if isinstance(value, type(sys)):
+            modules.append((name, value.__name__))
+            continue
+        why = _why_not_kept(value)
+        if why is None:
+            values[name] = value
+        else:
+            skipped.append((name, why))
+    try:
+        # One pickle keeps objects shared between names shared.
+        data = pickle.dumps(values, protocol=4)
+    except Exception:  # noqa: BLE001 - which name failed is found below
+        data = None
+    if data is None:
+        for name in list(values):
+            try:
+                pickle.dumps(values[name], protocol=4)
+            except Exception as err:  # noqa: BLE001 - named in the list, not raised
+                skipped.append((name, type(err).__name__ + ": " + str(err)))
+                del values[name]
+        data = pickle.dumps(values, protocol=4)
+    kept = sorted(values) + sorted(name for name, _ in modules)
+    return _dumps({"pickle_base64": _base64_text(data), "modules": modules, "names": kept,
+                   "not_kept": sorted(skipped)})
+
+
+def _base64_text(data):
+    import binascii
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+def _notebook_load(state_json):
+    """Makes the notebook from a `_notebook_dump`; answers the JSON of a `wire::LoadedState`."""
+    global _NOTEBOOK_SCOPE
+    import binascii
+    import pickle
+    state = json.loads(state_json)
+    modules = state["modules"]
+    random.seed(int.from_bytes(_host.urandom(32), "big"))
+    scope = {"__name__": "__main__", "__builtins__": builtins}
+    failed = []
+    for name, module in modules:
+        try:
+            __import__(module)
+            scope[name] = sys.modules[module]
+        except BaseException as err:  # noqa: B036 - e.g. a module this sandbox refuses
+            failed.append((name, "import " + module + ": " + type(err).__name__ + ": " + str(err)))
+    values = pickle.loads(binascii.a2b_base64(state["pickle_base64"]))
+    scope.update(values)
+    _NOTEBOOK_SCOPE = scope
+    restored = sorted(values) + sorted(n for n, _ in modules if n in scope)
+    return _dumps({"names": restored, "not_restored": failed})
+
+
 def _run(source, tools, original=None, keep_state=False):
     """Runs one script. Returns (True, result_json) or (False, failure tuple)."""
     try:
