@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout)]
 
+pub mod changes;
 pub mod daemon;
 pub mod egress;
 pub mod files;
@@ -73,6 +74,8 @@ const USAGE: &str = "paddock-agent serve --socket PATH [--daemon] [--idle-exit S
                      paddock-agent terminal -- PROGRAM [ARGS...] | \
                      paddock-agent egress-forward --socket EGRESS_SOCKET --port PORT [--run ID] \
                      -- PROGRAM [ARGS...] | \
+                     paddock-agent changes-save [--max-bytes N] [--exclude PATH]... | \
+                     paddock-agent changes-restore | \
                      paddock-agent commit-state STATE_DIR TAG | paddock-agent version";
 
 /// The program: `serve`, `terminal`, `commit-state` or `version`. Returns the exit status (for `terminal`, the
@@ -86,6 +89,8 @@ pub fn run_main(args: Vec<String>) -> i32 {
         Some((first, rest)) if first == "egress-forward" => egress_forward(rest),
         Some((first, rest)) if first == "relay-listen" => relay_listen(rest),
         Some((first, rest)) if first == "relay-node" => relay_node(rest),
+        Some((first, rest)) if first == "changes-save" => changes::save_main(rest),
+        Some((first, rest)) if first == "changes-restore" => changes::restore_main(rest),
         _ => dispatch(&args).map(|()| 0),
     };
     match outcome {

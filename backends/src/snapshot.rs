@@ -13,11 +13,16 @@ use crate::BackendError;
 pub struct SavedEnvironment {
     /// The backend's kind when it was saved; a fork on a backend of another kind is refused.
     pub kind: String,
-    /// How the environment's files were kept: `docker commit`, `reflink copy` or `copy`.
+    /// How the environment's files were kept: `docker commit`, `changed files`, `reflink
+    /// copy` or `copy`.
     pub files: String,
     /// docker: the committed image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// apptainer, slurm with an image: the environment's changed files, a file in the
+    /// snapshot's directory (see `paddock_agent::changes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<String>,
     /// local: the workspace's copy, relative to the snapshot's directory, and where the
     /// workspace was (the shell's directory is carried relative to it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,8 +61,8 @@ pub fn snapshot_not_offered(kind: &str, name: &str) -> BackendError {
     BackendError::Unavailable {
         kind: kind.to_owned(),
         name: name.to_owned(),
-        reason: "snapshots of a session are offered on docker and the sandboxed local backend \
-                 only"
+        reason: "snapshots of a session are offered on docker, apptainer (with its agent), slurm \
+                 with an image, and the sandboxed local backend only"
             .into(),
     }
 }

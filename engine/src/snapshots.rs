@@ -300,13 +300,20 @@ impl<'a> Snapshots<'a> {
             });
         }
         for (backend, part) in &manifest.backends {
+            if let Some(archive) = &part.archive
+                && (archive.contains('/') || !dir.join(archive).is_file())
+            {
+                return Err(corrupt(format!(
+                    "backend '{backend}': its files {archive} are missing or not inside the snapshot"
+                )));
+            }
             if let Some(copy) = &part.workspace
                 && (copy.starts_with('/')
                     || copy.split('/').any(|c| c == "..")
                     || !dir.join(copy).is_dir())
             {
                 return Err(corrupt(format!(
-                    "backend '{backend}''s workspace copy {copy} is missing or not inside the \
+                    "backend '{backend}': its workspace copy {copy} is missing or not inside the \
                      snapshot"
                 )));
             }

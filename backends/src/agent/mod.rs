@@ -616,6 +616,10 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
         self.inner.remove_image(image)
     }
 
+    fn archives_changes(&self) -> bool {
+        self.inner.archives_changes()
+    }
+
     fn prewarm(&self) {
         if self.binary.is_ok() {
             self.inner.prewarm();

@@ -335,6 +335,11 @@ impl Transport for ApptainerTransport {
         Box::pin(self.start_instance(session))
     }
 
+    fn archives_changes(&self) -> bool {
+        // `--containall`: a PID namespace of its own; the agent does the saving.
+        self.config.agent.is_some()
+    }
+
     fn run<'a>(
         &'a self,
         session: &'a str,

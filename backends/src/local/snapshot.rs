@@ -153,6 +153,7 @@ impl LocalEnvironment {
             kind: "local".into(),
             files: how.into(),
             image: None,
+            archive: None,
             workspace: Some(relative),
             workspace_was: Some(sandbox.workspace.display().to_string()),
             shell,

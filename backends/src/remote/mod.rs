@@ -12,6 +12,7 @@
 //!   __docker-attach`) and the registry kills through the transport;
 //! - a target that cannot be reached is an error naming it, never a fallback.
 
+mod changes;
 pub mod client;
 #[cfg(test)]
 mod fake;
@@ -140,6 +141,12 @@ pub trait Transport: Send + Sync + 'static {
     ) -> Option<BackendFuture<'a, ()>> {
         let _ = (session, image);
         None
+    }
+    /// Keeps a snapshot's files as the environment's changed files, saved and restored by the
+    /// agent inside (`changes-save`, `changes-restore`): an environment with no image to
+    /// commit, in a PID namespace of its own, with the agent bound in (apptainer).
+    fn archives_changes(&self) -> bool {
+        false
     }
     /// Removes a snapshot's image.
     fn remove_image<'a>(&'a self, image: &'a str) -> BackendFuture<'a, ()> {
@@ -654,11 +661,14 @@ impl<T: Transport> Environment for RemoteEnvironment<T> {
     fn snapshot_session<'a>(
         &'a self,
         session: &'a str,
-        _dir: &'a std::path::Path,
+        dir: &'a std::path::Path,
         tag: &'a str,
-        _budget_bytes: u64,
+        budget_bytes: u64,
     ) -> BackendFuture<'a, SavedEnvironment> {
         Box::pin(async move {
+            if self.transport.archives_changes() {
+                return self.save_changes(session, dir, budget_bytes).await;
+            }
             let Some(commit) = self.transport.commit_session(session, tag) else {
                 return Err(crate::snapshot::snapshot_not_offered(
                     self.transport.kind(),
@@ -678,6 +688,7 @@ impl<T: Transport> Environment for RemoteEnvironment<T> {
                 kind: self.transport.kind().to_owned(),
                 files: "docker commit".to_owned(),
                 image: Some(image),
+                archive: None,
                 workspace: None,
                 workspace_was: None,
                 shell,
@@ -693,9 +704,14 @@ impl<T: Transport> Environment for RemoteEnvironment<T> {
         &'a self,
         session: &'a str,
         saved: &'a SavedEnvironment,
-        _dir: &'a std::path::Path,
+        dir: &'a std::path::Path,
     ) -> BackendFuture<'a, ()> {
         Box::pin(async move {
+            if let Some(archive) = &saved.archive {
+                return self
+                    .restore_changes(session, saved, &dir.join(archive))
+                    .await;
+            }
             let (Some(image), Some(start)) = (
                 saved.image.as_deref(),
                 saved

@@ -722,6 +722,12 @@ impl Transport for SlurmTransport {
         self.apptainer.is_some()
     }
 
+    fn archives_changes(&self) -> bool {
+        // With an image, commands run in an Apptainer instance (a PID namespace of its own)
+        // with the agent bound in; on the bare node there is nothing to tell apart.
+        self.apptainer.is_some()
+    }
+
     fn name(&self) -> &str {
         &self.config.name
     }

@@ -1,7 +1,8 @@
 //! Snapshots and forks through the real binary (`paddock sessions snapshot`, `sessions start
 //! --from`, `sessions fork`, `snapshots list|rm`) on the sandboxed local backend (the built-in
-//! policy) and on docker (the test services' image): files and shell state carried, forks
-//! independent of each other and of the original, errors that leave nothing half made.
+//! policy), on docker (the test services' image), and on apptainer and slurm with an image (the
+//! test services' backends): files and shell state carried, forks independent of each other
+//! and of the original, errors that leave nothing half made.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -11,11 +12,15 @@ use std::time::Duration;
 use paddock_tests::{Run, paddock_at};
 use serde_json::{Value, json};
 
-fn docker_skipped() -> bool {
+fn skipped(backend: &str) -> bool {
     std::env::var("PADDOCK_SKIP_BACKENDS")
         .unwrap_or_default()
         .split(',')
-        .any(|b| b.trim() == "docker")
+        .any(|b| b.trim() == backend)
+}
+
+fn docker_skipped() -> bool {
+    skipped("docker")
 }
 
 /// A home, a workspace the engine runs in, and a policy (none: the built-in sandboxed local
@@ -25,6 +30,8 @@ struct Target {
     workspace: tempfile::TempDir,
     policy: Option<PathBuf>,
     backend: &'static str,
+    /// `call terminal --backend NAME` (a policy that does not route the terminal there).
+    pick_backend: bool,
 }
 
 impl Target {
@@ -34,7 +41,26 @@ impl Target {
             workspace: tempfile::tempdir().unwrap(),
             policy: None,
             backend: "local",
+            pick_backend: false,
         }
+    }
+
+    /// Backend `backend` of the test services' policy; `None` when the test command skips
+    /// it (`skip_as`: its name in PADDOCK_SKIP_BACKENDS).
+    fn services(backend: &'static str, skip_as: &str) -> Option<Self> {
+        if skipped(skip_as) {
+            eprintln!("SKIPPED: {skip_as} (PADDOCK_SKIP_BACKENDS)");
+            return None;
+        }
+        let policy = std::env::var("PADDOCK_TEST_POLICY")
+            .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned());
+        Some(Self {
+            home: tempfile::tempdir().unwrap(),
+            workspace: tempfile::tempdir().unwrap(),
+            policy: Some(PathBuf::from(policy)),
+            backend,
+            pick_backend: true,
+        })
     }
 
     fn docker() -> Option<Self> {
@@ -47,6 +73,7 @@ impl Target {
             workspace: tempfile::tempdir().unwrap(),
             policy: None,
             backend: "docker",
+            pick_backend: false,
         };
         let policy = t.home.path().join("policy.toml");
         std::fs::write(
@@ -91,7 +118,11 @@ impl Target {
 
     fn terminal(&self, session: &str, command: &str) -> Value {
         let args = json!({ "command": command }).to_string();
-        let run = self.paddock(&["call", "terminal", "--args", &args, "--session", session]);
+        let mut argv = vec!["call", "terminal", "--args", &args, "--session", session];
+        if self.pick_backend {
+            argv.extend(["--backend", self.backend]);
+        }
+        let run = self.paddock(&argv);
         assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
         run.json()
     }
@@ -141,6 +172,20 @@ fn containers(session: &str) -> Vec<String> {
         .collect()
 }
 
+/// Apptainer instances of session `session` (their names end with it).
+fn instances(session: &str) -> Vec<String> {
+    let out = Command::new("/opt/apptainer/bin/apptainer")
+        .args(["instance", "list"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.ends_with(&format!("-{session}")))
+        .map(str::to_owned)
+        .collect()
+}
+
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
@@ -151,10 +196,11 @@ fn mode(path: &Path) -> u32 {
 fn snapshot_and_fork(t: &Target) {
     // Docker's /tmp is a tmpfs, never in a committed image: the files go where a container
     // keeps them. The local sandbox writes its workspace only.
-    let base = if t.backend == "docker" {
-        "/var/tmp/snap"
-    } else {
-        "."
+    let base = match t.backend {
+        "docker" => "/var/tmp/snap",
+        // The image's own tree (the instance's writable overlay), not only its /tmp.
+        "apptainer" | "slurm_apptainer" => "/opt/snap",
+        _ => ".",
     };
     t.ok(
         "orig",
@@ -170,7 +216,7 @@ fn snapshot_and_fork(t: &Target) {
     assert!(made["bytes"].as_u64().unwrap() > 0, "{made}");
     let how = made["files"][t.backend].as_str().unwrap().to_owned();
     assert!(
-        ["docker commit", "reflink copy", "copy"].contains(&how.as_str()),
+        ["docker commit", "changed files", "reflink copy", "copy"].contains(&how.as_str()),
         "{made}"
     );
     // Owner-only.
@@ -221,6 +267,10 @@ fn snapshot_and_fork(t: &Target) {
                 containers(fork)
             );
         }
+    } else if t.pick_backend {
+        for fork in &forks {
+            assert!(instances(fork).is_empty(), "{fork}: {:?}", instances(fork));
+        }
     } else {
         let left: Vec<_> = std::fs::read_dir(t.home.path().join("forks/local"))
             .map(|d| d.flatten().map(|e| e.path()).collect())
@@ -250,6 +300,22 @@ fn a_sandboxed_local_session_is_snapshotted_and_forked() {
 #[test]
 fn a_docker_session_is_snapshotted_and_forked() {
     let Some(t) = Target::docker() else { return };
+    snapshot_and_fork(&t);
+}
+
+#[test]
+fn an_apptainer_session_is_snapshotted_and_forked() {
+    let Some(t) = Target::services("apptainer", "apptainer") else {
+        return;
+    };
+    snapshot_and_fork(&t);
+}
+
+#[test]
+fn a_slurm_session_with_an_image_is_snapshotted_and_forked() {
+    let Some(t) = Target::services("slurm_apptainer", "slurm") else {
+        return;
+    };
     snapshot_and_fork(&t);
 }
 
@@ -411,10 +477,37 @@ fn a_snapshot_holds_no_credential_the_engine_kept_from_commands() {
 #[test]
 fn a_workspace_over_the_size_limit_is_refused_before_it_is_copied() {
     let t = Target::local().with_policy_text("[snapshots]\nmax_total_mb = 1\n");
+    over_the_limit(&t, "max_total_mb");
+}
+
+/// A session with 3 MB of files, under a 1 MB limit: refused naming `says`, nothing kept.
+fn over_the_limit(t: &Target, says: &str) {
+    // The local sandbox's /tmp is its own and not carried: the workspace, the directory a
+    // session starts in.
     t.ok("big", "head -c 3000000 /dev/zero > big.bin");
     let run = t.paddock(&["sessions", "snapshot", "big", "--name", "big"]);
     assert_eq!(run.code, 1, "{}", run.stdout);
-    assert!(run.stderr.contains("max_total_mb"), "{}", run.stderr);
+    assert!(run.stderr.contains(says), "{}", run.stderr);
     assert!(!t.snapshots_dir().join("big").exists());
     t.close("big");
+}
+
+#[test]
+fn apptainer_files_over_the_size_limit_are_refused_before_they_are_saved() {
+    let Some(t) = Target::services("apptainer", "apptainer") else {
+        return;
+    };
+    // The agent counts the changed files first and says so.
+    over_the_limit(
+        &t.with_policy_text("[snapshots]\nmax_total_mb = 1\n"),
+        "over the 1 MB the snapshot may still take",
+    );
+}
+
+#[test]
+fn a_multi_node_slurm_session_with_an_image_is_snapshotted_and_forked() {
+    let Some(t) = Target::services("slurm_nodes_apptainer", "slurm") else {
+        return;
+    };
+    snapshot_and_fork(&t);
 }
