@@ -4,7 +4,8 @@
 # Slurm daemons (the compute nodes pdk-node1 and pdk-node2 with their namespaces, slurmd,
 # slurmctld and munged; then the network namespaces pdk-net and pdk-node*, with them the veths,
 # and the empty cgroup v1 directories Slurm leaves in /sys/fs/cgroup/*/slurm_<node>), the
-# private sshd and the dockerd it started (a dockerd it found already running is left alone).
+# private sshd, the dockerd it started (a dockerd it found already running is left alone) and
+# the loop-mounted XFS of the reflink tests.
 # Idempotent, and quiet when nothing runs. Installed packages, the image, the rootfs, the SIF
 # and Slurm's configuration (/etc/slurm) and state (/var/lib/slurm) stay, so the next start
 # takes a few seconds. Slurm jobs not named paddock-* are left running on this machine's node:
@@ -170,5 +171,12 @@ if pid=$(pid_of "$SERVICES_DIR/dockerd.pid" dockerd); then
     stop_pid "$pid" dockerd 30
 fi
 rm -f "$SERVICES_DIR/dockerd.pid"
+
+# 6. The reflink test file system (its image stays, for the next start).
+if mountpoint -q "$SERVICES_DIR/reflink" 2>/dev/null; then
+    if umount "$SERVICES_DIR/reflink" 2>/dev/null || umount -l "$SERVICES_DIR/reflink"; then
+        log "reflink file system unmounted"
+    fi
+fi
 
 log "done"

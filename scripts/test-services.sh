@@ -8,8 +8,10 @@
 #
 # It writes, under $SERVICES_DIR:
 #   policy.toml    one [backends.NAME] section per service that is up
-#   services.env   PADDOCK_TEST_POLICY=<policy.toml>, PADDOCK_TEST_BACKENDS=<comma list> and, with
-#                  Slurm, PADDOCK_TEST_SLURM_NODES=<the compute nodes' names>
+#   services.env   PADDOCK_TEST_POLICY=<policy.toml>, PADDOCK_TEST_BACKENDS=<comma list>,
+#                  PADDOCK_TEST_REFLINK_DIR=<a directory on XFS with reflink> and, with Slurm,
+#                  PADDOCK_TEST_SLURM_NODES=<the compute nodes' names>
+#   reflink.img    a 1 GB sparse XFS image, loop-mounted on reflink/ (snapshots' reflink copies)
 #   *.log          one log per step; a failure names the step and the log to read
 #   slurm/         the logs of slurmctld and the slurmds (owned by the user slurm), and of the
 #                  compute nodes' inits (pdk-node*.log)
@@ -159,7 +161,8 @@ log "state in $SERVICES_DIR${SKIP:+; skipping: $SKIP}"
 # ping), python3.11 (copied into the image; usually present) and python3 (the SSH user and the
 # Slurm smoke test run it). Slurm: not the slurm-wlm metapackage, which pulls -dev packages and
 # a dozen extra plugins; these four install in ~8 s with --no-install-recommends.
-pkgs=()
+# xfsprogs: the reflink-capable file system of the snapshot tests (step 6b).
+pkgs=(xfsprogs)
 if want docker; then pkgs+=(docker.io iptables curl busybox-static python3.11); fi
 if want ssh; then pkgs+=(openssh-server openssh-client python3); fi
 if want apptainer; then
@@ -1090,6 +1093,26 @@ ConstrainDevices=no"
 fi
 
 # ---------------------------------------------------------------------------------------------
+# 6b. A file system with reflink (XFS on a loop device): a sandboxed session's snapshot copies
+#     its workspace by reflink there, which this machine's ext4 cannot. 1 GB sparse, ~0.2 s.
+# ---------------------------------------------------------------------------------------------
+REFLINK_DIR=$SERVICES_DIR/reflink
+if ! mountpoint -q "$REFLINK_DIR"; then
+    step "reflink: loop-mounted XFS on $REFLINK_DIR" "$SERVICES_DIR/reflink.log"
+    mkdir -p "$REFLINK_DIR"
+    if [ ! -s "$SERVICES_DIR/reflink.img" ]; then
+        truncate -s 1G "$SERVICES_DIR/reflink.img"
+        mkfs.xfs -q -m reflink=1 "$SERVICES_DIR/reflink.img" >>"$STEP_LOG" 2>&1 ||
+            fail "$STEP: mkfs.xfs failed (see $STEP_LOG)"
+    fi
+    mount -o loop "$SERVICES_DIR/reflink.img" "$REFLINK_DIR" >>"$STEP_LOG" 2>&1 ||
+        fail "$STEP: mount -o loop failed (no loop devices here?) (see $STEP_LOG)"
+    step_done
+fi
+chmod 1777 "$REFLINK_DIR"
+log "reflink: ok"
+
+# ---------------------------------------------------------------------------------------------
 # 7. The policy (one backend per service that is up) and services.env.
 # ---------------------------------------------------------------------------------------------
 STEP="write policy" STEP_LOG=
@@ -1168,7 +1191,8 @@ for i in "${!sections[@]}"; do
 done
 write_if_changed "$SERVICES_DIR/policy.toml" "$policy"
 services_env="PADDOCK_TEST_POLICY=$SERVICES_DIR/policy.toml
-PADDOCK_TEST_BACKENDS=$(IFS=,; echo "${up[*]}")"
+PADDOCK_TEST_BACKENDS=$(IFS=,; echo "${up[*]}")
+PADDOCK_TEST_REFLINK_DIR=$REFLINK_DIR"
 if want slurm; then
     # The compute nodes' names (partition nodes), for tests that pick a node.
     services_env+=$'\n'"PADDOCK_TEST_SLURM_NODES=$(IFS=,; echo "${SLURM_NODES[*]}")"

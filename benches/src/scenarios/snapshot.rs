@@ -1,5 +1,6 @@
 //! `snapshot`: `sessions snapshot`, a fork of 16 sessions from it, and the first command of a
-//! forked session, on the sandboxed local backend and each docker backend of `--backends`,
+//! forked session, on the sandboxed local backend and each docker and apptainer backend of
+//! `--backends`,
 //! against building the same state from scratch (a fresh session that runs the commands that
 //! made it). Measured through the engine (`Engine::snapshot_session`,
 //! `Engine::start_from_snapshot`), so a `paddock` process's own start is not in the figures.
@@ -10,7 +11,9 @@ use paddock_engine::engine::{CallExtras, Engine};
 use serde_json::json;
 
 use super::terminal::Scratch;
-use super::{Place, sandbox_and_docker};
+use paddock_engine::policy::{BackendConfig, Policy};
+
+use super::{Place, sandbox_and_docker, session_engine};
 use crate::error::{BenchError, Result};
 use crate::harness::{Bench, ms};
 use crate::report::{Better, Outcome, Role, ScenarioReport};
@@ -52,7 +55,7 @@ impl Built {
 /// writes 10 MB each.
 fn places(b: &Bench, scratch: &Scratch) -> Result<Vec<Built>> {
     let (local_mb, docker_mb) = (b.pick(10, 100), b.pick(10, 50));
-    Ok(sandbox_and_docker(b, &scratch.0, SESSION, "snapshot")?
+    let mut places: Vec<Built> = sandbox_and_docker(b, &scratch.0, SESSION, "snapshot")?
         .into_iter()
         .map(|place| {
             let (dir, mb) = if place.docker {
@@ -66,7 +69,29 @@ fn places(b: &Bench, scratch: &Scratch) -> Result<Vec<Built>> {
                 place,
             }
         })
-        .collect())
+        .collect();
+    // Each apptainer backend of --backends, in the image's own tree (its writable overlay).
+    if let Some(path) = &b.backends {
+        let given = Policy::load(path)?;
+        let names: Vec<String> = given
+            .backends
+            .iter()
+            .filter(|(_, config)| matches!(config, BackendConfig::Apptainer(_)))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in names {
+            places.push(Built {
+                build: build_commands("/opt/bench", docker_mb),
+                mb: docker_mb,
+                place: Place {
+                    engine: session_engine(b, Policy::load(path)?, SESSION, Some(&name))?,
+                    name,
+                    docker: false,
+                },
+            });
+        }
+    }
+    Ok(places)
 }
 
 async fn terminal(engine: &Engine, session: &str, command: &str, what: &str) -> Result<()> {
@@ -93,6 +118,8 @@ async fn terminal(engine: &Engine, session: &str, command: &str, what: &str) -> 
 #[derive(Default)]
 struct Samples {
     snapshot: Vec<f64>,
+    /// How the snapshot kept the files (`files` of its summary).
+    kept_by: String,
     fork: Vec<f64>,
     first: Vec<f64>,
     scratch: Vec<f64>,
@@ -122,11 +149,12 @@ pub async fn snapshot(b: &Bench) -> Result<Vec<ScenarioReport>> {
                 std::process::id()
             );
             let t = Instant::now();
-            place
+            let made = place
                 .engine
                 .snapshot_session(&built.session(), Some(&name))
                 .await?;
             s.snapshot.push(ms(t.elapsed()));
+            s.kept_by = made.files.values().cloned().collect::<Vec<_>>().join(", ");
             let ids: Vec<String> = (0..forks)
                 .map(|i| format!("bench-fork-{}-{round}-{i}", place.name))
                 .collect();
@@ -179,8 +207,8 @@ pub async fn snapshot(b: &Bench) -> Result<Vec<ScenarioReport>> {
                     None,
                     Outcome::measured(
                         format!(
-                            "{what} (backend `{}`, {} MB of files)",
-                            built.place.name, built.mb
+                            "{what} (backend `{}`, {} MB of files, kept by {})",
+                            built.place.name, built.mb, s.kept_by
                         ),
                         None,
                         pick(s).clone(),
@@ -220,7 +248,7 @@ pub async fn snapshot(b: &Bench) -> Result<Vec<ScenarioReport>> {
             "snapshot_session",
             "snapshot of a session (its files and shell state)",
             &|s| &s.snapshot,
-            "Engine::snapshot_session (docker commit; the workspace copied, by reflink where it can)",
+            "Engine::snapshot_session (docker commit; apptainer, the changed files saved by the agent; the workspace copied, by reflink where it can)",
             "Targets: docker, 50 MB of changed files <= 1 s; sandboxed local, a 100 MB workspace \
              on a reflink-capable file system <= 0.2 s (a plain copy where it cannot: the \
              snapshot says which).",

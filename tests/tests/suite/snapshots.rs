@@ -319,6 +319,60 @@ fn a_slurm_session_with_an_image_is_snapshotted_and_forked() {
     snapshot_and_fork(&t);
 }
 
+/// The XFS (reflink) directory scripts/test-services.sh mounts, from services.env.
+fn reflink_dir() -> PathBuf {
+    let policy = std::env::var("PADDOCK_TEST_POLICY")
+        .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned());
+    let env = Path::new(&policy).with_file_name("services.env");
+    let text = std::fs::read_to_string(&env).unwrap_or_default();
+    let dir = text
+        .lines()
+        .find_map(|l| l.strip_prefix("PADDOCK_TEST_REFLINK_DIR="))
+        .unwrap_or_else(|| {
+            panic!(
+                "{} names no PADDOCK_TEST_REFLINK_DIR: run scripts/test-services.sh",
+                env.display()
+            )
+        });
+    PathBuf::from(dir)
+}
+
+#[test]
+fn on_a_reflink_file_system_the_workspace_is_kept_by_reflink() {
+    let fs = reflink_dir();
+    let t = Target {
+        home: tempfile::tempdir_in(&fs).unwrap(),
+        workspace: tempfile::tempdir_in(&fs).unwrap(),
+        policy: None,
+        backend: "local",
+        pick_backend: false,
+    };
+    t.ok(
+        "rl",
+        "head -c 20000000 /dev/urandom > data.bin && echo small > s.txt",
+    );
+    let run = t.paddock(&["sessions", "snapshot", "rl", "--name", "rl"]);
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+    assert_eq!(
+        run.json()["files"]["local"],
+        "reflink copy",
+        "{}",
+        run.stdout
+    );
+    let forks = Target::ids(&t.paddock(&["sessions", "start", "--from", "rl"]));
+    // The fork's workspace is a reflink of the snapshot's: the same bytes, its own file.
+    assert_eq!(
+        t.ok(&forks[0], "cat s.txt; wc -c < data.bin"),
+        "small\n20000000\n"
+    );
+    t.ok(&forks[0], "echo fork > s.txt");
+    assert_eq!(t.ok("rl", "cat s.txt"), "small\n");
+    t.close(&forks[0]);
+    t.close("rl");
+    let run = t.paddock(&["snapshots", "rm", "rl"]);
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+}
+
 #[test]
 fn fork_snapshots_and_starts_sessions_in_one_step() {
     let t = Target::local();
