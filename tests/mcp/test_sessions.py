@@ -71,8 +71,9 @@ async def test_stdio_session_named_on_the_command_line_closes_with_the_connectio
 
 async def test_an_operator_snapshots_and_forks_sessions_over_mcp(paddock_factory, tmp_path: Path) -> None:
     """The `sessions_admin` toolset, off by default, enabled by the policy: a session is saved,
-    forked twice, listed and removed through MCP tools; the forks carry its files and exports."""
-    enabled = '[toolsets]\nenabled = ["core", "mcp", "sessions_admin"]\n'
+    forked twice, listed and removed through MCP tools; the forks carry its files, its exports
+    and its notebook's names (a `keep_state` server's, loaded by another program)."""
+    enabled = '[toolsets]\nenabled = ["core", "mcp", "sessions_admin"]\n\n[codemode]\nkeep_state = true\n'
     default = paddock_factory("http", "legacy")
     async with default.client() as c:
         names = {t.name for t in (await c.list_tools()).tools}
@@ -85,9 +86,13 @@ async def test_an_operator_snapshots_and_forks_sessions_over_mcp(paddock_factory
         assert {"session_snapshot", "session_fork", "snapshot_list", "snapshot_remove"} <= names, names
         r = await c.call_tool("terminal", {"command": "echo kept > k.txt && export FROM_MCP=yes"})
         assert not r.is_error, r
+        r = await c.call_tool("run_tools_script", {"code": "total = 41\ndef later(): pass"})
+        assert not r.is_error, r
         made = await c.call_tool("session_snapshot", {"name": "over-mcp"})
         assert not made.is_error, made
         assert made.structured_content["name"] == "over-mcp", made
+        notebook = made.structured_content["notebook"]
+        assert notebook["names"] == 1 and [n["name"] for n in notebook["not_kept"]] == ["later"], made
         forked = await c.call_tool("session_fork", {"snapshot": "over-mcp", "count": 2})
         assert not forked.is_error, forked
         ids = forked.structured_content["sessions"]
@@ -103,6 +108,12 @@ async def test_an_operator_snapshots_and_forks_sessions_over_mcp(paddock_factory
             env=p.env(), cwd=str(p.workdir), capture_output=True, text=True, timeout=60, check=True,
         )
         assert json.loads(out.stdout)["output"] == "kept\nyes\n", out.stdout
+        out = subprocess.run(
+            [str(p.binary), "run", "--keep-state", "--session", sid, "--policy", str(p.policy), "-"],
+            input="total + 1", env=p.env(), cwd=str(p.workdir), capture_output=True, text=True,
+            timeout=60, check=True,
+        )
+        assert json.loads(out.stdout)["result"] == 42, out.stdout
         subprocess.run(
             [str(p.binary), "sessions", "close", sid, "--policy", str(p.policy)],
             env=p.env(), capture_output=True, timeout=60, check=True,
