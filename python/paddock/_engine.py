@@ -356,8 +356,9 @@ class Engine:
 
     async def snapshot(self, session: Optional[str] = None, *, name: Optional[str] = None) -> Dict[str, Any]:
         """Saves `session` (default: this engine's) as a snapshot: its files and shell state,
-        not its running processes (`paddock sessions snapshot`). Returns `{"name", "bytes",
-        "files", "not_carried", ...}`, or raises `ToolError` (`sessions:snapshot_failed`)."""
+        and with `keep_state=True` its notebook's names; not its running processes (`paddock
+        sessions snapshot`). Returns `{"name", "bytes", "files", "not_carried", "notebook"?,
+        ...}`, or raises `ToolError` (`sessions:snapshot_failed`)."""
         message = {"type": "snapshot", "session": session, "name": name}
         return self._unwrap(await self._request(message))
 

@@ -74,8 +74,10 @@ pub enum Message {
 /// A notebook's names in a form another child (of another engine process) can load.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NotebookState {
-    /// A pickle (protocol 4) of a dict of the kept names, base64.
-    pub pickle_base64: String,
+    /// How `data_base64` was made: `marshal` (plain data only) or `pickle` (protocol 4).
+    pub encoding: String,
+    /// A dict of the kept names, so encoded, base64.
+    pub data_base64: String,
     /// (name, module) of each name bound to a module: imported again by name.
     pub modules: Vec<(String, String)>,
     /// Every name kept, sorted.

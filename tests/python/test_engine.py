@@ -753,7 +753,7 @@ def test_a_snapshot_whose_notebook_file_is_corrupt_forks_nothing(private_state: 
     with paddock.Engine(keep_state=True, session="nb-bad") as engine:
         engine.run_tools_script_sync("x = 1")
         engine.snapshot_sync(name="nb-bad-snap")
-        (home / "snapshots" / "nb-bad-snap" / "notebook.json").write_text('{"pickle_base64": ')
+        (home / "snapshots" / "nb-bad-snap" / "notebook.json").write_text('{"data_base64": ')
         with pytest.raises(paddock.ToolError) as err:
             engine.fork_sync("nb-bad-snap", 2)
         assert "nb-bad-snap" in str(err.value) and "notebook" in str(err.value), err.value
@@ -801,3 +801,25 @@ def test_hostile_names_cannot_break_or_hang_a_snapshot(private_state: Path) -> N
         listed = subprocess.run([paddock_bin, "snapshots", "list"], capture_output=True, text=True, check=True)
         assert "nb-hostile-2" not in listed.stdout and "nb-hostile-1" in listed.stdout, listed.stdout
     subprocess.run([paddock_bin, "snapshots", "rm", "nb-hostile-1"], check=True, capture_output=True)
+
+
+def test_plain_notebook_data_goes_by_marshal_and_keeps_shared_objects_shared(private_state: Path) -> None:
+    paddock_bin = paddock.find_paddock_bin()
+    home = Path(os.environ["PADDOCK_HOME"])
+    with paddock.Engine(keep_state=True, session="nb-plain") as engine:
+        engine.run_tools_script_sync("shared = [1, 'a', 2.5, None, (3, b'x'), {4}]\npair = {'l': shared, 'r': shared}")
+        made = engine.snapshot_sync(name="nb-plain")
+        assert made["notebook"] == {"names": 2, "not_kept": []}, made
+        saved = json.loads((home / "snapshots" / "nb-plain" / "notebook.json").read_text())
+        assert saved["encoding"] == "marshal", saved["encoding"]
+        (sid,) = engine.fork_sync("nb-plain")
+
+    async def check() -> Dict[str, Any]:
+        async with paddock.Engine(keep_state=True, session=sid) as fork:
+            return await fork.run_tools_script("[pair['l'] is pair['r'], pair['l'] is shared, shared[4][1] == b'x']")
+
+    result = asyncio.run(check())
+    assert result["result"] == [True, True, True], result
+    for s in ("nb-plain", sid):
+        subprocess.run([paddock_bin, "sessions", "close", s], check=False, capture_output=True)
+    subprocess.run([paddock_bin, "snapshots", "rm", "nb-plain"], check=True, capture_output=True)

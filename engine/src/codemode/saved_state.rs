@@ -1,6 +1,6 @@
 //! A notebook's names carried through a snapshot. A snapshot asks the session's live child for
-//! its names ([`dump`]: a pickle made inside the confined child, modules by name, and the names
-//! that could not be kept with why); a session started from the snapshot finds them in
+//! its names ([`dump`]: made inside the confined child, by `marshal` for plain data and
+//! `pickle` for the rest, modules by name, and the names that could not be kept with why); a session started from the snapshot finds them in
 //! `sessions/ID/notebook.json` and its first notebook script's fresh child loads them
 //! ([`load`]) before the script runs. The file is used once: a later lost state (a timeout, a
 //! crash) starts empty, as it would in the original session.
@@ -178,7 +178,8 @@ mod tests {
 
     fn state() -> NotebookState {
         NotebookState {
-            pickle_base64: "gAR9lC4=".into(),
+            encoding: "pickle".into(),
+            data_base64: "gAR9lC4=".into(),
             modules: vec![("m".into(), "math".into())],
             names: vec!["m".into()],
             not_kept: vec![("f".into(), "defined by a script".into())],
@@ -208,7 +209,7 @@ mod tests {
         let saved = SavedStates::new(root.path());
         let dir = root.path().join("sessions/s2");
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(SAVED_STATE_FILE), b"{\"pickle_base64\": 1").unwrap();
+        std::fs::write(dir.join(SAVED_STATE_FILE), b"{\"data_base64\": 1").unwrap();
         let err = saved.take("s2").unwrap().unwrap_err();
         assert!(err.contains("is not a notebook's names"), "{err}");
         assert!(saved.take("s2").is_none());

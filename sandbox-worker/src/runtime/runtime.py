@@ -1096,8 +1096,10 @@ def _why_not_kept(value):
 
 
 def _notebook_dump():
-    """The notebook's names, as the JSON of a `wire::NotebookState`."""
-    import pickle
+    """The notebook's names, as the JSON of a `wire::NotebookState`. Plain data (numbers,
+    strings, bytes, lists, tuples, dicts, sets, None) goes by `marshal`, native and already
+    loaded; anything else by `pickle`, whose import costs a fresh child milliseconds."""
+    import marshal
     scope = _NOTEBOOK_SCOPE or {}
     modules, values, skipped = [], {}, []
     for name, value in scope.items():
@@ -1111,22 +1113,27 @@ def _notebook_dump():
             values[name] = value
         else:
             skipped.append((name, why))
+    # One dump of all the values keeps objects shared between names shared.
     try:
-        # One pickle keeps objects shared between names shared.
-        data = pickle.dumps(values, protocol=4)
-    except Exception:  # noqa: BLE001 - which name failed is found below
+        data, encoding = marshal.dumps(values), "marshal"
+    except Exception:  # noqa: BLE001 - not plain data: pickle below
         data = None
     if data is None:
-        for name in list(values):
-            try:
-                pickle.dumps(values[name], protocol=4)
-            except Exception as err:  # noqa: BLE001 - named in the list, not raised
-                skipped.append((name, type(err).__name__ + ": " + str(err)))
-                del values[name]
-        data = pickle.dumps(values, protocol=4)
+        import pickle
+        encoding = "pickle"
+        try:
+            data = pickle.dumps(values, protocol=4)
+        except Exception:  # noqa: BLE001 - which name failed is found below
+            for name in list(values):
+                try:
+                    pickle.dumps(values[name], protocol=4)
+                except Exception as err:  # noqa: BLE001 - named in the list, not raised
+                    skipped.append((name, type(err).__name__ + ": " + str(err)))
+                    del values[name]
+            data = pickle.dumps(values, protocol=4)
     kept = sorted(values) + sorted(name for name, _ in modules)
-    return _dumps({"pickle_base64": _base64_text(data), "modules": modules, "names": kept,
-                   "not_kept": sorted(skipped)})
+    return _dumps({"encoding": encoding, "data_base64": _base64_text(data), "modules": modules,
+                   "names": kept, "not_kept": sorted(skipped)})
 
 
 def _base64_text(data):
@@ -1138,7 +1145,6 @@ def _notebook_load(state_json):
     """Makes the notebook from a `_notebook_dump`; answers the JSON of a `wire::LoadedState`."""
     global _NOTEBOOK_SCOPE
     import binascii
-    import pickle
     state = json.loads(state_json)
     modules = state["modules"]
     random.seed(int.from_bytes(_host.urandom(32), "big"))
@@ -1150,7 +1156,13 @@ def _notebook_load(state_json):
             scope[name] = sys.modules[module]
         except BaseException as err:  # noqa: B036 - e.g. a module this sandbox refuses
             failed.append((name, "import " + module + ": " + type(err).__name__ + ": " + str(err)))
-    values = pickle.loads(binascii.a2b_base64(state["pickle_base64"]))
+    data = binascii.a2b_base64(state["data_base64"])
+    if state["encoding"] == "marshal":
+        import marshal
+        values = marshal.loads(data)
+    else:
+        import pickle
+        values = pickle.loads(data)
     scope.update(values)
     _NOTEBOOK_SCOPE = scope
     restored = sorted(values) + sorted(n for n, _ in modules if n in scope)
