@@ -58,7 +58,11 @@ pub enum Kind {
 /// `changes-save [--max-bytes N] [--exclude PATH]...`.
 pub fn save_main(args: &[String]) -> Result<i32, AgentError> {
     let mut max_bytes = u64::MAX;
-    let mut excluded = Vec::new();
+    let mut excluded = vec![
+        PathBuf::from("/proc"),
+        PathBuf::from("/sys"),
+        PathBuf::from("/dev"),
+    ];
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         let value = rest.next().ok_or_else(|| usage(arg))?;
@@ -73,9 +77,13 @@ pub fn save_main(args: &[String]) -> Result<i32, AgentError> {
         }
     }
     let since = environment_start()?;
-    let roots = kept_devices(Path::new("/"))?;
+    let mounts = Mounts::read(Path::new("/"))?;
+    // Whatever is mounted over the environment's own file systems (/dev and the other kernel
+    // trees, binds from the host, files apptainer binds such as /etc/resolv.conf) is not its
+    // files.
+    excluded.extend(mounts.others);
     let mut found = Found::default();
-    walk(Path::new("/"), &roots, &excluded, since, &mut found)?;
+    walk(Path::new("/"), &mounts.kept, &excluded, since, &mut found)?;
     let total: u64 = found.entries.iter().map(|e| e.size).sum();
     if total > max_bytes {
         let _ = writeln!(
@@ -153,29 +161,51 @@ fn environment_start() -> Result<SystemTime, AgentError> {
     Ok(UNIX_EPOCH + Duration::from_secs(boot) + after_boot - Duration::from_secs(1))
 }
 
-/// The devices of `root` and of the tmpfs mounts under it that are the environment's own
-/// (not under /dev, /proc or /sys): the file systems whose entries can be saved.
-fn kept_devices(root: &Path) -> Result<HashSet<u64>, AgentError> {
-    let mut devices = HashSet::from([std::fs::symlink_metadata(root)?.dev()]);
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
-    for line in mountinfo.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(dash) = fields.iter().position(|f| *f == "-") else {
-            continue;
-        };
-        let (Some(mount_point), Some(fstype)) = (fields.get(4), fields.get(dash + 1)) else {
-            continue;
-        };
-        let under = |dir: &str| *mount_point == dir || mount_point.starts_with(&format!("{dir}/"));
-        if *fstype == "tmpfs" && !under("/dev") && !under("/proc") && !under("/sys") {
-            // Octal escapes (`\040` for a space) are left as they are: such a mount is
-            // simply not found, and not saved.
-            if let Ok(meta) = std::fs::symlink_metadata(mount_point) {
-                devices.insert(meta.dev());
+/// The mounts of this environment, from `/proc/self/mountinfo`.
+struct Mounts {
+    /// The devices whose entries can be saved: `root`'s, and the tmpfs directories mounted
+    /// as the environment's own (not under /dev, /proc or /sys: its /tmp and /var/tmp).
+    kept: HashSet<u64>,
+    /// Every other mount point: never entered.
+    others: Vec<PathBuf>,
+}
+
+impl Mounts {
+    fn read(root: &Path) -> Result<Self, AgentError> {
+        let mut kept = HashSet::from([std::fs::symlink_metadata(root)?.dev()]);
+        let mut others = Vec::new();
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+        for line in mountinfo.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let Some(dash) = fields.iter().position(|f| *f == "-") else {
+                continue;
+            };
+            let (Some(mount_point), Some(fstype)) = (fields.get(4), fields.get(dash + 1)) else {
+                continue;
+            };
+            if Path::new(mount_point) == root {
+                continue;
+            }
+            let under =
+                |dir: &str| *mount_point == dir || mount_point.starts_with(&format!("{dir}/"));
+            // Octal escapes (`\040` for a space) are left as they are: such a mount point is
+            // not found, and its entries are neither saved nor entered.
+            let own_tmpfs = *fstype == "tmpfs"
+                && !under("/dev")
+                && !under("/proc")
+                && !under("/sys")
+                && Path::new(mount_point).is_dir();
+            match std::fs::symlink_metadata(mount_point) {
+                Ok(meta) if own_tmpfs => {
+                    kept.insert(meta.dev());
+                }
+                // A file apptainer binds from its own tmpfs (/etc/resolv.conf) is its, not the
+                // session's.
+                _ => others.push(PathBuf::from(mount_point)),
             }
         }
+        Ok(Self { kept, others })
     }
-    Ok(devices)
 }
 
 #[derive(Default)]
