@@ -616,8 +616,8 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
         self.inner.remove_image(image)
     }
 
-    fn archives_changes(&self) -> bool {
-        self.inner.archives_changes()
+    fn changes_agent(&self) -> Option<&'static str> {
+        self.inner.changes_agent()
     }
 
     fn prewarm(&self) {

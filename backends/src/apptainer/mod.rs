@@ -335,9 +335,9 @@ impl Transport for ApptainerTransport {
         Box::pin(self.start_instance(session))
     }
 
-    fn archives_changes(&self) -> bool {
+    fn changes_agent(&self) -> Option<&'static str> {
         // `--containall`: a PID namespace of its own; the agent does the saving.
-        self.config.agent.is_some()
+        self.config.agent.is_some().then_some(AGENT_PATH_INSIDE)
     }
 
     fn run<'a>(

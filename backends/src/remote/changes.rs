@@ -12,7 +12,6 @@ use base64::engine::general_purpose::STANDARD;
 
 use super::script::shell_quote;
 use super::{RemoteEnvironment, Transport};
-use crate::agent::AGENT_PATH_INSIDE;
 use crate::snapshot::SavedEnvironment;
 use crate::{BackendError, Result};
 
@@ -21,8 +20,10 @@ const MAX_ARCHIVE_CHARS: usize = 2 << 30;
 
 impl<T: Transport> RemoteEnvironment<T> {
     /// The session's changed files, as `BACKEND-changes.bin` in `dir`, and its shell state.
+    /// `agent`: the agent program inside ([`Transport::changes_agent`]).
     pub(super) async fn save_changes(
         &self,
+        agent: &str,
         session: &str,
         dir: &Path,
         budget_bytes: u64,
@@ -30,12 +31,13 @@ impl<T: Transport> RemoteEnvironment<T> {
         // The agent's error goes apart from the archive on stdout, and is shown when it fails.
         let command = format!(
             "__p_err=\"$__p_state/changes.err\"\n\
-             {AGENT_PATH_INSIDE} changes-save --max-bytes {budget_bytes} --exclude {} \
+             {} changes-save --max-bytes {budget_bytes} --exclude {} \
              --exclude /.paddock 2>\"$__p_err\"\n\
              __p_s=$?\n\
              if [ $__p_s -ne 0 ]; then cat \"$__p_err\"; fi\n\
              rm -f \"$__p_err\"\n\
              exit $__p_s",
+            shell_quote(agent),
             shell_quote(self.transport.state_root())
         );
         let text = self
@@ -79,6 +81,7 @@ impl<T: Transport> RemoteEnvironment<T> {
     /// state.
     pub(super) async fn restore_changes(
         &self,
+        agent: &str,
         session: &str,
         saved: &SavedEnvironment,
         archive: &Path,
@@ -91,7 +94,7 @@ impl<T: Transport> RemoteEnvironment<T> {
         })?;
         self.run_script(
             session,
-            format!("{AGENT_PATH_INSIDE} changes-restore"),
+            format!("{} changes-restore", shell_quote(agent)),
             Some(STANDARD.encode(&data).into_bytes()),
             64 * 1024,
             "restoring the snapshot's files",

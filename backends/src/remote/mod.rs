@@ -142,11 +142,12 @@ pub trait Transport: Send + Sync + 'static {
         let _ = (session, image);
         None
     }
-    /// Keeps a snapshot's files as the environment's changed files, saved and restored by the
-    /// agent inside (`changes-save`, `changes-restore`): an environment with no image to
-    /// commit, in a PID namespace of its own, with the agent bound in (apptainer).
-    fn archives_changes(&self) -> bool {
-        false
+    /// The agent program inside the environment that keeps a snapshot's files as the
+    /// environment's changed files (`changes-save`, `changes-restore`): an environment with no
+    /// image to commit, in a PID namespace of its own, with the agent bound in (apptainer).
+    /// `None`: this transport keeps them otherwise, or not at all.
+    fn changes_agent(&self) -> Option<&'static str> {
+        None
     }
     /// Removes a snapshot's image.
     fn remove_image<'a>(&'a self, image: &'a str) -> BackendFuture<'a, ()> {
@@ -666,8 +667,8 @@ impl<T: Transport> Environment for RemoteEnvironment<T> {
         budget_bytes: u64,
     ) -> BackendFuture<'a, SavedEnvironment> {
         Box::pin(async move {
-            if self.transport.archives_changes() {
-                return self.save_changes(session, dir, budget_bytes).await;
+            if let Some(agent) = self.transport.changes_agent() {
+                return self.save_changes(agent, session, dir, budget_bytes).await;
             }
             let Some(commit) = self.transport.commit_session(session, tag) else {
                 return Err(crate::snapshot::snapshot_not_offered(
@@ -707,9 +708,9 @@ impl<T: Transport> Environment for RemoteEnvironment<T> {
         dir: &'a std::path::Path,
     ) -> BackendFuture<'a, ()> {
         Box::pin(async move {
-            if let Some(archive) = &saved.archive {
+            if let (Some(archive), Some(agent)) = (&saved.archive, self.transport.changes_agent()) {
                 return self
-                    .restore_changes(session, saved, &dir.join(archive))
+                    .restore_changes(agent, session, saved, &dir.join(archive))
                     .await;
             }
             let (Some(image), Some(start)) = (

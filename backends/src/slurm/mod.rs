@@ -722,10 +722,12 @@ impl Transport for SlurmTransport {
         self.apptainer.is_some()
     }
 
-    fn archives_changes(&self) -> bool {
+    fn changes_agent(&self) -> Option<&'static str> {
         // With an image, commands run in an Apptainer instance (a PID namespace of its own)
         // with the agent bound in; on the bare node there is nothing to tell apart.
-        self.apptainer.is_some()
+        self.apptainer
+            .is_some()
+            .then_some(crate::agent::AGENT_PATH_INSIDE)
     }
 
     fn name(&self) -> &str {
