@@ -113,7 +113,7 @@ pub struct Manifest {
 /// What a snapshot holds of a notebook.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NotebookPart {
-    /// The names kept (values pickled, modules by name).
+    /// The names kept (values by marshal or pickle, modules by name).
     pub names: Vec<String>,
     /// The names that could not be kept, with why.
     pub not_kept: Vec<NotKept>,
@@ -147,7 +147,8 @@ pub struct SnapshotSummary {
     pub created: u64,
     pub age_seconds: u64,
     pub bytes: u64,
-    /// Backend → how its files were kept (`docker commit`, `reflink copy`, `copy`).
+    /// Backend → how its files were kept (`docker commit`, `changed files`, `reflink copy`,
+    /// `copy`).
     pub files: BTreeMap<String, String>,
     pub not_carried: Vec<String>,
     /// The notebook's names, when it held any.
