@@ -80,7 +80,7 @@ cargo test "${CARGO_FLAGS[@]}" --workspace --no-fail-fast
 step "per-session ceilings against fork bombs, disk fills and CPU spinners, alone (they load the machine on purpose)"
 cargo test "${CARGO_FLAGS[@]}" -p paddock-tests --test all -- --ignored ceilings --test-threads=1
 
-step "a compute node killed mid-command, alone (it takes a node away from every other test; the test restarts it)"
+step "a compute node cut off and one killed mid-command, alone (they take a node away from every other test, and bring it back)"
 cargo test "${CARGO_FLAGS[@]}" -p paddock-tests --test all -- --ignored slurm_nodes::a_compute_node --test-threads=1
 
 step "MCP: paddock serve driven by the real Python mcp 2.3.0 client, and the conformance suite"

@@ -132,6 +132,11 @@ pub struct ExecOutput {
     /// Characters of output in all (before capping).
     pub output_chars: usize,
     pub duration_ms: f64,
+    /// After a timeout: why the command could not be ended on the target (a node cut off, a
+    /// daemon down), so it may still be running there. `None` when it was ended, or did not
+    /// time out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_ended: Option<String>,
 }
 
 /// A background command.

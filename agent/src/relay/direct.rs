@@ -24,6 +24,19 @@ use super::mux::tracing_line;
 pub const TOKEN_WAIT: Duration = Duration::from_secs(5);
 /// How long the engine's end waits for the node to accept.
 const CONNECT_WAIT: Duration = Duration::from_secs(10);
+/// A carried connection whose far end falls silent (a node that crashed or was cut off sends
+/// no reset) is probed after this long without traffic...
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+/// ...every this long...
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(3);
+/// ...and given up after this many unanswered probes (or as long without an acknowledgement
+/// of data sent): ended within [`SILENCE_LIMIT`], so that a command in flight on a lost node
+/// fails then instead of waiting for its own timeout.
+const KEEPALIVE_PROBES: u32 = 5;
+/// How long a carried connection survives a far end that answers nothing.
+pub const SILENCE_LIMIT: Duration = Duration::from_secs(
+    KEEPALIVE_IDLE.as_secs() + KEEPALIVE_INTERVAL.as_secs() * KEEPALIVE_PROBES as u64,
+);
 
 /// A fresh token: 128 random bits, hex.
 pub fn new_token() -> io::Result<String> {
@@ -64,6 +77,20 @@ impl Duplex for UnixStream {
     fn shut_write(&self) {
         let _ = self.shutdown(Shutdown::Write);
     }
+}
+
+/// Ends `conn` once its far end has answered nothing for [`SILENCE_LIMIT`]: TCP keepalive
+/// probes while it is idle (a command that prints nothing for minutes is fine: the far
+/// kernel answers them), and the same limit on data sent and not acknowledged.
+fn end_when_silent(conn: &TcpStream) -> io::Result<()> {
+    use rustix::net::sockopt;
+    sockopt::set_socket_keepalive(conn, true)?;
+    sockopt::set_tcp_keepidle(conn, KEEPALIVE_IDLE)?;
+    sockopt::set_tcp_keepintvl(conn, KEEPALIVE_INTERVAL)?;
+    sockopt::set_tcp_keepcnt(conn, KEEPALIVE_PROBES)?;
+    let limit_ms = u32::try_from(SILENCE_LIMIT.as_millis()).unwrap_or(u32::MAX);
+    sockopt::set_tcp_user_timeout(conn, limit_ms)?;
+    Ok(())
 }
 
 /// Copies both ways until both sides ended, each end's close passed on as a half close.
@@ -107,6 +134,11 @@ fn carry_on_node(mut conn: TcpStream, token: &str, agent_socket: &Path) {
         .peer_addr()
         .map_or_else(|_| "an unknown address".to_owned(), |a| a.to_string());
     let _ = conn.set_nodelay(true);
+    if let Err(err) = end_when_silent(&conn) {
+        tracing_line(&format!(
+            "cannot watch a connection from {peer} for silence: {err}"
+        ));
+    }
     let _ = conn.set_read_timeout(Some(TOKEN_WAIT));
     let given = read_token_line(&mut conn);
     let accepted = given
@@ -161,6 +193,7 @@ pub fn dial_node(host: &str, port: u16, token: &str) -> io::Result<TcpStream> {
         .ok_or_else(|| io::Error::other(format!("{host} has no address")))?;
     let mut node = TcpStream::connect_timeout(&address, CONNECT_WAIT)?;
     node.set_nodelay(true)?;
+    end_when_silent(&node)?;
     node.write_all(format!("{token}\n").as_bytes())?;
     Ok(node)
 }

@@ -1149,6 +1149,7 @@ impl LocalEnvironment {
                     exit_code: WORKSPACE_LIMIT_EXIT_CODE,
                     timed_out: false,
                     duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+                    not_ended: None,
                 }
             }
         };
@@ -1398,6 +1399,7 @@ impl Ended {
             timed_out: self.timed_out,
             output_chars: chars,
             duration_ms: self.started.elapsed().as_secs_f64() * 1000.0,
+            not_ended: None,
         }
     }
 }

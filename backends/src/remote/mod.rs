@@ -218,28 +218,35 @@ impl<T: Transport> RemoteEnvironment<T> {
         ]
     }
 
-    /// Ends every process of `run_id` on the target.
-    async fn kill_run(&self, session: &str, run_id: &str) {
-        Self::kill_run_on(&self.transport, session, run_id).await;
+    /// Ends every process of `run_id` on the target; answers why it could not.
+    async fn kill_run(&self, session: &str, run_id: &str) -> std::result::Result<(), String> {
+        Self::kill_run_on(&self.transport, session, run_id).await
     }
 
-    async fn kill_run_on(transport: &Arc<T>, session: &str, run_id: &str) {
+    async fn kill_run_on(
+        transport: &Arc<T>,
+        session: &str,
+        run_id: &str,
+    ) -> std::result::Result<(), String> {
         let sink = Arc::new(Mutex::new(Utf8Capped::new(4096)));
         let run = TargetRun {
             argv: Self::kill_argv(run_id),
             stdin: None,
             pty: false,
         };
-        match tokio::time::timeout(KILL_COMMAND_TIMEOUT, transport.run(session, run, sink)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) => {
-                tracing::warn!(backend = transport.name(), %err, "could not end a timed-out command")
-            }
-            Err(_) => tracing::warn!(
-                backend = transport.name(),
-                "the kill command itself timed out"
-            ),
-        }
+        let why =
+            match tokio::time::timeout(KILL_COMMAND_TIMEOUT, transport.run(session, run, sink))
+                .await
+            {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(err)) => err.to_string(),
+                Err(_) => format!(
+                    "the kill command got no answer within {} s",
+                    KILL_COMMAND_TIMEOUT.as_secs()
+                ),
+            };
+        tracing::warn!(backend = transport.name(), %why, "could not end a timed-out command");
+        Err(why)
     }
 
     async fn run_command(&self, request: ExecRequest) -> Result<ExecOutput> {
@@ -286,6 +293,7 @@ impl<T: Transport> RemoteEnvironment<T> {
             client: task.abort_handle(),
         };
         let mut timed_out = false;
+        let mut not_ended = None;
         let status = match tokio::time::timeout(request.timeout, &mut task).await {
             Ok(joined) => {
                 // The run has ended, failed ones included: nothing is left to end on the
@@ -295,11 +303,23 @@ impl<T: Transport> RemoteEnvironment<T> {
             }
             Err(_) => {
                 timed_out = true;
-                self.kill_run(&request.session, &run_id).await;
-                match tokio::time::timeout(CLIENT_END_GRACE, &mut task).await {
-                    Ok(_) => {}
-                    Err(_) => task.abort(),
-                }
+                let killed = self.kill_run(&request.session, &run_id).await;
+                // The command's own run answering its status is the other proof of its end;
+                // a run that only lost its connection is not.
+                let answered = match tokio::time::timeout(CLIENT_END_GRACE, &mut task).await {
+                    Ok(joined) => matches!(joined, Ok(Ok(_))),
+                    Err(_) => {
+                        task.abort();
+                        false
+                    }
+                };
+                // Neither the kill nor the command's own run confirmed the end: its fate on the
+                // target is unknown (a node cut off, a daemon down), and saying it was killed
+                // would be a guess.
+                not_ended = match killed {
+                    Err(why) if !answered => Some(why),
+                    _ => None,
+                };
                 TIMEOUT_EXIT_CODE
             }
         };
@@ -320,10 +340,17 @@ impl<T: Transport> RemoteEnvironment<T> {
             });
         }
         if timed_out {
-            text.push_str(&format!(
-                "\n[paddock: command timed out after {} s and was killed]",
-                request.timeout.as_secs_f64()
-            ));
+            text.push_str(&match &not_ended {
+                None => format!(
+                    "\n[paddock: command timed out after {} s and was killed]",
+                    request.timeout.as_secs_f64()
+                ),
+                Some(why) => format!(
+                    "\n[paddock: command timed out after {} s and could not be ended there \
+                     ({why}); it may still be running]",
+                    request.timeout.as_secs_f64()
+                ),
+            });
         }
         Ok(ExecOutput {
             output: text,
@@ -331,6 +358,7 @@ impl<T: Transport> RemoteEnvironment<T> {
             timed_out,
             output_chars: chars,
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            not_ended,
         })
     }
 
@@ -557,7 +585,7 @@ impl<T: Transport> Drop for CancelGuard<T> {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    RemoteEnvironment::kill_run_on(&transport, &session, &run_id).await;
+                    let _ = RemoteEnvironment::kill_run_on(&transport, &session, &run_id).await;
                     client.abort();
                 });
             }

@@ -148,6 +148,7 @@ async fn a_finished_command_answers_its_status_and_output_and_sends_no_kill() {
             timed_out: false,
             output_chars: 8,
             duration_ms: out.duration_ms,
+            not_ended: None,
         }
     );
     settle().await;
@@ -184,6 +185,7 @@ async fn a_command_that_outlives_its_timeout_is_killed_by_its_run_id_and_answers
             timed_out: true,
             output_chars: 8,
             duration_ms: out.duration_ms,
+            not_ended: None,
         }
     );
     assert!(out.duration_ms >= 200.0, "{}", out.duration_ms);
@@ -204,7 +206,8 @@ async fn a_command_that_outlives_its_timeout_is_killed_by_its_run_id_and_answers
 }
 
 #[tokio::test]
-async fn a_timeout_whose_kill_cannot_reach_the_target_still_answers_124_and_abandons_the_client() {
+async fn a_timeout_whose_kill_cannot_reach_the_target_answers_124_says_why_and_abandons_the_client()
+{
     let s = setup(
         FakeTransport::new()
             .answer(Answer::UntilKilled {
@@ -219,6 +222,16 @@ async fn a_timeout_whose_kill_cannot_reach_the_target_still_answers_124_and_aban
     let out = s.env.exec(req).await.unwrap();
     assert_eq!((out.exit_code, out.timed_out), (TIMEOUT_EXIT_CODE, true));
     assert!(out.output.starts_with("partial\n"), "{}", out.output);
+    // Not "was killed": nothing confirmed it.
+    let why = out.not_ended.as_deref().unwrap_or_default();
+    assert!(why.contains("connection lost"), "{out:?}");
+    assert!(
+        out.output.ends_with(&format!(
+            "could not be ended there ({why}); it may still be running]"
+        )),
+        "{}",
+        out.output
+    );
     settle().await;
     let fake = s.env.transport();
     let run_id = first_run_id(fake);

@@ -354,12 +354,17 @@ impl Tool for Terminal {
                 })
                 .await
                 .map_err(backend_error)?;
-            let error = out.timed_out.then(|| {
-                format!(
-                    "timed out after {} s; the command and everything it started were killed",
-                    timeout_of(args.timeout).as_secs_f64()
-                )
-            });
+            let seconds = timeout_of(args.timeout).as_secs_f64();
+            let error = match (&out.not_ended, out.timed_out) {
+                (Some(why), _) => Some(format!(
+                    "timed out after {seconds} s, and the command could not be ended on the \
+                     backend ({why}): it may still be running there"
+                )),
+                (None, true) => Some(format!(
+                    "timed out after {seconds} s; the command and everything it started were killed"
+                )),
+                (None, false) => None,
+            };
             let mut answer = json!({"output": out.output, "exit_code": out.exit_code, "error": error, "duration_ms": out.duration_ms});
             if let Some(cut) = output_cut(out.output_chars) {
                 answer["output_cut"] = json!(cut);
@@ -666,12 +671,15 @@ async fn python_on_backend(
         }
         artifacts.push(item);
     }
-    let error = out.timed_out.then(|| {
-        format!(
-            "timed out after {} s",
-            timeout_of(args.timeout).as_secs_f64()
-        )
-    });
+    let seconds = timeout_of(args.timeout).as_secs_f64();
+    let error = match (&out.not_ended, out.timed_out) {
+        (Some(why), _) => Some(format!(
+            "timed out after {seconds} s, and the program could not be ended on the backend \
+             ({why}): it may still be running there"
+        )),
+        (None, true) => Some(format!("timed out after {seconds} s")),
+        (None, false) => None,
+    };
     let mut answer = json!({
         "output": out.output,
         "exit_code": out.exit_code,

@@ -147,14 +147,21 @@ impl Drop for Cluster {
 }
 
 /// Slurm's state of `job` (`RUNNING`, `CANCELLED`, `TIMEOUT`, ...); "" when it is unknown.
-fn job_state(job: &str) -> String {
+pub(super) fn job_state(job: &str) -> String {
+    scontrol_field("job", job, "JobState")
+}
+
+/// The value of `field` in `scontrol show ENTITY -o ID` (a job, a node); "" when Slurm does
+/// not know it.
+pub(super) fn scontrol_field(entity: &str, id: &str, field: &str) -> String {
     let out = Command::new("scontrol")
-        .args(["show", "job", "-o", job])
+        .args(["show", entity, "-o", id])
         .output()
         .unwrap();
+    let prefix = format!("{field}=");
     String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
-        .find_map(|f| f.strip_prefix("JobState="))
+        .find_map(|f| f.strip_prefix(prefix.as_str()))
         .unwrap_or_default()
         .to_owned()
 }
