@@ -22,6 +22,7 @@
 //! (munge-signed), and the engine's socket lies in the home's agent directory, 0700.
 
 pub mod direct;
+pub mod liveness;
 pub mod mux;
 pub mod wire;
 
@@ -36,6 +37,7 @@ use std::time::Duration;
 
 use crate::AgentError;
 use crate::server::{ServeOptions, lock_path};
+use liveness::Liveness;
 use mux::{Mux, tracing_line};
 use wire::{Frame, RELAY_VERSION};
 
@@ -202,6 +204,23 @@ pub fn listen(options: &ListenOptions) -> Result<i32, AgentError> {
     let mux = Mux::new(Box::new(input))?;
     // Shared with the accept thread, which ends it when the node's end is gone.
     let child = Arc::new(Mutex::new(child));
+    // Every byte on the stream: a node that falls silent is found by the beat (the direct
+    // connections watch themselves).
+    let liveness = direct.is_none().then(Liveness::new);
+    if let Some(liveness) = &liveness {
+        let (mux, child, socket) = (mux.clone(), child.clone(), options.socket.clone());
+        liveness.watch(mux.clone(), move |silent| {
+            tracing_line(&format!(
+                "the far end sent nothing for {} s (a node cut off or gone): the relay ends",
+                silent.as_secs()
+            ));
+            let _ = std::fs::remove_file(&socket);
+            mux.shut_all();
+            if let Ok(mut child) = child.lock() {
+                let _ = child.kill();
+            }
+        })?;
+    }
     {
         let mux = mux.clone();
         let child = child.clone();
@@ -243,6 +262,9 @@ pub fn listen(options: &ListenOptions) -> Result<i32, AgentError> {
             })?;
     }
     read_frames(&mut reader, Some(&mux), |frame| {
+        if let Some(liveness) = &liveness {
+            liveness.heard();
+        }
         mux.route(frame, &|_| {
             Err(std::io::Error::other(
                 "the engine's end opens no connection",
@@ -250,6 +272,9 @@ pub fn listen(options: &ListenOptions) -> Result<i32, AgentError> {
         });
         true
     });
+    if let Some(liveness) = &liveness {
+        liveness.stop();
+    }
     // The stream is over: nothing may connect to a relay that carries nowhere.
     let _ = std::fs::remove_file(&options.socket);
     mux.shut_all();
@@ -326,12 +351,15 @@ fn wait_listening(
 }
 
 /// The node's end of the stream, once the agent listens on `socket`: the token first when
-/// `direct` (then the listener), the hello, then channels until the stream ends.
+/// `direct` (then the listener), the hello, then channels until the stream ends. Without
+/// `direct` the stream beats, and an engine's end silent past [`liveness::SILENCE_LIMIT`] (this
+/// node cut off) runs `lost`, which must end the process: the stream's reader cannot be woken.
 fn carry_stdio(
     stream_in: OwnedFd,
     stream_out: OwnedFd,
     socket: &Path,
     direct: bool,
+    lost: impl FnOnce() + Send + 'static,
 ) -> Result<(), AgentError> {
     let mut reader = BufReader::with_capacity(256 * 1024, std::fs::File::from(stream_in));
     let port = if direct {
@@ -356,10 +384,28 @@ fn carry_stdio(
         version: RELAY_VERSION,
         port,
     })?;
+    let liveness = (!direct).then(Liveness::new);
+    if let Some(liveness) = &liveness {
+        let carried = mux.clone();
+        liveness.watch(mux.clone(), move |silent| {
+            tracing_line(&format!(
+                "the engine's end sent nothing for {} s (this node cut off): the relay ends",
+                silent.as_secs()
+            ));
+            carried.shut_all();
+            lost();
+        })?;
+    }
     read_frames(&mut reader, Some(&mux), |frame| {
+        if let Some(liveness) = &liveness {
+            liveness.heard();
+        }
         mux.route(frame, &|_| UnixStream::connect(socket));
         true
     });
+    if let Some(liveness) = &liveness {
+        liveness.stop();
+    }
     mux.shut_all();
     Ok(())
 }
@@ -383,7 +429,11 @@ pub fn serve_stdio(options: ServeOptions, direct: bool) -> Result<(), AgentError
         }
         Err(std::sync::mpsc::TryRecvError::Empty) => None,
     })?;
-    carry_stdio(stream_in, stream_out, &socket, direct)?;
+    let silent_socket = socket.clone();
+    carry_stdio(stream_in, stream_out, &socket, direct, move || {
+        let _ = std::fs::remove_file(&silent_socket);
+        std::process::exit(0)
+    })?;
     // The engine's end is gone: so is this agent (its socket first, so nothing new connects).
     let _ = std::fs::remove_file(&socket);
     tracing_line("the stream ended; the agent exits");
@@ -408,9 +458,19 @@ pub fn relay_node(socket: &Path, direct: bool, argv: &[String]) -> Result<i32, A
             AgentError::StartFailed(format!("{program} ended before it listened ({status})"))
         })
     })?;
-    let carried = carry_stdio(stream_in, stream_out, socket, direct);
-    let _ = child.kill();
-    let _ = child.wait();
+    let child = Arc::new(Mutex::new(child));
+    let silent_child = child.clone();
+    let carried = carry_stdio(stream_in, stream_out, socket, direct, move || {
+        if let Ok(mut child) = silent_child.lock() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        std::process::exit(0)
+    });
+    if let Ok(mut child) = child.lock() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     tracing_line("the stream ended; the relayed agent was ended");
     carried.map(|()| 0)
 }

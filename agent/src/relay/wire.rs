@@ -40,6 +40,8 @@ pub enum Frame {
     /// answers at once: srun's I/O is TCP without `TCP_NODELAY`, where a second small message
     /// waits for the first one's acknowledgement, which the receiver delays by up to 40 ms
     /// unless it has data of its own to send (measured: 44 ms per message without this).
+    /// Also each end's heartbeat on a stream that carries every byte (`liveness`): it asks for
+    /// no answer, so beats never echo.
     Ack,
 }
 
