@@ -121,13 +121,15 @@ pub trait AgentHost: Transport {
         })
     }
 
-    /// Why the session's agent was lost in the middle of a command, when the environment
-    /// knows better than a broken connection (a Slurm job that ended); `None` otherwise.
+    /// Why the session's agent was lost, when the environment knows better than a broken
+    /// connection (a Slurm job that ended, its node gone); `None` otherwise. `what` says what
+    /// happened to the agent, for the answer ("was lost in the middle of the command").
     fn explain_loss<'a>(
         &'a self,
         session: &'a str,
+        what: &'a str,
     ) -> Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>> {
-        let _ = session;
+        let _ = (session, what);
         Box::pin(async { None })
     }
 
@@ -370,10 +372,18 @@ impl<T: AgentHost> AgentTransport<T> {
                 Ok((_, Err(other))) | Err(other) => {
                     silent += 1;
                     if silent == 3 {
-                        return Err(self.unavailable(format!(
-                            "the agent was started but does not answer on {}: {other}",
-                            socket.display()
-                        )));
+                        // A relay whose far end went silent looks like this too: the
+                        // environment may know why (a node cut off).
+                        let why = self
+                            .inner
+                            .explain_loss(session, "does not answer its relay")
+                            .await;
+                        return Err(self.unavailable(why.unwrap_or_else(|| {
+                            format!(
+                                "the agent was started but does not answer on {}: {other}",
+                                socket.display()
+                            )
+                        })));
                     }
                     tracing::debug!(backend = self.inner.name(), error = %other, "no agent answers; starting one");
                     if !tried_warm {
@@ -423,13 +433,19 @@ impl<T: AgentHost> AgentTransport<T> {
             Err(LinkError::Refused(message)) => {
                 Err(BackendError::Spawn(std::io::Error::other(message)))
             }
-            Err(other) => Err(match self.inner.explain_loss(session).await {
-                Some(reason) => self.unavailable(reason),
-                None => self.unavailable(format!(
-                    "the agent serving this session failed during the command ({other}); the \
+            Err(other) => Err(
+                match self
+                    .inner
+                    .explain_loss(session, "was lost in the middle of the command")
+                    .await
+                {
+                    Some(reason) => self.unavailable(reason),
+                    None => self.unavailable(format!(
+                        "the agent serving this session failed during the command ({other}); the \
                      next command starts a new agent"
-                )),
-            }),
+                    )),
+                },
+            ),
         }
     }
 }
@@ -560,13 +576,19 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
                     Err(self
                         .unavailable(format!("the agent refused the file operation: {message}")))
                 }
-                Err(other) => Err(match self.inner.explain_loss(session).await {
-                    Some(reason) => self.unavailable(reason),
-                    None => self.unavailable(format!(
-                        "the agent serving this session failed during a file operation \
+                Err(other) => Err(
+                    match self
+                        .inner
+                        .explain_loss(session, "was lost during a file operation")
+                        .await
+                    {
+                        Some(reason) => self.unavailable(reason),
+                        None => self.unavailable(format!(
+                            "the agent serving this session failed during a file operation \
                          ({other}); the next call starts a new agent"
-                    )),
-                }),
+                        )),
+                    },
+                ),
             }
         })
     }

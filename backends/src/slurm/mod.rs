@@ -698,14 +698,13 @@ impl AgentHost for SlurmTransport {
     fn explain_loss<'a>(
         &'a self,
         session: &'a str,
+        what: &'a str,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + 'a>> {
         Box::pin(async move {
             let job = self.recorded(session)?;
             let state = self.client.job_state(&job).await.ok()?;
             if state.as_ref().is_some_and(JobState::is_running) {
-                return self
-                    .node_lost(session, &job, "was lost in the middle of the command")
-                    .await;
+                return self.node_lost(session, &job, what).await;
             }
             self.forget(session);
             Some(ended_reason(session, &job, state.as_ref()))
@@ -778,7 +777,9 @@ impl Transport for SlurmTransport {
                 .await
                 .map_err(|e| self.unavailable(e.to_string()))?;
             if exit.status != 0
-                && let Some(reason) = self.explain_loss(session).await
+                && let Some(reason) = self
+                    .explain_loss(session, "was lost in the middle of the command")
+                    .await
             {
                 return Err(self.unavailable(reason));
             }

@@ -729,11 +729,11 @@ fn cut_off_mid_command(
     (job, node, next, on, cut)
 }
 
-/// Both nodes answer Slurm again and hold none of `jobs`: the tests after a cut place jobs on
-/// either.
+/// `nodes` answer Slurm again, idle, and none of `jobs` runs: the tests after a cut place jobs
+/// on either node.
 fn wait_for_nodes_back(nodes: &[&String], jobs: &[&String]) {
     wait_until(
-        "both nodes answer Slurm again, idle",
+        "the nodes answer Slurm again, idle",
         Duration::from_secs(90),
         || {
             jobs.iter()
@@ -799,7 +799,8 @@ fn a_compute_node_cut_off_mid_command_is_named_once_it_falls_silent() {
 /// and output and no connection of the relay's own could notice: srun itself waits for Slurm
 /// to declare the node down (`SlurmdTimeout`, 300 s here). The stream's own beat (an
 /// acknowledgement frame every 5 s each way, given up after 25 s of silence) ends the relay, so
-/// the command in flight fails as on `tcp`. Run alone, as scripts/test-all.sh does.
+/// the command in flight fails as on `tcp`; so does the first command of a session idle when
+/// its node was cut off. Run alone, as scripts/test-all.sh does.
 #[test]
 #[ignore = "cuts a compute node off: run alone, as scripts/test-all.sh does"]
 fn a_compute_node_cut_off_under_a_relay_through_srun_is_named_once_its_stream_falls_silent() {
@@ -813,6 +814,26 @@ fn a_compute_node_cut_off_under_a_relay_through_srun_is_named_once_its_stream_fa
     wait_until("the lost job's relay ends", Duration::from_secs(20), || {
         c.relays() == 1
     });
+    drop(cut);
+    wait_for_nodes_back(&[&node], &[&job]);
+
+    // The other node cut off while the session is idle, its next command sent before the beat
+    // gave the stream up: the command's connection gets no hello, and the error still names the
+    // node and the job (not only "the agent does not answer").
+    let cut = CutOff::new(&on);
+    std::thread::sleep(Duration::from_secs(3));
+    let started = Instant::now();
+    let (run, v) = c.terminal(&s, "echo survived");
+    let said = format!("{v} {}", run.stderr);
+    let took = started.elapsed();
+    eprintln!("the idle session's next command, after {took:?}: {said}");
+    assert!(took < Duration::from_secs(60), "took {took:?}: {said}");
+    assert!(!said.contains("survived"), "{said}");
+    assert!(
+        said.contains(&format!("node {on}")) && said.contains(&next),
+        "the error names the node and the job: {said}"
+    );
+    assert!(said.contains("slurmd does not answer"), "and why: {said}");
     drop(cut);
     let _ = c.paddock(&["sessions", "close", &s]);
     wait_for_nodes_back(&[&node, &on], &[&job, &next]);
