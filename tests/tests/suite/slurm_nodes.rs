@@ -776,6 +776,8 @@ fn a_compute_node_cut_off_mid_command_is_named_once_it_falls_silent() {
             )
         });
         wait_for_sleep("90");
+        // "started" on its way back before the cut, on a loaded machine too.
+        std::thread::sleep(Duration::from_millis(500));
         let _cut = CutOff::new(&on);
         let (run, v) = in_flight.join().unwrap();
         (v, run.stderr)
