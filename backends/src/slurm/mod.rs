@@ -51,6 +51,9 @@ use jobs::{AllocationError, JobState, SlurmClient};
 
 /// How long a holder step may take until its agent listens (an image's instance included).
 const HOLDER_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a holder start waits before trying again when another process holds the session's
+/// lock.
+const LOCK_RETRY: Duration = Duration::from_millis(200);
 /// The queue wait allowed when the policy says nothing.
 pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -531,11 +534,6 @@ exec "$a" exec --cleanenv --pwd / "instance://$n" {AGENT_PATH_INSIDE} serve --so
         }
         let job = self.running_job(session).await?;
         let log_path = socket.with_file_name("holder.log");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| self.unavailable(format!("cannot open {}: {e}", log_path.display())))?;
         let argv = if let Some(path) = self.config.relay {
             self.relayed_holder_argv(session, &job, &socket, path)
                 .await?
@@ -545,21 +543,7 @@ exec "$a" exec --cleanenv --pwd / "instance://$n" {AGENT_PATH_INSIDE} serve --so
             argv
         };
         let started = Instant::now();
-        let mut child = std::process::Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_or_else(|_| Stdio::null(), Stdio::from))
-            .stderr(log)
-            // Not in the engine's process group: the step outlives this engine (a later
-            // `paddock call` finds the agent again); it ends with the job.
-            .process_group(0)
-            .spawn()
-            .map_err(|e| {
-                self.unavailable(format!(
-                    "cannot run {}: {e} (is Slurm's client installed? set `slurm_bin_dir`)",
-                    argv[0]
-                ))
-            })?;
+        let mut child = self.spawn_holder(&argv, &log_path)?;
         loop {
             if tokio::net::UnixStream::connect(&socket).await.is_ok() {
                 // Reaped by a thread: the engine may live on for hours.
@@ -569,21 +553,33 @@ exec "$a" exec --cleanenv --pwd / "instance://$n" {AGENT_PATH_INSIDE} serve --so
             }
             if let Ok(Some(status)) = child.try_wait() {
                 if status.code() == Some(paddock_agent::EXIT_ALREADY_RUNNING) {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
+                    // Another process holds the session's lock: a relay or agent starting for
+                    // another engine (its socket comes in moments), or one going away (a relay
+                    // that gave its lost stream up removes its socket first, then exits). Start
+                    // again once the lock is free; a holder that never lets go meets the time
+                    // limit below. Waiting for the socket alone would wait forever for one that
+                    // is going away.
+                    if started.elapsed() <= HOLDER_START_TIMEOUT {
+                        tokio::time::sleep(LOCK_RETRY).await;
+                        child = self.spawn_holder(&argv, &log_path)?;
+                        continue;
+                    }
+                } else {
+                    let state = self.client.job_state(&job).await.ok().flatten();
+                    if !state.as_ref().is_some_and(JobState::is_running) {
+                        self.forget(session);
+                        return Err(self.ended(session, &job, state.as_ref()));
+                    }
+                    if let Some(reason) =
+                        self.node_lost(session, &job, "could not start there").await
+                    {
+                        return Err(self.unavailable(reason));
+                    }
+                    return Err(self.unavailable(format!(
+                        "the agent's step in Slurm job {job} ended at start ({status}): {}",
+                        log_tail(&log_path)
+                    )));
                 }
-                let state = self.client.job_state(&job).await.ok().flatten();
-                if !state.as_ref().is_some_and(JobState::is_running) {
-                    self.forget(session);
-                    return Err(self.ended(session, &job, state.as_ref()));
-                }
-                if let Some(reason) = self.node_lost(session, &job, "could not start there").await {
-                    return Err(self.unavailable(reason));
-                }
-                return Err(self.unavailable(format!(
-                    "the agent's step in Slurm job {job} ended at start ({status}): {}",
-                    log_tail(&log_path)
-                )));
             }
             if started.elapsed() > HOLDER_START_TIMEOUT {
                 let _ = child.kill();
@@ -598,6 +594,32 @@ exec "$a" exec --cleanenv --pwd / "instance://$n" {AGENT_PATH_INSIDE} serve --so
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// Runs a holder step's program (`argv`), its output appended to `log_path`.
+    fn spawn_holder(&self, argv: &[String], log_path: &Path) -> Result<std::process::Child> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log_path)
+            .map_err(|e| self.unavailable(format!("cannot open {}: {e}", log_path.display())))?;
+        let Some((program, args)) = argv.split_first() else {
+            return Err(self.unavailable("the holder step has no program"));
+        };
+        std::process::Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_or_else(|_| Stdio::null(), Stdio::from))
+            .stderr(log)
+            // Not in the engine's process group: the step outlives this engine (a later
+            // `paddock call` finds the agent again); it ends with the job.
+            .process_group(0)
+            .spawn()
+            .map_err(|e| {
+                self.unavailable(format!(
+                    "cannot run {program}: {e} (is Slurm's client installed? set `slurm_bin_dir`)"
+                ))
+            })
     }
 
     /// Cancels this backend's jobs that no live session owns and that this state directory
