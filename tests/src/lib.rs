@@ -9,6 +9,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The docker container, Apptainer instance or Slurm job of `session` on `backend` for an engine
@@ -88,6 +89,93 @@ impl Run {
     }
 }
 
+/// The state directory of every `paddock` this test process runs without one of its own
+/// (`PADDOCK_HOME`, `XDG_STATE_HOME` or `HOME` given by the test): `$TMPDIR/paddock-tests/
+/// home-PID`, never the state directory of the person running the tests, whose sessions a test
+/// must neither see nor leave agents in. The homes of test processes that are gone are reaped
+/// the first time this is asked for: their sessions closed (a sandboxed agent would otherwise
+/// wait out its 30 minutes idle), then the directory removed.
+pub fn test_home() -> &'static Path {
+    static HOME: OnceLock<PathBuf> = OnceLock::new();
+    HOME.get_or_init(|| {
+        let all = std::env::temp_dir().join("paddock-tests");
+        reap_dead_homes(&all);
+        let home = all.join(format!("home-{}", std::process::id()));
+        std::fs::create_dir_all(&home).expect("create the tests' state directory");
+        home
+    })
+}
+
+/// Closes the sessions of every `home-PID` in `all` whose process is gone, then removes it.
+fn reap_dead_homes(all: &Path) {
+    let Ok(entries) = std::fs::read_dir(all) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("home-") else {
+            continue;
+        };
+        if Path::new("/proc").join(pid).exists() {
+            continue;
+        }
+        let home = entry.path();
+        close_sessions(&home);
+        let _ = std::fs::remove_dir_all(&home);
+    }
+}
+
+/// Closes every session of the state directory `home` (under the built-in policy): their
+/// agents, environments and background processes end.
+pub fn close_sessions(home: &Path) {
+    let listed = Command::new(paddock_bin())
+        .args(["sessions", "list"])
+        .env("PADDOCK_HOME", home)
+        .env_remove("PADDOCK_POLICY")
+        .stderr(Stdio::null())
+        .output();
+    let listed = listed.map(|o| o.stdout).unwrap_or_default();
+    for line in String::from_utf8_lossy(&listed).lines() {
+        let id = serde_json::from_str::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v["id"].as_str().map(str::to_owned));
+        if let Some(id) = id {
+            let _ = Command::new(paddock_bin())
+                .args(["sessions", "close", &id])
+                .env("PADDOCK_HOME", home)
+                .env_remove("PADDOCK_POLICY")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// A state directory of one test's own, whose sessions are closed when it is dropped.
+pub struct ClosingHome(tempfile::TempDir);
+
+impl ClosingHome {
+    pub fn new() -> Self {
+        Self(tempfile::tempdir().expect("a temporary state directory"))
+    }
+
+    pub fn path(&self) -> &str {
+        self.0.path().to_str().expect("a UTF-8 temporary path")
+    }
+}
+
+impl Default for ClosingHome {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for ClosingHome {
+    fn drop(&mut self) {
+        close_sessions(self.0.path());
+    }
+}
+
 /// Runs `paddock ARGS` with `stdin`, killing it after `limit`.
 pub fn paddock_with(args: &[&str], stdin: Option<&[u8]>, limit: Duration) -> Run {
     paddock_env(args, &[], stdin, limit)
@@ -116,6 +204,12 @@ pub fn paddock_at(
     let mut command = Command::new(paddock_bin());
     if let Some(dir) = cwd {
         command.current_dir(dir);
+    }
+    let has_home = env
+        .iter()
+        .any(|(k, _)| matches!(*k, "PADDOCK_HOME" | "XDG_STATE_HOME" | "HOME"));
+    if !has_home && std::env::var_os("PADDOCK_HOME").is_none() {
+        command.env("PADDOCK_HOME", test_home());
     }
     let mut child = command
         .args(args)

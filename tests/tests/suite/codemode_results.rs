@@ -1,8 +1,9 @@
 //! What a script returns and how results come back.
 
-use paddock_tests::{paddock, run_script, write_file};
+use paddock_tests::{ClosingHome, paddock, paddock_env, run_script, write_file};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
+use std::time::Duration;
 
 #[test]
 fn final_expression_and_output() {
@@ -218,8 +219,13 @@ fn paddock_call_runs_a_tool_and_code_mode() {
 /// argument leaves nothing behind that refuses the next call.
 #[test]
 fn tool_arguments_and_answers_cross_as_json() {
-    let v = run_script(
-        r#"out = {}
+    // Its `terminal` call opens a session (a sandboxed agent): closed with the home.
+    let home = ClosingHome::new();
+    let v = paddock_env(
+        &["run", "-"],
+        &[("PADDOCK_HOME", home.path())],
+        Some(
+            r#"out = {}
 try:
     await tools.wait(milliseconds=object())
 except TypeError as e:
@@ -239,8 +245,10 @@ text = 'é ☃ 𝄞 "q" \\ tab\t'
 r = await tools.terminal(command="printf '%s' '" + text + "'")
 out['echo'] = r['output'] == text or r['output']
 out['waited'] = (await tools.wait(milliseconds=1))['waited_ms'] >= 1
-out"#,
-        &[],
+out"#
+                .as_bytes(),
+        ),
+        Duration::from_secs(60),
     )
     .json();
     assert_eq!(v["ok"], json!(true), "{v}");

@@ -251,6 +251,7 @@ fn a_killed_child_ends_the_state_and_the_next_cell_starts_fresh() {
     let second = write_file(&dir, "b.py", "'kept' in globals()");
     let child = std::process::Command::new(paddock_tests::paddock_bin())
         .args(["run", "--keep-state", "--timeout", "30", &first, &second])
+        .env("PADDOCK_HOME", paddock_tests::test_home())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
