@@ -327,6 +327,19 @@ impl<T: AgentHost> AgentTransport<T> {
         }
     }
 
+    /// The error for a session whose agent `what` ("was lost in the middle of the command"):
+    /// the environment's own explanation when it has one (a Slurm job ended, its node gone),
+    /// else `fallback`'s.
+    async fn lost(
+        &self,
+        session: &str,
+        what: &str,
+        fallback: impl FnOnce() -> String,
+    ) -> BackendError {
+        let why = self.inner.explain_loss(session, what).await;
+        self.unavailable(why.unwrap_or_else(fallback))
+    }
+
     /// A greeted connection to the session's agent, starting (or replacing) the agent first
     /// when needed.
     async fn connect(&self, session: &str) -> Result<Link> {
@@ -374,16 +387,14 @@ impl<T: AgentHost> AgentTransport<T> {
                     if silent == 3 {
                         // A relay whose far end went silent looks like this too: the
                         // environment may know why (a node cut off).
-                        let why = self
-                            .inner
-                            .explain_loss(session, "does not answer its relay")
-                            .await;
-                        return Err(self.unavailable(why.unwrap_or_else(|| {
-                            format!(
-                                "the agent was started but does not answer on {}: {other}",
-                                socket.display()
-                            )
-                        })));
+                        return Err(self
+                            .lost(session, "does not answer its relay", || {
+                                format!(
+                                    "the agent was started but does not answer on {}: {other}",
+                                    socket.display()
+                                )
+                            })
+                            .await);
                     }
                     tracing::debug!(backend = self.inner.name(), error = %other, "no agent answers; starting one");
                     if !tried_warm {
@@ -433,19 +444,14 @@ impl<T: AgentHost> AgentTransport<T> {
             Err(LinkError::Refused(message)) => {
                 Err(BackendError::Spawn(std::io::Error::other(message)))
             }
-            Err(other) => Err(
-                match self
-                    .inner
-                    .explain_loss(session, "was lost in the middle of the command")
-                    .await
-                {
-                    Some(reason) => self.unavailable(reason),
-                    None => self.unavailable(format!(
+            Err(other) => Err(self
+                .lost(session, "was lost in the middle of the command", || {
+                    format!(
                         "the agent serving this session failed during the command ({other}); the \
-                     next command starts a new agent"
-                    )),
-                },
-            ),
+                         next command starts a new agent"
+                    )
+                })
+                .await),
         }
     }
 }
@@ -576,19 +582,14 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
                     Err(self
                         .unavailable(format!("the agent refused the file operation: {message}")))
                 }
-                Err(other) => Err(
-                    match self
-                        .inner
-                        .explain_loss(session, "was lost during a file operation")
-                        .await
-                    {
-                        Some(reason) => self.unavailable(reason),
-                        None => self.unavailable(format!(
+                Err(other) => Err(self
+                    .lost(session, "was lost during a file operation", || {
+                        format!(
                             "the agent serving this session failed during a file operation \
-                         ({other}); the next call starts a new agent"
-                        )),
-                    },
-                ),
+                             ({other}); the next call starts a new agent"
+                        )
+                    })
+                    .await),
             }
         })
     }

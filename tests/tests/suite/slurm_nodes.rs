@@ -189,13 +189,17 @@ impl Cluster {
     /// The relay on this machine serving this home's session (`paddock-agent relay-listen`
     /// with its socket in the home; each test's home holds one session at a time).
     fn relay_pid(&self) -> Option<i32> {
+        self.relay().map(|(pid, _)| pid)
+    }
+
+    /// [`Cluster::relay_pid`] and the socket the relay offers.
+    fn relay(&self) -> Option<(i32, String)> {
         let agents = self.home.path().join("agents").display().to_string();
         processes().into_iter().find_map(|(pid, args)| {
-            let relay = args.get(1).is_some_and(|a| a == "relay-listen")
-                && args
-                    .get(3)
-                    .is_some_and(|socket| socket.starts_with(&agents));
-            relay.then_some(pid)
+            let socket = args.get(3).filter(|socket| socket.starts_with(&agents))?;
+            args.get(1)
+                .is_some_and(|a| a == "relay-listen")
+                .then(|| (pid, socket.clone()))
         })
     }
 }
@@ -368,12 +372,7 @@ fn a_relay_still_going_away_is_waited_for_then_replaced() {
     let Some(c) = Cluster::new(None) else { return };
     let s = c.session("going-away");
     let (job, _) = c.job_and_node(&s);
-    let relay = c.relay_pid().expect("a relay for the session");
-    let socket = processes()
-        .into_iter()
-        .find(|(pid, _)| *pid == relay)
-        .and_then(|(_, args)| args.get(3).cloned())
-        .expect("the relay's socket");
+    let (relay, socket) = c.relay().expect("a relay for the session");
     Command::new("kill")
         .args(["-KILL", &relay.to_string()])
         .status()
