@@ -194,9 +194,11 @@ pub trait Environment: Send + Sync {
     /// Checks the backend can run commands.
     fn health(&self) -> BackendFuture<'_, ()>;
 
-    /// The directory under which python_execute makes its run directories, as the backend's
-    /// commands see it (a relative path is under the directory commands start in).
-    fn scratch_dir(&self) -> String;
+    /// The directory under which python_execute makes the run directories of `session` (and
+    /// of `SESSION.python`, which shares it), as the backend's commands see it (a relative
+    /// path is under the directory commands start in). Never shared by two sessions: a
+    /// session's sandbox sees its own runs and no other's.
+    fn scratch_dir(&self, session: &str) -> String;
 
     /// One file operation (the file tools) in the session's environment, done there without a
     /// shell: relative paths resolve against the session's current directory.

@@ -699,18 +699,13 @@ impl Sessions {
                 }
             }
         }
-        // python_execute's runs (script and artifacts): `python/<session>@<call id>`.
-        let runs = self.state_root.join("python");
-        let prefix = format!("{id}@");
-        for entry in std::fs::read_dir(&runs).into_iter().flatten().flatten() {
-            if entry.file_name().to_string_lossy().starts_with(&prefix) {
-                let dir = entry.path();
-                match std::fs::remove_dir_all(&dir) {
-                    Ok(()) => removed.push(dir.display().to_string()),
-                    Err(err) => {
-                        tracing::warn!(dir = %dir.display(), %err, "python run not removed");
-                    }
-                }
+        // python_execute's runs (script and artifacts): `python/<session>/<call id>`.
+        let runs = paddock_backends::local::python_runs_dir(&self.state_root, id);
+        match std::fs::remove_dir_all(&runs) {
+            Ok(()) => removed.push(runs.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => {
+                tracing::warn!(dir = %runs.display(), %err, "python runs not removed");
             }
         }
         removed

@@ -280,6 +280,14 @@ const LOCAL_AGENT_IDLE_EXIT: Duration = Duration::from_secs(1800);
 /// on the agent (which ends the command at the timeout itself, within a second).
 const AGENT_ANSWER_GRACE: Duration = Duration::from_secs(10);
 
+/// Where python_execute keeps the runs (script, output files, artifacts) of `session` and of
+/// `SESSION.python` on this machine: `STATE/python/SESSION/`, removed when the session closes.
+pub fn python_runs_dir(state_root: &Path, session: &str) -> PathBuf {
+    state_root
+        .join("python")
+        .join(crate::naming::base_session(session))
+}
+
 /// The name of the sandbox subcommand of the `paddock` binary.
 pub const SANDBOX_SUBCOMMAND: &str = "__sandbox-exec";
 /// The same sandbox as a small program of its own, looked for next to `paddock`.
@@ -751,7 +759,8 @@ impl LocalEnvironment {
     ) -> Result<(PathBuf, Vec<String>)> {
         // The session keeps its own /tmp between commands, apart from the host's.
         let tmp = self.state_root.join("sandbox-tmp").join(session);
-        let python = self.state_root.join("python");
+        // Its own python_execute runs, never the directory that holds every session's.
+        let python = python_runs_dir(&self.state_root, session);
         for dir in [&tmp, &python] {
             std::fs::create_dir_all(dir).map_err(|e| BackendError::State {
                 path: dir.display().to_string(),
@@ -1656,8 +1665,10 @@ impl Environment for LocalEnvironment {
         })
     }
 
-    fn scratch_dir(&self) -> String {
-        self.state_root.join("python").display().to_string()
+    fn scratch_dir(&self, session: &str) -> String {
+        python_runs_dir(&self.state_root, session)
+            .display()
+            .to_string()
     }
 
     fn files<'a>(

@@ -619,8 +619,12 @@ impl<T: Transport> Environment for RemoteEnvironment<T> {
         self.transport.health()
     }
 
-    fn scratch_dir(&self) -> String {
-        format!("{}/python", self.transport.state_root())
+    fn scratch_dir(&self, session: &str) -> String {
+        format!(
+            "{}/python/{}",
+            self.transport.state_root(),
+            crate::naming::base_session(session)
+        )
     }
 
     fn files<'a>(

@@ -416,7 +416,8 @@ async fn collected_files_are_the_json_lines_of_the_listing() {
         "\n",
     );
     let s = setup(FakeTransport::new().answer(Answer::exit(0, listing)));
-    assert_eq!(s.env.scratch_dir(), ".paddock-state/python");
+    assert_eq!(s.env.scratch_dir("s1"), ".paddock-state/python/s1");
+    assert_eq!(s.env.scratch_dir("s1.python"), ".paddock-state/python/s1");
     let files = s
         .env
         .collect_files("s1", ".paddock-state/python/run1", 10, 1024)

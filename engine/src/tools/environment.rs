@@ -557,9 +557,9 @@ impl Tool for PythonExecute {
             let args: PythonArgs = super::parse_args("python_execute", args)?;
             let env = envs.backend_for("python_execute")?;
             let _active = envs.call_activity(&ctx, Some(env)).await?;
-            // Named by its session (`@` is never in a session id): closing the session removes
-            // the run's directory, artifacts included.
-            let run_id = format!("{}@{}", ctx.session, crate::registry::new_call_id());
+            // Inside the session's own python directory: closing the session removes it, the
+            // run's artifacts included, and no other session's sandbox sees it.
+            let run_id = crate::registry::new_call_id();
             python_on_backend(&envs, env.as_ref(), &args, &ctx, &run_id).await
         }))
     }
@@ -581,7 +581,7 @@ async fn python_on_backend(
 ) -> Result<Value, ToolError> {
     use base64::Engine as _;
     let session = crate::sessions::python_session(&ctx.session);
-    let remote_dir = format!("{}/{run_id}", env.scratch_dir());
+    let remote_dir = format!("{}/{run_id}", env.scratch_dir(&ctx.session));
     env.write_file(
         &session,
         &format!("{remote_dir}/main.py"),
@@ -613,9 +613,7 @@ async fn python_on_backend(
         )
         .await
         .map_err(backend_error)?;
-    let local = envs
-        .state_root
-        .join("python")
+    let local = paddock_backends::local::python_runs_dir(&envs.state_root, &ctx.session)
         .join(run_id)
         .join("artifacts");
     let mut artifacts = Vec::new();

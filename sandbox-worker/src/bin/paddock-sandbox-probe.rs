@@ -570,6 +570,33 @@ fn run(args: &[String]) -> u8 {
             return 0;
         }
         Ok(Parsed::Probe(layers, case, case_args)) => (layers, case, case_args),
+        Ok(Parsed::Filters(pid)) => {
+            return match installed_filters(pid) {
+                Ok(filters) => {
+                    let _ = writeln!(io::stdout().lock(), "{}", serde_json::json!(filters));
+                    0
+                }
+                Err(message) => {
+                    let _ = writeln!(io::stderr(), "paddock-sandbox-probe: {message}");
+                    3
+                }
+            };
+        }
+        Ok(Parsed::Check(pid)) => {
+            return match check_installed(pid) {
+                Ok(lines) => {
+                    let mut out = io::stdout().lock();
+                    for line in lines {
+                        let _ = writeln!(out, "{line}");
+                    }
+                    0
+                }
+                Err(message) => {
+                    let _ = writeln!(io::stderr(), "paddock-sandbox-probe: {message}");
+                    3
+                }
+            };
+        }
         Err(message) => {
             let _ = writeln!(
                 io::stderr(),
@@ -600,12 +627,25 @@ fn run(args: &[String]) -> u8 {
 
 enum Parsed<'a> {
     List,
+    /// `--seccomp-filters PID`: print the seccomp programs installed in process PID.
+    Filters(i32),
+    /// `--seccomp-check PID`: judge those programs against Docker's default profile (one JSON
+    /// line per call and arguments: what the stack answers, and whether that refuses it).
+    Check(i32),
     Probe(Vec<Layer>, &'static Case, &'a [String]),
 }
 
 fn parse(args: &[String]) -> Result<Parsed<'_>, String> {
     let (spec, rest) = match args {
         [flag] if flag == "--list" => return Ok(Parsed::List),
+        [flag, pid] if flag == "--seccomp-filters" || flag == "--seccomp-check" => {
+            let pid = pid.parse().map_err(|e| format!("{flag} PID: {pid}: {e}"))?;
+            return Ok(if flag == "--seccomp-check" {
+                Parsed::Check(pid)
+            } else {
+                Parsed::Filters(pid)
+            });
+        }
         [flag, spec, rest @ ..] if flag == "--layers" => (spec.as_str(), rest),
         [flag, rest @ ..] if flag.starts_with("--layers=") => {
             (flag.trim_start_matches("--layers="), rest)
@@ -653,6 +693,112 @@ fn usage() -> String {
         text.push_str(&usage_of(case));
     }
     text
+}
+
+/// The seccomp programs installed in process `pid`, newest first, each a list of
+/// `[code, jt, jf, k]` instructions: read with `PTRACE_SECCOMP_GET_FILTER`, which needs
+/// `CAP_SYS_ADMIN` (root) and a tracee stopped under this process's ptrace. The process is
+/// seized, interrupted, read and released; it goes on as before.
+fn installed_filters(pid: i32) -> Result<Vec<Vec<[u32; 4]>>, String> {
+    const PTRACE_SECCOMP_GET_FILTER: libc::c_uint = 0x420c;
+    let target = Pid::from_raw(pid);
+    let request = |request: libc::c_uint| {
+        // SAFETY: SEIZE, INTERRUPT and DETACH take no buffer (address and data are zero).
+        let r = unsafe { libc::ptrace(request, pid, 0usize, 0usize) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    };
+    request(libc::PTRACE_SEIZE).map_err(|e| format!("ptrace seize {pid}: {e}"))?;
+    let read = (|| {
+        request(libc::PTRACE_INTERRUPT).map_err(|e| format!("ptrace interrupt: {e}"))?;
+        nix::sys::wait::waitpid(target, Some(nix::sys::wait::WaitPidFlag::__WALL))
+            .map_err(|e| format!("waiting for {pid} to stop: {e}"))?;
+        let mut filters = Vec::new();
+        for index in 0usize.. {
+            // SAFETY: with a null buffer the request only answers the filter's length.
+            let len = unsafe {
+                libc::ptrace(
+                    PTRACE_SECCOMP_GET_FILTER,
+                    pid,
+                    index as *mut libc::c_void,
+                    std::ptr::null_mut::<libc::c_void>(),
+                )
+            };
+            if len < 0 {
+                let err = io::Error::last_os_error();
+                if err.raw_os_error() == Some(libc::ENOENT) {
+                    break;
+                }
+                return Err(format!("PTRACE_SECCOMP_GET_FILTER {index}: {err}"));
+            }
+            let mut program = vec![
+                libc::sock_filter {
+                    code: 0,
+                    jt: 0,
+                    jf: 0,
+                    k: 0,
+                };
+                usize::try_from(len).unwrap_or(0)
+            ];
+            // SAFETY: the buffer holds `len` instructions, the length the kernel just gave for
+            // this filter (a filter never changes once installed).
+            let got = unsafe {
+                libc::ptrace(
+                    PTRACE_SECCOMP_GET_FILTER,
+                    pid,
+                    index as *mut libc::c_void,
+                    program.as_mut_ptr().cast::<libc::c_void>(),
+                )
+            };
+            if got != len {
+                return Err(format!(
+                    "PTRACE_SECCOMP_GET_FILTER {index}: {}",
+                    io::Error::last_os_error()
+                ));
+            }
+            filters.push(
+                program
+                    .iter()
+                    .map(|i| [u32::from(i.code), u32::from(i.jt), u32::from(i.jf), i.k])
+                    .collect(),
+            );
+        }
+        Ok(filters)
+    })();
+    let _ = request(libc::PTRACE_DETACH);
+    read
+}
+
+/// The verdicts of the filters installed in `pid` on Docker's refusals, as JSON lines.
+fn check_installed(pid: i32) -> Result<Vec<serde_json::Value>, String> {
+    let filters: Vec<Vec<seccompiler::sock_filter>> = installed_filters(pid)?
+        .into_iter()
+        .map(|program| {
+            program
+                .into_iter()
+                .map(|[code, jt, jf, k]| seccompiler::sock_filter {
+                    code: code as u16,
+                    jt: jt as u8,
+                    jf: jf as u8,
+                    k,
+                })
+                .collect()
+        })
+        .collect();
+    if filters.is_empty() {
+        return Err(format!("process {pid} has no seccomp filter"));
+    }
+    let verdicts = confine::seccomp::reference::check_stack(&filters)?;
+    Ok(verdicts
+        .into_iter()
+        .map(|v| serde_json::json!(v))
+        .chain(std::iter::once(
+            serde_json::json!({"filters": filters.len()}),
+        ))
+        .collect())
 }
 
 /// The zygote's part: hold, isolate, fork, collect the child's report.

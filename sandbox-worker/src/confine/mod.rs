@@ -23,13 +23,12 @@
 //! The interpreter itself is built without host access (no `open`, `os`, sockets, `ctypes`);
 //! these layers are what holds if that ever stops being true.
 
-mod bpf_tree;
 mod capabilities;
 mod heap;
 mod landlock_rules;
 mod namespaces;
 mod process;
-mod seccomp;
+pub mod seccomp;
 pub mod shell;
 mod text;
 

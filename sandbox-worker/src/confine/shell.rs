@@ -21,13 +21,13 @@
 //! 3. in the command: rlimits, no_new_privs, every capability dropped, Landlock (read and
 //!    execute everywhere, write only to the workspace, /tmp, the writable directories and
 //!    /dev's terminals and null; no TCP unless the network is allowed; signal and abstract
-//!    UNIX socket scopes), then a seccomp deny-list (mount, namespaces, ptrace, bpf, io_uring,
-//!    userfaultfd, keyrings, module loading, TIOCSTI/TIOCLINUX) and exec.
+//!    UNIX socket scopes), then the seccomp allow-list `seccomp::tables::COMMAND` (Docker's
+//!    default profile for an unprivileged container, and no ptrace, process_vm_*, kcmp,
+//!    pidfd_getfd, TIOCSTI/TIOCLINUX; x32 and foreign-architecture calls kill) and exec.
 //!
 //! Fail closed: any step that fails ends it with status 125 and a message naming the step;
 //! the command does not run.
 
-use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -42,10 +42,6 @@ use nix::sched::{CloneFlags, unshare};
 use nix::sys::signal::{SigSet, Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
-use seccompiler::{
-    SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
-    TargetArch,
-};
 use serde::{Deserialize, Serialize};
 
 /// Exit status when the sandbox itself could not be set up.
@@ -175,12 +171,41 @@ pub fn main(args: &[String]) -> i32 {
     if argv.is_empty() {
         return fail(Some(&profile), "usage", "no program to run");
     }
+    if let Err(err) = close_inherited_on_exec() {
+        return fail(
+            Some(&profile),
+            "mark inherited descriptors close-on-exec",
+            err,
+        );
+    }
     if let Err((step, err)) = join_cgroups(&profile.cgroups) {
         return fail(Some(&profile), step, err);
     }
     match run(&profile, argv) {
         Ok(status) => status,
         Err((step, err)) => fail(Some(&profile), step, err),
+    }
+}
+
+/// Marks every descriptor above stdio close-on-exec: whatever the caller of `paddock` left
+/// open without the flag (a terminal multiplexer's, a CI runner's, a parent shell's) would
+/// otherwise reach the sandboxed command, and through it whatever that descriptor opens. The
+/// command gets stdin, stdout and stderr; the sandbox's own descriptors carry the flag already.
+fn close_inherited_on_exec() -> io::Result<()> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC closes nothing: it sets a flag on the
+    // descriptors 3 and up, which stay valid for this process.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -449,7 +474,7 @@ fn init(
         .map(|a| CString::new(a.as_str()))
         .collect::<Result<_, _>>()
         .map_err(at("arguments"))?;
-    let filter = deny_list()?;
+    let filter = command_filter()?;
     // SAFETY: still single-threaded (init started no thread).
     match unsafe { nix::unistd::fork() }.map_err(at("fork the command"))? {
         ForkResult::Parent { child } => Ok(wait_and_forward(child, forwarded, true)),
@@ -457,9 +482,7 @@ fn init(
             let result = (|| -> StepResult<std::convert::Infallible> {
                 forwarded.thread_unblock().map_err(at("unblock signals"))?;
                 confine_command(profile, workspace)?;
-                for program in &filter {
-                    seccompiler::apply_filter(program).map_err(at("seccomp"))?;
-                }
+                seccompiler::apply_filter(&filter).map_err(at("seccomp"))?;
                 nix::unistd::execvp(&program, &args)
                     .map_err(|e| ("exec", format!("{}: {e}", argv[0])))
             })();
@@ -577,91 +600,9 @@ fn confine_command(profile: &ShellProfile, workspace: &Path) -> StepResult<()> {
     Ok(())
 }
 
-/// The seccomp deny-list of a sandboxed command: EPERM for what no build, test or script
-/// needs and every escape uses.
-fn deny_list() -> StepResult<[seccompiler::BpfProgram; 2]> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    // The script child's kill-list (one list for both), and what only a shell command could
-    // reach: mounts, namespaces, and changes to the machine.
-    let shell_only = [
-        libc::SYS_mount,
-        libc::SYS_umount2,
-        libc::SYS_pivot_root,
-        libc::SYS_chroot,
-        libc::SYS_unshare,
-        libc::SYS_setns,
-        libc::SYS_open_tree,
-        libc::SYS_move_mount,
-        libc::SYS_fsopen,
-        libc::SYS_fsmount,
-        libc::SYS_fsconfig,
-        libc::SYS_mount_setattr,
-        libc::SYS_open_by_handle_at,
-        libc::SYS_acct,
-        libc::SYS_swapon,
-        libc::SYS_swapoff,
-        libc::SYS_reboot,
-        libc::SYS_syslog,
-        libc::SYS_settimeofday,
-        libc::SYS_clock_settime,
-        libc::SYS_adjtimex,
-        libc::SYS_vhangup,
-    ];
-    for &nr in super::seccomp::KILLED.iter().chain(shell_only.iter()) {
-        rules.insert(nr, Vec::new());
-    }
-    let ioctl_cmd = |cmd: u64| {
-        SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, cmd)
-            .and_then(|c| SeccompRule::new(vec![c]))
-    };
-    let tiocsti = ioctl_cmd(libc::TIOCSTI).map_err(at("seccomp rule"))?;
-    let tioclinux = ioctl_cmd(0x541C).map_err(at("seccomp rule"))?;
-    rules.insert(libc::SYS_ioctl, vec![tiocsti, tioclinux]);
-    // New namespaces through clone(2): one rule per flag, each matching when its bit is set.
-    let mut clone_rules = Vec::new();
-    for flag in [
-        libc::CLONE_NEWNS,
-        libc::CLONE_NEWUSER,
-        libc::CLONE_NEWPID,
-        libc::CLONE_NEWNET,
-        libc::CLONE_NEWIPC,
-        libc::CLONE_NEWUTS,
-        libc::CLONE_NEWCGROUP,
-    ] {
-        let flag = flag as u64;
-        let condition = SeccompCondition::new(
-            0,
-            SeccompCmpArgLen::Qword,
-            SeccompCmpOp::MaskedEq(flag),
-            flag,
-        )
-        .map_err(at("seccomp rule"))?;
-        clone_rules.push(SeccompRule::new(vec![condition]).map_err(at("seccomp rule"))?);
-    }
-    rules.insert(libc::SYS_clone, clone_rules);
-    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(at("seccomp architecture"))?;
-    let filter = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        arch,
-    )
-    .map_err(at("seccomp filter"))?;
-    let deny: seccompiler::BpfProgram = filter
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| ("seccomp filter", e.to_string()))?;
-    // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone.
-    let clone3 = SeccompFilter::new(
-        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        arch,
-    )
-    .map_err(at("seccomp filter"))?;
-    let clone3: seccompiler::BpfProgram = clone3
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| ("seccomp filter", e.to_string()))?;
-    Ok([clone3, deny])
+/// The seccomp filter of a sandboxed command (`seccomp::tables::COMMAND`).
+fn command_filter() -> StepResult<seccompiler::BpfProgram> {
+    super::seccomp::command_program().map_err(at("seccomp filter"))
 }
 
 #[cfg(test)]

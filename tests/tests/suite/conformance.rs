@@ -951,3 +951,73 @@ conformance!([
 ];
     local, sandboxed, docker, docker_exec, ssh, apptainer, slurm, slurm_apptainer,
     slurm_node1, slurm_node2, slurm_node1_apptainer, slurm_node2_apptainer);
+
+/// Session A's python run (code, output, artifact) is out of B's reach through `terminal` and
+/// `python_execute`, on the backends that keep sessions apart: each session has its own
+/// sandbox, container or instance, and nothing of one session's runs is bound into another's.
+/// (The unconfined `local`, `ssh` and bare `slurm` run every session as the same user on the
+/// same files, by design: they are not in this list.)
+fn another_sessions_python_runs_are_out_of_reach(t: &Target) {
+    let a = t
+        .call(
+            &t.session("a"),
+            "python_execute",
+            json!({"code": "import os\nopen('out.txt', 'w').write('a-run-secret-5521')\n\
+                    open(os.environ['PADDOCK_ARTIFACTS'] + '/x.txt', 'w').write('a-artifact-secret-5521')\n\
+                    print(os.getcwd())"}),
+        )
+        .json();
+    assert_eq!(a["exit_code"], json!(0), "{a}");
+    let run_dir = a["output"].as_str().unwrap_or_default().trim().to_owned();
+    assert!(!run_dir.is_empty(), "{a}");
+    let parent = run_dir.rsplit_once('/').map_or("", |(p, _)| p).to_owned();
+    let probe = format!(
+        "cat {run_dir}/out.txt {run_dir}/artifacts/x.txt {run_dir}/main.py 2>&1; \
+         ls -la {parent} {run_dir} 2>&1; echo pwn > {run_dir}/pwn.txt 2>&1; echo end"
+    );
+    let session_b = t.session("b");
+    let terminal = t.sh(&session_b, json!({"command": probe, "timeout": 60}));
+    let python = t
+        .call(
+            &session_b,
+            "python_execute",
+            json!({"code": format!(
+                "import subprocess\nprint(subprocess.run(['sh', '-c', {probe:?}], capture_output=True, text=True).stdout)"
+            )}),
+        )
+        .json();
+    for (door, seen) in [
+        ("terminal", terminal.to_string()),
+        ("python_execute", python.to_string()),
+    ] {
+        assert!(seen.contains("end"), "{door}: {seen}");
+        for secret in [
+            "a-run-secret-5521",
+            "a-artifact-secret-5521",
+            "PADDOCK_ARTIFACTS",
+        ] {
+            assert!(
+                !seen.contains(secret),
+                "{}: B read A's run through {door}: {seen}",
+                t.backend
+            );
+        }
+    }
+    // A still has its run, and nothing of B's in it.
+    let own = t.sh(
+        &t.session("a"),
+        json!({"command": format!("cat {run_dir}/out.txt; ls {run_dir}"), "timeout": 60}),
+    );
+    let own = own["output"].as_str().unwrap_or_default();
+    assert!(own.contains("a-run-secret-5521"), "{own}");
+    assert!(!own.contains("pwn.txt"), "B wrote into A's run: {own}");
+}
+
+/// The isolation checks, on the backends that isolate sessions from each other.
+mod isolation {
+    use super::{Target, another_sessions_python_runs_are_out_of_reach};
+
+    conformance!([another_sessions_python_runs_are_out_of_reach];
+        sandboxed, docker, docker_exec, apptainer, slurm_apptainer,
+        slurm_node1_apptainer, slurm_node2_apptainer);
+}

@@ -11,6 +11,7 @@ mod conformance;
 mod default_sandbox;
 mod definitions;
 mod error_wording;
+mod escape_check;
 mod failure_log;
 mod file_tools;
 mod hostile_script;
