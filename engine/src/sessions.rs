@@ -699,13 +699,24 @@ impl Sessions {
                 }
             }
         }
-        // python_execute's runs (script and artifacts): `python/<session>/<call id>`.
+        // python_execute's runs (script and artifacts): `python/<session>/<call id>`, and
+        // those of a state directory written before runs had a directory per session
+        // (`python/<session>@<call id>`).
         let runs = paddock_backends::local::python_runs_dir(&self.state_root, id);
-        match std::fs::remove_dir_all(&runs) {
-            Ok(()) => removed.push(runs.display().to_string()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(err) => {
-                tracing::warn!(dir = %runs.display(), %err, "python runs not removed");
+        let legacy_prefix = format!("{id}@");
+        let legacy = std::fs::read_dir(self.state_root.join("python"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&legacy_prefix))
+            .map(|e| e.path());
+        for dir in std::iter::once(runs).chain(legacy) {
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => removed.push(dir.display().to_string()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => {
+                    tracing::warn!(dir = %dir.display(), %err, "python runs not removed");
+                }
             }
         }
         removed
