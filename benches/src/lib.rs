@@ -4,9 +4,8 @@
 //! the same run on the same machine, interleaved with Paddock's samples so that both see the
 //! same load.
 //!
-//! This crate depends on the engine, so the engine's command line cannot call it: the `paddock`
-//! binary (the `paddock-cli` crate) hands [`bench_runner`] to `paddock_engine::cli::run_main`,
-//! which parses `paddock bench`'s flags and runs it. `cargo bench -p paddock-benches`
+//! The `paddock` binary (the `paddock-cli` crate) takes `paddock bench`'s flags ([`BenchArgs`])
+//! into its grammar and calls [`run_from_cli`]. `cargo bench -p paddock-benches`
 //! (`benches/codemode.rs`) runs the code-mode scenarios through [`run_cli`].
 //!
 //! Layout, in layers: each module imports only from the ones listed before it
@@ -17,7 +16,7 @@
 //!   render a report;
 //! - [`harness`] — what a scenario measures with ([`Bench`], the `noop` tool);
 //! - [`scenarios`] — the measurements, one file per family;
-//! - [`runner`] — [`run`], [`run_cli`], [`bench_runner`].
+//! - [`runner`] — [`run`], [`run_cli`], [`BenchArgs`], [`run_from_cli`].
 //!
 //! Paddock is measured inside this process, through the same engine a library user holds (no
 //! CLI start-up, except in the `startup` and `mcp` scenarios, which are about exactly that).
@@ -39,4 +38,4 @@ pub mod stats;
 
 pub use error::{BenchError, Result};
 pub use harness::{Bench, PREFORK, bench_engine, ms};
-pub use runner::{Options, bench_runner, run, run_cli};
+pub use runner::{BenchArgs, Options, run, run_cli, run_from_cli};

@@ -1,7 +1,6 @@
 //! Running a bench: [`run`] measures the chosen scenarios into a [`Report`], [`run_cli`] is
-//! `paddock bench` (files, stdout, exit status), and [`bench_runner`] hands `run_cli` to the
-//! engine's command line, which parses the flags but cannot call this crate (it depends on the
-//! engine).
+//! `paddock bench` (files, stdout, exit status), [`BenchArgs`] its flags and [`run_from_cli`]
+//! what the `paddock` binary's command line calls.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -9,7 +8,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use paddock_engine::cli::{BenchArgs, BenchRunner};
 use paddock_engine::codemode::Limits;
 use paddock_engine::policy::Policy;
 
@@ -146,14 +144,35 @@ pub async fn run_cli(options: Options, out: PathBuf, json_only: bool) -> ExitCod
     ExitCode::SUCCESS
 }
 
-/// `paddock bench` for the engine's command line ([`paddock_engine::cli::run_main`]): the
-/// binary is this process (the sandbox zygote, `paddock run` and `paddock serve` of the
-/// scenarios), the report's command line is this process's.
-pub fn bench_runner() -> BenchRunner {
-    Box::new(|args: BenchArgs| Box::pin(run_from_cli(args)))
+/// The flags of `paddock bench` (the `paddock` binary's grammar includes them as they are).
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// The quick set (fewer samples; what CI runs): under 2 minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Directory for results.json, results.md and one SVG chart per scenario.
+    #[arg(long, value_name = "DIR", default_value = "bench-results")]
+    pub out: PathBuf,
+    /// Run only this scenario (repeatable); an unknown name lists them all.
+    #[arg(long = "scenario", value_name = "NAME")]
+    pub scenarios: Vec<String>,
+    /// Print the results as JSON on stdout instead of markdown.
+    #[arg(long)]
+    pub json: bool,
+    /// Also measure `terminal` on each docker/ssh/apptainer backend of this policy beside the
+    /// bare tool (e.g. the file scripts/test-services.sh prints).
+    #[arg(long, value_name = "POLICY")]
+    pub backends: Option<PathBuf>,
+    /// Peers installed by scripts/bench-peers.sh (default: $PADDOCK_PEERS_DIR, else
+    /// /opt/paddock-peers).
+    #[arg(long, value_name = "DIR")]
+    pub peers: Option<PathBuf>,
 }
 
-async fn run_from_cli(args: BenchArgs) -> ExitCode {
+/// `paddock bench`: the binary is this process (the sandbox zygote, `paddock run` and
+/// `paddock serve` of the scenarios), the report's command line is this process's. Answers the
+/// exit status (0 done, 1 a Paddock measurement failed, 2 the bench could not run).
+pub async fn run_from_cli(args: BenchArgs) -> ExitCode {
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(err) => {

@@ -1,6 +1,18 @@
-//! The `paddock` binary. The command line is the engine's (`paddock_engine::cli`); `paddock
-//! bench` is run by the benchmark harness, `paddock_benches`, which depends on the engine and
-//! so is handed to it here.
+//! The `paddock` binary: the command line over the engine (`paddock_engine`), the MCP server
+//! (`paddock serve`), the embedding protocol (`paddock embed`) and the benchmark harness
+//! (`paddock bench`, `paddock_benches`). Modules, in layers (each imports only from those
+//! after it; `scripts/check-layers.sh`): [`dispatch`] (the entry point) → the command groups
+//! ([`scripts`]: run, call, files; [`serve`]; [`sessions`]: sessions and snapshots;
+//! [`policy`]: tools and policy) → [`args`] (the grammar) and [`common`] (policy loading,
+//! output, errors).
+
+mod args;
+mod common;
+mod dispatch;
+mod policy;
+mod scripts;
+mod serve;
+mod sessions;
 
 /// Counts every allocation of the process: a sandbox child (this binary, forked by its zygote)
 /// checks its script's heap budget against it; the zygote refuses to start without it.
@@ -9,5 +21,5 @@ static ALLOCATOR: paddock_sandbox_worker::confine::CountingAllocator =
     paddock_sandbox_worker::confine::CountingAllocator;
 
 fn main() -> std::process::ExitCode {
-    paddock_engine::cli::run_main(paddock_benches::bench_runner())
+    dispatch::run_main()
 }

@@ -1,6 +1,6 @@
 //! The Paddock engine: the tool registry, policy files, code mode (`run_tools_script`) on the
-//! sandbox pool, the built-in tools and the `paddock` command line (the binary itself is the
-//! `paddock-cli` crate, which adds `paddock bench` from `paddock-benches`).
+//! sandbox pool, the built-in tools, sessions. The `paddock` command line is the `paddock-cli`
+//! crate, above this one.
 //!
 //! Layout, in layers: each module imports only from the ones listed before it
 //! (`scripts/check-layers.sh` fails CI on a cycle).
@@ -21,15 +21,12 @@
 //! - [`mcp`] — `paddock serve` (MCP server, approvals by elicitation) and the bridge to other
 //!   MCP servers;
 //! - [`embed`] — `paddock embed`: the engine for an embedding program (the Python package)
-//!   over JSON lines on stdio, with the program's own tools as host tools;
-//! - [`cli`] — the command line ([`cli::run_main`]; `paddock bench` is parsed here and run by
-//!   the [`cli::BenchRunner`] the binary passes in).
+//!   over JSON lines on stdio, with the program's own tools as host tools.
 
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod approval;
-pub mod cli;
 pub mod codemode;
 pub mod embed;
 pub mod engine;
