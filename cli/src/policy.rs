@@ -115,14 +115,20 @@ pub(crate) fn policy_corpus(files: &[PathBuf], policy: Option<&Path>, misses: bo
         Ok(g) => g,
         Err(code) => return code,
     };
-    let mut total = paddock_engine::approval::corpus::Tally::default();
+    let mut total = paddock_approval::corpus::Tally::default();
     let mut out = std::io::stdout().lock();
     for file in files {
         let text = match std::fs::read_to_string(file) {
             Ok(t) => t,
             Err(e) => return usage_error(&format!("{}: {e}", file.display())),
         };
-        let tally = paddock_engine::approval::corpus::measure(&gate, &text);
+        let tally = paddock_approval::corpus::measure(
+            |c| {
+                let e = gate.explain(c, "corpus");
+                (e.decision, e.rule)
+            },
+            &text,
+        );
         let _ = writeln!(out, "{}: {}", file.display(), tally.report());
         if misses {
             for miss in &tally.misses {

@@ -1,16 +1,10 @@
-//! Approvals: which commands are dangerous, what the policy says about them, and asking a
-//! human when it says "ask". With nobody to ask, the answer is deny. While a script's nested
-//! call waits for a human, the script's clock is paused.
+//! The approval gate: what the policy says about a command (the analysis is the
+//! `paddock-approval` crate's), and asking a human when it says "ask". With nobody to ask, the
+//! answer is deny. While a script's nested call waits for a human, the script's clock is
+//! paused. Answers "always" are remembered per session or written into the policy file, and
+//! every decision goes to the audit log.
 
 pub mod approvers;
-pub mod corpus;
-pub mod decision;
-pub mod interpreters;
-pub mod normalize;
-pub mod packs;
-pub mod paths;
-pub mod rules;
-pub mod shell;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,8 +17,8 @@ use serde_json::json;
 use crate::policy::Policy;
 use crate::vocabulary::{CallContext, ErrorCode, ToolApprovals, ToolError};
 use approvers::{Answer, ApprovalRequest, Approver, CommandApprover, TerminalApprover};
-pub use decision::{ApprovalMode, Decision};
-use rules::{Catalogue, Finding, PolicyRule, Severity};
+use paddock_approval::rules::{Catalogue, Finding, PolicyRule, Severity};
+pub use paddock_approval::{ApprovalMode, Decision};
 
 /// What the policy decides for a command before anyone is asked.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -510,10 +504,10 @@ fn home_relative(cwd: &str) -> String {
     let home = home.trim_end_matches('/');
     if !home.is_empty() && home != "/" {
         if cwd == home {
-            return paths::HOME.to_owned();
+            return paddock_approval::paths::HOME.to_owned();
         }
         if let Some(rest) = cwd.strip_prefix(&format!("{home}/")) {
-            return format!("{}/{rest}", paths::HOME);
+            return format!("{}/{rest}", paddock_approval::paths::HOME);
         }
     }
     cwd.to_owned()
@@ -590,6 +584,15 @@ mod tests {
     }
 
     #[test]
+    fn the_policy_accepts_exactly_the_packs_there_are() {
+        let mut ours = paddock_approval::packs::names();
+        let mut policy = crate::policy::RULE_PACKS.to_vec();
+        ours.sort_unstable();
+        policy.sort_unstable();
+        assert_eq!(ours, policy);
+    }
+
+    #[test]
     fn always_goes_into_the_policy_file_keeping_comments() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("p.toml");
@@ -622,7 +625,14 @@ mod tests {
 
     #[test]
     fn the_dangerous_corpus_is_caught_and_no_hardline_case_is_missed() {
-        let tally = corpus::measure(&gate(), &corpus("dangerous.txt"));
+        let gate = gate();
+        let tally = paddock_approval::corpus::measure(
+            |c| {
+                let e = gate.explain(c, "corpus");
+                (e.decision, e.rule)
+            },
+            &corpus("dangerous.txt"),
+        );
         assert!(
             tally.hardline + tally.dangerous >= 250,
             "{}",
@@ -638,7 +648,14 @@ mod tests {
 
     #[test]
     fn the_safe_corpus_raises_at_most_one_percent_false_alarms() {
-        let tally = corpus::measure(&gate(), &corpus("safe.txt"));
+        let gate = gate();
+        let tally = paddock_approval::corpus::measure(
+            |c| {
+                let e = gate.explain(c, "corpus");
+                (e.decision, e.rule)
+            },
+            &corpus("safe.txt"),
+        );
         assert!(tally.harmless >= 170, "{}", tally.report());
         assert!(
             tally.harmless_flagged * 100 <= tally.harmless,

@@ -1,5 +1,5 @@
 //! The loaded catalogue: the rule packs a policy picks plus its own rules, matched against
-//! the commands a line really runs ([`super::shell`]).
+//! the commands a line really runs ([`crate::shell`]).
 //!
 //! Regular expressions are compiled on first use, one rule at a time, and only for rules
 //! whose program appears: judging `git status` compiles git's rules, nothing else. The
@@ -12,10 +12,10 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use super::packs::{self, RuleSpec, Test};
-use super::shell::{self, Invocation};
+use crate::packs::{self, RuleSpec, Test};
+use crate::shell::{self, Invocation};
 
-pub use super::packs::Severity;
+pub use crate::packs::Severity;
 
 /// A rule from a policy file (`[[approval.rules]]`).
 #[derive(Debug, Clone)]
@@ -225,7 +225,7 @@ impl Catalogue {
             }
         }
         // Shapes that only the whole line shows.
-        let unmasked = super::normalize::unmask(command);
+        let unmasked = crate::normalize::unmask(command);
         let lowered = unmasked.to_lowercase();
         for &i in &self.general {
             let matched = match &self.rules[i].matcher {

@@ -5,7 +5,7 @@
 //! Resolved paths are absolute; the user's home is `/home/~` (a name no real user has), so
 //! `~/..` is `/home` as it is on most machines.
 
-use super::shell::Arg;
+use crate::invocation::Arg;
 
 /// The user's home, as resolved paths spell it.
 pub const HOME: &str = "/home/~";

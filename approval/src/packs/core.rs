@@ -1,8 +1,8 @@
 //! The `core` pack: what an agent's command can do to the machine it runs on.
 
-use super::super::paths::{self, Class};
-use super::super::shell::{Arg, Invocation, is_shell};
 use super::{RuleSpec, Severity, Test, check, command, command_unless};
+use crate::paths::{self, Class};
+use crate::shell::{Arg, Invocation, is_shell};
 
 use Severity::{Dangerous, Hardline};
 

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use super::shell::Invocation;
+use crate::invocation::Invocation;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Language {
