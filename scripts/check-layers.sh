@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-STRICT=(agent/src approval/src backends/src benches/src cli/src engine/src sandbox-worker/src)
+STRICT=(agent/src approval/src backends/src benches/src cli/src engine/src mcp/src sandbox-worker/src)
 WARN=()
 
 python3 - "${#STRICT[@]}" "${STRICT[@]}" "${WARN[@]}" <<'PY'

@@ -97,7 +97,7 @@ async fn dispatch(command: Command) -> ExitCode {
             allow_origin,
             allow_host,
         } => serve(common, http, allow_origin, allow_host).await,
-        Command::Embed => match paddock_engine::embed::serve_stdio().await {
+        Command::Embed => match crate::embed::serve_stdio().await {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => usage_error(&err.to_string()),
         },

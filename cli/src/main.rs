@@ -9,6 +9,7 @@
 mod args;
 mod common;
 mod dispatch;
+mod embed;
 mod policy;
 mod scripts;
 mod serve;

@@ -18,7 +18,7 @@ pub(crate) async fn tools(policy: Option<PathBuf>, format: Format) -> ExitCode {
         Ok(p) => p,
         Err(e) => return usage_error(&e),
     };
-    let registry = match paddock_engine::mcp::registry_with_bridge(&policy).await {
+    let registry = match paddock_mcp::registry_with_bridge(&policy).await {
         Ok((registry, _bridge)) => registry,
         Err(e) => return usage_error(&e),
     };

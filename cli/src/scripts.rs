@@ -143,7 +143,7 @@ pub(crate) async fn run_scripts(
         backend: None,
         exe: None,
     };
-    let registry = match paddock_engine::mcp::registry_with_bridge(&policy).await {
+    let registry = match paddock_mcp::registry_with_bridge(&policy).await {
         Ok((registry, _bridge)) => registry,
         Err(e) => return usage_error(&e),
     };
@@ -217,7 +217,7 @@ pub(crate) async fn call(
         backend,
         exe: None,
     };
-    let registry = match paddock_engine::mcp::registry_with_bridge(&policy).await {
+    let registry = match paddock_mcp::registry_with_bridge(&policy).await {
         Ok((registry, _bridge)) => registry,
         Err(e) => return usage_error(&e),
     };

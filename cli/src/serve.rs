@@ -22,7 +22,7 @@ pub(crate) async fn serve(
         backend: None,
         exe: None,
     };
-    let (shared, bridge) = match paddock_engine::mcp::build(policy, options).await {
+    let (shared, bridge) = match paddock_mcp::build(policy, options).await {
         Ok(built) => built,
         Err(e) => return usage_error(&e),
     };
@@ -35,16 +35,16 @@ pub(crate) async fn serve(
             let token = std::env::var("PADDOCK_MCP_TOKEN")
                 .ok()
                 .filter(|t| !t.is_empty());
-            let options = paddock_engine::mcp::http::HttpOptions {
+            let options = paddock_mcp::http::HttpOptions {
                 addr,
                 token,
                 allow_origins,
                 allow_hosts,
                 session_per_client: common.session.is_none(),
             };
-            paddock_engine::mcp::http::serve_http(shared.clone(), options).await
+            paddock_mcp::http::serve_http(shared.clone(), options).await
         }
-        None => paddock_engine::mcp::serve_stdio(shared.clone()).await,
+        None => paddock_mcp::serve_stdio(shared.clone()).await,
     };
     sweeper.abort();
     // A stdio server given `--session ID` was that session's one connection: it ends with it.
@@ -64,7 +64,7 @@ pub(crate) async fn serve(
     bridge.stop().await;
     match served {
         Ok(()) => ExitCode::SUCCESS,
-        Err(paddock_engine::mcp::ServeError::Setup(e)) => usage_error(&e),
+        Err(paddock_mcp::ServeError::Setup(e)) => usage_error(&e),
         Err(e) => {
             tracing::error!(%e, "paddock serve stopped");
             ExitCode::from(1)
@@ -73,7 +73,7 @@ pub(crate) async fn serve(
 }
 
 /// `paddock serve` closes idle sessions every minute: a server runs for days.
-async fn sweep_every_minute(shared: Arc<paddock_engine::mcp::server::Shared>) {
+async fn sweep_every_minute(shared: Arc<paddock_mcp::server::Shared>) {
     let period = Duration::from_secs(60);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     loop {

@@ -17,21 +17,18 @@
 //! - [`codemode`] — `run_tools_script`: script preparation, the sandbox pool, limits, results;
 //! - [`tools`] — the built-in tools, and the registry holding them;
 //! - [`sessions`] — session records, closing a session, sweeping idle ones;
-//! - [`engine`] — the facade a library user or the CLI holds;
-//! - [`mcp`] — `paddock serve` (MCP server, approvals by elicitation) and the bridge to other
-//!   MCP servers;
-//! - [`embed`] — `paddock embed`: the engine for an embedding program (the Python package)
-//!   over JSON lines on stdio, with the program's own tools as host tools.
+//! - [`engine`] — the facade a library user or a front end holds.
+//!
+//! The front ends are crates above this one: `paddock-mcp` (`paddock serve` and the bridge to
+//! other MCP servers) and `paddock-cli` (the command line and `paddock embed`).
 
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod approval;
 pub mod codemode;
-pub mod embed;
 pub mod engine;
 pub mod events;
-pub mod mcp;
 pub mod network;
 pub mod policy;
 pub mod registry;

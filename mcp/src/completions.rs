@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::engine::{CallExtras, Engine};
+use paddock_engine::engine::{CallExtras, Engine};
 
 const SCHEME: &str = "paddock://process/";
 /// How often a watched process is polled (the same as the legacy notice's).

@@ -23,11 +23,11 @@ use std::time::Duration;
 
 use rmcp::ServiceExt;
 
-use crate::engine::{Engine, EngineOptions};
-use crate::events::EventSink;
-use crate::policy::Policy;
-use crate::registry::Registry;
 use bridge::Bridge;
+use paddock_engine::engine::{Engine, EngineOptions};
+use paddock_engine::events::EventSink;
+use paddock_engine::policy::Policy;
+use paddock_engine::registry::Registry;
 use server::{PaddockServer, Shared};
 
 /// Errors of `paddock serve`.

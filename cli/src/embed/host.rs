@@ -12,8 +12,8 @@ use tokio::sync::oneshot;
 
 use super::outbox::Outbox;
 use super::protocol::{HostError, HostToolSpec, ServerMessage};
-use crate::registry::{CallContext, Tool, ToolError, ToolFuture, ToolSpec};
-use crate::vocabulary::approver::{Answer, AnswerFuture, ApprovalRequest, Approver};
+use paddock_engine::registry::{CallContext, Tool, ToolError, ToolFuture, ToolSpec};
+use paddock_engine::vocabulary::approver::{Answer, AnswerFuture, ApprovalRequest, Approver};
 
 /// The toolset host tools belong to (`[toolsets]` can switch them off like any other).
 pub const HOST_TOOLSET: &str = "host";
@@ -201,9 +201,10 @@ fn host_error(tool: &str, error: HostError) -> ToolError {
     let message = format!("host tool '{tool}' raised {exception}: {}", error.message);
     match exception {
         "ValueError" | "TypeError" => ToolError::invalid_arguments(message),
-        "PermissionError" => {
-            ToolError::denied(crate::vocabulary::ErrorCode::ApprovalDenied, message)
-        }
+        "PermissionError" => ToolError::denied(
+            paddock_engine::vocabulary::ErrorCode::ApprovalDenied,
+            message,
+        ),
         _ => ToolError::failed(message),
     }
 }

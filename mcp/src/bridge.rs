@@ -19,8 +19,8 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
 use rmcp::service::{RoleClient, RunningService, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::policy::{McpServerConfig, Policy};
-use crate::registry::{CallContext, Registry, Tool, ToolError, ToolFuture, ToolSpec};
+use paddock_engine::policy::{McpServerConfig, Policy};
+use paddock_engine::registry::{CallContext, Registry, Tool, ToolError, ToolFuture, ToolSpec};
 
 /// Default per-call wait for a bridged server's answer.
 const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(120);
@@ -288,7 +288,7 @@ impl Bridge {
                             continue;
                         }
                         let mut schema = Value::Object((*remote.input_schema).clone());
-                        if !crate::registry::schema_check::problems(&schema).is_empty() {
+                        if !paddock_engine::registry::schema_check::problems(&schema).is_empty() {
                             tracing::warn!(tool = %local, "bridged tool's input schema is not usable as is; accepting any object");
                             schema = json!({"type": "object"});
                         }

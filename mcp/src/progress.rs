@@ -10,7 +10,7 @@ use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RoleServer};
 use tokio::sync::mpsc;
 
-use crate::registry::ProgressSink;
+use paddock_engine::registry::ProgressSink;
 
 /// Where progress of one call goes right now.
 #[derive(Default)]

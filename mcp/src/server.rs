@@ -23,15 +23,15 @@ use serde_json::{Map, Value, json};
 use std::sync::atomic::Ordering;
 use tokio::sync::mpsc;
 
-use super::approvals::{
+use crate::approvals::{
     self, DeferredElicitation, LegacyElicitation, NoElicitation, Parked, ParkedCalls, Question,
     RunningCall,
 };
-use super::progress::ProgressRelay;
-use crate::approval::approvers::Approver;
-use crate::codemode::RUN_TOOLS_SCRIPT;
-use crate::engine::{CallExtras, Engine};
-use crate::registry::{ToolError, ToolErrorKind, ToolSpec};
+use crate::progress::ProgressRelay;
+use paddock_engine::approval::approvers::Approver;
+use paddock_engine::codemode::RUN_TOOLS_SCRIPT;
+use paddock_engine::engine::{CallExtras, Engine};
+use paddock_engine::registry::{ToolError, ToolErrorKind, ToolSpec};
 
 /// How long `tools/list` may be cached by a client.
 const TOOLS_TTL_MS: u64 = 60_000;
@@ -55,7 +55,7 @@ pub struct Shared {
     /// `logging/setLevel` above notice: completion notices are not sent.
     pub quiet: std::sync::atomic::AtomicBool,
     /// Which sessions' roots (their workspace) are known.
-    pub roots: super::roots::SessionRoots,
+    pub roots: crate::roots::SessionRoots,
 }
 
 /// The rmcp handler; cheap to clone (Streamable HTTP makes one per request).
@@ -104,8 +104,8 @@ impl Drop for OwnSession {
         runtime.spawn(async move {
             match shared.engine.close_session(&id).await {
                 Ok(_) => tracing::info!(session = %id, "MCP session ended: its session closed"),
-                Err(crate::engine::EngineError::Session(
-                    crate::sessions::SessionError::Unknown(_),
+                Err(paddock_engine::engine::EngineError::Session(
+                    paddock_engine::sessions::SessionError::Unknown(_),
                 )) => {}
                 Err(err) => tracing::warn!(session = %id, %err, "session not closed"),
             }
@@ -160,13 +160,13 @@ impl PaddockServer {
             return None;
         }
         if is_modern(context) {
-            let (requests, state) = super::roots::ask();
+            let (requests, state) = crate::roots::ask();
             return Some(CallToolResponse::InputRequired(InputRequiredResult::new(
                 Some(requests),
                 Some(state),
             )));
         }
-        let listed = tokio::time::timeout(super::roots::LIST_TIMEOUT, context.peer.list_roots());
+        let listed = tokio::time::timeout(crate::roots::LIST_TIMEOUT, context.peer.list_roots());
         match listed.await {
             Ok(Ok(roots)) => self.apply_roots(context, Some(roots)).await,
             Ok(Err(err)) => {
@@ -193,7 +193,7 @@ impl PaddockServer {
     ) {
         let session = self.session_name(context);
         self.shared.roots.learnt(&session);
-        let Some(workspace) = roots.as_ref().and_then(super::roots::workspace_of) else {
+        let Some(workspace) = roots.as_ref().and_then(crate::roots::workspace_of) else {
             tracing::info!(session = %session, "the client named no local root; the workspace stays the default");
             return;
         };
@@ -391,7 +391,7 @@ impl PaddockServer {
             let session = self.session_name(context);
             map.insert(
                 "resource_uri".into(),
-                Value::String(super::completions::uri_of(&session, &id)),
+                Value::String(crate::completions::uri_of(&session, &id)),
             );
         }
     }
@@ -522,9 +522,9 @@ impl ServerHandler for PaddockServer {
         }
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         let mut request_state = request.request_state.as_deref();
-        if request_state.is_some_and(super::roots::is_answer) {
+        if request_state.is_some_and(crate::roots::is_answer) {
             // The retry that brings a 2026-07-28 client's roots: apply them, then run the call.
-            let roots = super::roots::answer_in(request.input_responses.as_ref());
+            let roots = crate::roots::answer_in(request.input_responses.as_ref());
             self.apply_roots(&context, roots).await;
             request_state = None;
         }
@@ -552,7 +552,7 @@ impl ServerHandler for PaddockServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourceTemplatesResult, ErrorData> {
         let template =
-            rmcp::model::ResourceTemplate::new(super::completions::TEMPLATE, "background process")
+            rmcp::model::ResourceTemplate::new(crate::completions::TEMPLATE, "background process")
                 .with_description(
                     "A background process started with notify_on_complete: subscribe to hear \
                      when it ends; read it for its state, exit code and output tail.",
@@ -578,17 +578,17 @@ impl ServerHandler for PaddockServer {
         request: rmcp::model::ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
-        let Some((session, id)) = super::completions::parse(&request.uri) else {
+        let Some((session, id)) = crate::completions::parse(&request.uri) else {
             return Err(ErrorData::resource_not_found(
                 format!(
                     "no resource {}: Paddock's resources are {}",
                     request.uri,
-                    super::completions::TEMPLATE
+                    crate::completions::TEMPLATE
                 ),
                 None,
             ));
         };
-        let state = super::completions::status(self.engine(), &session, &id)
+        let state = crate::completions::status(self.engine(), &session, &id)
             .await
             .map_err(|why| ErrorData::resource_not_found(why, None))?;
         let contents = rmcp::model::ResourceContents::text(state.to_string(), request.uri.clone());
@@ -603,7 +603,7 @@ impl ServerHandler for PaddockServer {
             .resource_subscriptions
             .iter()
             .flatten()
-            .filter(|uri| super::completions::parse(uri).is_some())
+            .filter(|uri| crate::completions::parse(uri).is_some())
             .cloned()
             .collect();
         let mut accepted = rmcp::model::SubscriptionFilter::new();
@@ -619,13 +619,13 @@ impl ServerHandler for PaddockServer {
             .unwrap_or_default();
         let mut watchers = tokio::task::JoinSet::new();
         for uri in uris {
-            let Some((session, id)) = super::completions::parse(&uri) else {
+            let Some((session, id)) = crate::completions::parse(&uri) else {
                 continue;
             };
             let shared = self.shared.clone();
             let sink = context.sink().clone();
             watchers.spawn(async move {
-                super::completions::finished(&shared.engine, &session, &id).await;
+                crate::completions::finished(&shared.engine, &session, &id).await;
                 let note = rmcp::model::ResourceUpdatedNotification::new(
                     rmcp::model::ResourceUpdatedNotificationParam::new(uri),
                 );
@@ -757,7 +757,7 @@ fn tool_result(name: &str, result: Result<Value, ToolError>) -> CallToolResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::Registry;
+    use paddock_engine::registry::Registry;
 
     #[test]
     fn hints_come_from_each_tools_spec() {

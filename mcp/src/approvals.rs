@@ -20,8 +20,8 @@ use rmcp::service::{Peer, RoleServer};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::approval::approvers::{Answer, AnswerFuture, ApprovalRequest, Approver};
-use crate::registry::ToolError;
+use paddock_engine::approval::approvers::{Answer, AnswerFuture, ApprovalRequest, Approver};
+use paddock_engine::registry::ToolError;
 
 /// The key of our one input request in an `input_required` result.
 pub const INPUT_KEY: &str = "approval";
@@ -155,9 +155,9 @@ pub struct RunningCall {
     pub task: tokio::task::JoinHandle<Result<Value, ToolError>>,
     pub questions: mpsc::UnboundedReceiver<Question>,
     /// Points the call's progress at the request currently serving it.
-    pub progress: Arc<super::progress::ProgressRelay>,
+    pub progress: Arc<crate::progress::ProgressRelay>,
     /// Reports that the call is still running.
-    pub heartbeat: crate::registry::ProgressSink,
+    pub heartbeat: paddock_engine::registry::ProgressSink,
     pub started: std::time::Instant,
 }
 

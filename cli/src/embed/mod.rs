@@ -21,13 +21,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::codemode::{Limits, RUN_TOOLS_SCRIPT};
-use crate::engine::{CallExtras, Engine, EngineOptions};
-use crate::events::EventSink;
-use crate::policy::Policy;
-use crate::registry::{CallContext, new_call_id};
 use host::{ClientApprover, HostLink, HostTool};
 use outbox::Outbox;
+use paddock_engine::codemode::{Limits, RUN_TOOLS_SCRIPT};
+use paddock_engine::engine::{CallExtras, Engine, EngineOptions};
+use paddock_engine::events::EventSink;
+use paddock_engine::policy::Policy;
+use paddock_engine::registry::{CallContext, new_call_id};
 use protocol::{
     ClientMessage, Hello, LimitOverrides, MAX_LINE_BYTES, PROTOCOL_VERSION, ServerMessage,
 };
@@ -119,9 +119,9 @@ pub async fn serve_stdio() -> Result<(), EmbedError> {
 /// The engine built from `hello`, and what it needs to serve requests.
 struct Embedded {
     engine: Arc<Engine>,
-    bridge: crate::mcp::bridge::Bridge,
+    bridge: paddock_mcp::bridge::Bridge,
     link: Arc<HostLink>,
-    approver: Option<Arc<dyn crate::approval::approvers::Approver>>,
+    approver: Option<Arc<dyn paddock_engine::approval::approvers::Approver>>,
     /// A session made for this engine, closed when it ends.
     own_session: Option<String>,
 }
@@ -134,7 +134,7 @@ async fn start(hello: Hello, link: &Arc<HostLink>, out: &Outbox) -> Result<Embed
     }
     let mut policy = load_policy(hello.policy.as_deref()).map_err(EmbedError::Setup)?;
     policy.codemode.keep_state |= hello.keep_state;
-    let (mut registry, bridge) = crate::mcp::registry_with_bridge(&policy)
+    let (mut registry, bridge) = paddock_mcp::registry_with_bridge(&policy)
         .await
         .map_err(EmbedError::Setup)?;
     for declared in &hello.tools {
@@ -172,7 +172,7 @@ async fn start(hello: Hello, link: &Arc<HostLink>, out: &Outbox) -> Result<Embed
         None => Some(format!(
             "embed-{}-{}",
             std::process::id(),
-            crate::events::now_ms()
+            paddock_engine::events::now_ms()
         )),
     };
     let options = EngineOptions {
@@ -183,7 +183,8 @@ async fn start(hello: Hello, link: &Arc<HostLink>, out: &Outbox) -> Result<Embed
     let engine = Engine::with_options(policy, registry, Arc::new(events), options)
         .map_err(|e| EmbedError::Setup(e.to_string()))?;
     engine.start_sweep();
-    let approver: Option<Arc<dyn crate::approval::approvers::Approver>> = if hello.approver {
+    let approver: Option<Arc<dyn paddock_engine::approval::approvers::Approver>> = if hello.approver
+    {
         Some(Arc::new(ClientApprover { link: link.clone() }))
     } else {
         None
@@ -324,8 +325,8 @@ impl Embedded {
                 Ok(Ok(report)) => {
                     tracing::debug!(session = %id, ok = report.all_ok(), "embed session closed")
                 }
-                Ok(Err(crate::engine::EngineError::Session(
-                    crate::sessions::SessionError::Unknown(_),
+                Ok(Err(paddock_engine::engine::EngineError::Session(
+                    paddock_engine::sessions::SessionError::Unknown(_),
                 ))) => {}
                 Ok(Err(err)) => tracing::warn!(session = %id, %err, "embed session not closed"),
                 Err(_) => tracing::warn!(session = %id, "closing the embed session took over 30 s"),
@@ -364,19 +365,19 @@ enum Job {
 }
 
 /// A failed snapshot or fork, as the client reads a failed call.
-fn snapshot_error(err: crate::engine::EngineError) -> Value {
+fn snapshot_error(err: paddock_engine::engine::EngineError) -> Value {
     serde_json::json!({"error": err.to_string(), "error_code": "sessions:snapshot_failed"})
 }
 
 /// A failed upload or download, as the client reads a failed call.
-fn transfer_error(err: crate::engine::EngineError) -> Value {
+fn transfer_error(err: paddock_engine::engine::EngineError) -> Value {
     serde_json::json!({"error": err.to_string(), "error_code": "files:transfer_failed"})
 }
 
 struct RequestContext {
     engine: Arc<Engine>,
     link: Arc<HostLink>,
-    approver: Option<Arc<dyn crate::approval::approvers::Approver>>,
+    approver: Option<Arc<dyn paddock_engine::approval::approvers::Approver>>,
     out: Outbox,
     running: Arc<Mutex<HashMap<u64, tokio::task::AbortHandle>>>,
 }
@@ -387,7 +388,7 @@ impl RequestContext {
             Job::Script { code, limits } => match apply_limits(self.engine.limits(), &limits) {
                 Ok(limits) => self.script(id, &code, &limits).await,
                 Err(message) => {
-                    Err(crate::registry::ToolError::invalid_arguments(message).to_json())
+                    Err(paddock_engine::registry::ToolError::invalid_arguments(message).to_json())
                 }
             },
             Job::Call { tool, args } if tool == RUN_TOOLS_SCRIPT => {
@@ -395,7 +396,7 @@ impl RequestContext {
                     Some(code) if args.as_object().is_some_and(|a| a.len() == 1) => {
                         self.script(id, code, &self.engine.limits()).await
                     }
-                    _ => Err(crate::registry::ToolError::invalid_arguments(
+                    _ => Err(paddock_engine::registry::ToolError::invalid_arguments(
                         "invalid arguments for 'run_tools_script': give exactly `code` (a string)",
                     )
                     .to_json()),
@@ -436,7 +437,7 @@ impl RequestContext {
                         "error_code": "tool:invalid_arguments"
                     }))
                 } else {
-                    let ids = crate::snapshots::fork_ids(&snapshot, count);
+                    let ids = paddock_engine::snapshots::fork_ids(&snapshot, count);
                     self.engine
                         .start_from_snapshot(&snapshot, &ids)
                         .await
@@ -483,8 +484,8 @@ impl RequestContext {
             .run_script_as(code, limits, ctx)
             .await
             .map_err(|e| {
-                crate::registry::ToolError::denied(
-                    crate::vocabulary::ErrorCode::ToolNotAllowed,
+                paddock_engine::registry::ToolError::denied(
+                    paddock_engine::vocabulary::ErrorCode::ToolNotAllowed,
                     e.to_string(),
                 )
                 .to_json()
@@ -621,7 +622,7 @@ fn read_lines(link: &HostLink, inbound: &tokio::sync::mpsc::UnboundedSender<Inbo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vocabulary::approver::Answer;
+    use paddock_engine::vocabulary::approver::Answer;
     use serde_json::json;
 
     #[test]
@@ -701,7 +702,7 @@ mod tests {
             requires_approval: false,
         };
         let tool = HostTool::new(link.clone(), &declared);
-        let call = tokio::spawn(crate::registry::Tool::call(
+        let call = tokio::spawn(paddock_engine::registry::Tool::call(
             &tool,
             json!({"x": 1}),
             CallContext::default(),
@@ -723,7 +724,7 @@ mod tests {
         let err = call.await.unwrap().unwrap_err();
         assert_eq!(err.message, "host tool 'fails' raised KeyError: 'k'");
         // A call dropped before its answer (the script's deadline) is cancelled at the client.
-        let abandoned = tokio::spawn(crate::registry::Tool::call(
+        let abandoned = tokio::spawn(paddock_engine::registry::Tool::call(
             &tool,
             json!({}),
             CallContext::default(),

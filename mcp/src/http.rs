@@ -17,7 +17,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use super::ServeError;
-use super::server::{PaddockServer, Shared};
+use crate::server::{PaddockServer, Shared};
 
 /// How long a legacy HTTP session may stay silent before it is closed.
 const SESSION_IDLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2 * 3600);

@@ -6,8 +6,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::events::ToolCallEvent;
-use crate::vocabulary::approver::ApprovalRequest;
+use paddock_engine::events::ToolCallEvent;
+use paddock_engine::vocabulary::approver::ApprovalRequest;
 
 /// The protocol's version: `hello` names the one the client speaks, `ready` the engine's.
 pub const PROTOCOL_VERSION: u32 = 1;
