@@ -555,6 +555,9 @@ impl Tool for PythonExecute {
         let progress = ctx.progress.clone();
         Box::pin(paddock_backends::progress::scope(progress, async move {
             let args: PythonArgs = super::parse_args("python_execute", args)?;
+            // The session names directories (its runs, on this machine and in the
+            // environment): an id that could leave them is refused before anything is written.
+            paddock_backends::shell::check_session(&ctx.session).map_err(backend_error)?;
             let env = envs.backend_for("python_execute")?;
             let _active = envs.call_activity(&ctx, Some(env)).await?;
             // Inside the session's own python directory: closing the session removes it, the

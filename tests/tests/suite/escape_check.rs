@@ -204,6 +204,30 @@ fn another_sessions_python_runs_spill_and_shell_state_are_out_of_reach() {
     );
 }
 
+/// A session id that would name a directory outside the state directory is refused before
+/// python_execute writes anything.
+#[test]
+fn a_session_id_that_climbs_out_is_refused_before_anything_is_written() {
+    let p = Project::new();
+    let v = p.call(
+        "../../escaped-7781",
+        "python_execute",
+        json!({"code": "print('ran')"}),
+    );
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("session id")),
+        "{v}"
+    );
+    let outside = p.dir.path().parent().map(|d| d.join("escaped-7781"));
+    assert!(
+        outside.is_some_and(|d| !d.exists()),
+        "python_execute wrote outside the state directory"
+    );
+    assert!(!p.dir.path().join("escaped-7781").exists());
+}
+
 /// Waits for a process of this test whose command line is exactly `argv`; answers its pid.
 fn find_process(argv: &[&str], within: Duration) -> Option<u32> {
     let wanted: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
