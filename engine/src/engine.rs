@@ -113,7 +113,7 @@ impl Engine {
         .map_err(EngineError::Backends)?;
         let sessions = envs.sessions().clone();
         let envs = Arc::new(envs);
-        for tool in crate::tools::environment::environment_tools(envs.clone()) {
+        for tool in crate::tools::environment_tools(envs.clone()) {
             // A library user's own tool of the same name wins.
             let _ = registry.register(tool);
         }

@@ -1142,6 +1142,25 @@ mod tests {
         Policy::parse(text, "p.toml").unwrap_err().to_string()
     }
 
+    /// Asserts `text` is refused with a message that starts with `start` (file:line: key: ...).
+    #[track_caller]
+    fn refused_starting(text: &str, start: &str) {
+        let e = err(text);
+        assert!(e.starts_with(start), "{e}");
+    }
+
+    #[track_caller]
+    fn refused_containing(text: &str, fragment: &str) {
+        let e = err(text);
+        assert!(e.contains(fragment), "{e}");
+    }
+
+    #[track_caller]
+    fn refused_ending(text: &str, end: &str) {
+        let e = err(text);
+        assert!(e.ends_with(end), "{e}");
+    }
+
     #[test]
     fn the_network_section_of_design_parses_and_decides() {
         let policy = Policy::parse(
@@ -1258,17 +1277,13 @@ value = "Bearer ${GITHUB_TOKEN}"
             Some(std::time::Duration::from_secs(60))
         );
         assert_eq!(Policy::builtin().sessions.pause_after(), None);
-        let e = err("[sessions]\nidle_action = \"sleep\"\n");
-        assert!(
-            e.starts_with("p.toml:2: sessions.idle_action: must be \"close\" or \"pause\""),
-            "{e}"
+        refused_starting(
+            "[sessions]\nidle_action = \"sleep\"\n",
+            "p.toml:2: sessions.idle_action: must be \"close\" or \"pause\"",
         );
-        let e = err(
+        refused_starting(
             "[sessions]\nidle_timeout_seconds = 60\nidle_action = \"pause\"\npause_after_seconds = 60\n",
-        );
-        assert!(
-            e.starts_with("p.toml:4: sessions.pause_after_seconds: must be a positive number of seconds below idle_timeout_seconds (60)"),
-            "{e}"
+            "p.toml:4: sessions.pause_after_seconds: must be a positive number of seconds below idle_timeout_seconds (60)",
         );
     }
 
@@ -1281,39 +1296,42 @@ value = "Bearer ${GITHUB_TOKEN}"
 
     #[test]
     fn unknown_keys_name_file_line_and_key() {
-        let e = err("[codemode]\ntimeout_seconds = 5\nmax_tool_cals = 3\n");
-        assert!(
-            e.starts_with("p.toml:3: codemode.max_tool_cals: unknown field"),
-            "{e}"
+        refused_starting(
+            "[codemode]\ntimeout_seconds = 5\nmax_tool_cals = 3\n",
+            "p.toml:3: codemode.max_tool_cals: unknown field",
         );
     }
 
     #[test]
     fn wrong_types_name_file_line_and_key() {
-        let e = err("[codemode]\n\nmax_memory_mb = \"lots\"\n");
-        assert!(e.starts_with("p.toml:3: codemode.max_memory_mb:"), "{e}");
+        refused_starting(
+            "[codemode]\n\nmax_memory_mb = \"lots\"\n",
+            "p.toml:3: codemode.max_memory_mb:",
+        );
     }
 
     #[test]
     fn bad_globs_and_bad_values_are_refused() {
-        let e = err("[tools]\ndeny = [\"ok\", \"bad[\"]\n");
-        assert!(e.starts_with("p.toml:2: tools.deny: bad glob"), "{e}");
-        let e = err("[codemode]\ntimeout_seconds = -1\n");
-        assert!(
-            e.starts_with("p.toml:2: codemode.timeout_seconds: must be"),
-            "{e}"
+        refused_starting(
+            "[tools]\ndeny = [\"ok\", \"bad[\"]\n",
+            "p.toml:2: tools.deny: bad glob",
+        );
+        refused_starting(
+            "[codemode]\ntimeout_seconds = -1\n",
+            "p.toml:2: codemode.timeout_seconds: must be",
         );
     }
 
     #[test]
     fn max_result_chars_is_bounded_and_named_with_its_line() {
-        let e = err("[tools]\nallow = [\"*\"]\nmax_result_chars = 10\n");
-        assert!(
-            e.starts_with("p.toml:3: tools.max_result_chars: must be between 5000 and 1000000"),
-            "{e}"
+        refused_starting(
+            "[tools]\nallow = [\"*\"]\nmax_result_chars = 10\n",
+            "p.toml:3: tools.max_result_chars: must be between 5000 and 1000000",
         );
-        let e = err("[tools]\nmax_result_chars = \"big\"\n");
-        assert!(e.starts_with("p.toml:2: tools.max_result_chars:"), "{e}");
+        refused_starting(
+            "[tools]\nmax_result_chars = \"big\"\n",
+            "p.toml:2: tools.max_result_chars:",
+        );
         let p = Policy::parse("[tools]\nmax_result_chars = 8000\n", "p.toml").unwrap();
         assert_eq!(*p.tools.max_result_chars.get_ref(), 8000);
         let p = Policy::parse("", "p.toml").unwrap();
@@ -1325,22 +1343,23 @@ value = "Bearer ${GITHUB_TOKEN}"
 
     #[test]
     fn unknown_tables_are_refused() {
-        let e = err("[codemod]\nenabled = true\n");
-        assert!(e.contains("unknown field `codemod`"), "{e}");
+        refused_containing("[codemod]\nenabled = true\n", "unknown field `codemod`");
     }
 
     #[test]
     fn unknown_keys_get_a_suggestion() {
-        let e = err("[codemode]\nmax_tool_cals = 3\n");
-        assert!(e.ends_with("did you mean `max_tool_calls`?"), "{e}");
+        refused_ending(
+            "[codemode]\nmax_tool_cals = 3\n",
+            "did you mean `max_tool_calls`?",
+        );
     }
 
     #[test]
     fn dangling_routes_name_the_line_and_the_defined_backends() {
-        let e = err(
+        refused_starting(
             "[backends.box]\nkind = \"docker\"\nimage = \"debian:12\"\n[routes]\nterminal = \"bx\"\n",
+            "p.toml:5: routes.terminal: no backend named \"bx\" (defined: box, local); did you mean \"box\"?",
         );
-        assert!(e.starts_with("p.toml:5: routes.terminal: no backend named \"bx\" (defined: box, local); did you mean \"box\"?"), "{e}");
     }
 
     #[test]
@@ -1360,18 +1379,18 @@ value = "Bearer ${GITHUB_TOKEN}"
             ),
             "{e}"
         );
-        let e = err("[backends.hpc]\nkind = \"slurm\"\ncpus = 1.5\n");
-        assert!(
-            e.contains("backends.hpc.cpus: Slurm allocates whole CPUs"),
-            "{e}"
+        refused_containing(
+            "[backends.hpc]\nkind = \"slurm\"\ncpus = 1.5\n",
+            "backends.hpc.cpus: Slurm allocates whole CPUs",
         );
-        let e = err("[backends.hpc]\nkind = \"slurm\"\nagent = false\n");
-        assert!(
-            e.contains("backends.hpc.agent: a slurm session runs"),
-            "{e}"
+        refused_containing(
+            "[backends.hpc]\nkind = \"slurm\"\nagent = false\n",
+            "backends.hpc.agent: a slurm session runs",
         );
-        let e = err("[backends.hpc]\nkind = \"slurm\"\ntime_limit = \"1 hour\"\n");
-        assert!(e.contains("is not a Slurm time"), "{e}");
+        refused_containing(
+            "[backends.hpc]\nkind = \"slurm\"\ntime_limit = \"1 hour\"\n",
+            "is not a Slurm time",
+        );
         for relay in ["none", "tcp", "srun"] {
             assert!(Policy::parse(&format!("{ok}relay = \"{relay}\"\n"), "p.toml").is_ok());
         }
@@ -1380,27 +1399,26 @@ value = "Bearer ${GITHUB_TOKEN}"
             e.starts_with("p.toml:3: backends.hpc.relay:") && e.contains("srun"),
             "{e}"
         );
-        let e = err("[backends.hpc]\nkind = \"docker\"\nimage = \"i\"\nrelay = \"srun\"\n");
-        assert!(
-            e.contains("backends.hpc.relay: does not apply to a docker backend"),
-            "{e}"
+        refused_containing(
+            "[backends.hpc]\nkind = \"docker\"\nimage = \"i\"\nrelay = \"srun\"\n",
+            "backends.hpc.relay: does not apply to a docker backend",
         );
-        let e = err("[backends.hpc]\nkind = \"docker\"\nimage = \"i\"\npartition = \"p\"\n");
-        assert!(
-            e.contains("backends.hpc.partition: does not apply to a docker backend"),
-            "{e}"
+        refused_containing(
+            "[backends.hpc]\nkind = \"docker\"\nimage = \"i\"\npartition = \"p\"\n",
+            "backends.hpc.partition: does not apply to a docker backend",
         );
     }
 
     #[test]
     fn backend_keys_must_fit_the_kind() {
-        let e = err("[backends.remote]\nkind = \"ssh\"\nhost = \"h\"\nimage = \"x\"\n");
-        assert!(
-            e.starts_with("p.toml:4: backends.remote.image: does not apply to a ssh backend"),
-            "{e}"
+        refused_starting(
+            "[backends.remote]\nkind = \"ssh\"\nhost = \"h\"\nimage = \"x\"\n",
+            "p.toml:4: backends.remote.image: does not apply to a ssh backend",
         );
-        let e = err("[backends.c]\nkind = \"docker\"\n");
-        assert!(e.contains("a docker backend needs `image`"), "{e}");
+        refused_containing(
+            "[backends.c]\nkind = \"docker\"\n",
+            "a docker backend needs `image`",
+        );
         let e = err("[backends.l]\nkind = \"local\"\nsandbox = \"none\"\nagent = true\n");
         assert!(
             e.contains(":4: backends.l.agent") && e.contains("sandbox"),
@@ -1411,49 +1429,56 @@ value = "Bearer ${GITHUB_TOKEN}"
             e.contains(":5: backends.d.warm") && e.contains("agent = true"),
             "{e}"
         );
-        let e = err("[backends.c]\nkind = \"dokcer\"\n");
-        assert!(e.contains("did you mean \"docker\""), "{e}");
+        refused_containing(
+            "[backends.c]\nkind = \"dokcer\"\n",
+            "did you mean \"docker\"",
+        );
     }
 
     #[test]
     fn mcp_servers_need_exactly_one_transport() {
-        let e = err("[mcp.servers.files]\ncommand = \"x\"\nurl = \"http://a\"\n");
-        assert!(e.contains("not both"), "{e}");
-        let e = err("[mcp.servers.files]\nargs = []\n");
-        assert!(e.contains("needs `command`"), "{e}");
+        refused_containing(
+            "[mcp.servers.files]\ncommand = \"x\"\nurl = \"http://a\"\n",
+            "not both",
+        );
+        refused_containing("[mcp.servers.files]\nargs = []\n", "needs `command`");
     }
 
     #[test]
     fn retired_tool_names_are_refused_with_the_reason() {
-        let e = err("[tools]\ndeny = [\"execute_code\"]\n");
-        assert!(e.starts_with("p.toml:2: tools.deny: tool 'execute_code' no longer exists: it was renamed to 'run_tools_script'"), "{e}");
+        refused_starting(
+            "[tools]\ndeny = [\"execute_code\"]\n",
+            "p.toml:2: tools.deny: tool 'execute_code' no longer exists: it was renamed to 'run_tools_script'",
+        );
     }
 
     #[test]
     fn toolsets_accept_old_names_and_refuse_unknown_ones() {
         Policy::parse("[toolsets]\nenabled = [\"basic\", \"codemode\"]\n", "p").unwrap();
-        let e = err("[toolsets]\ndisabled = [\"enviroment\"]\n");
-        assert!(e.contains("did you mean \"environment\""), "{e}");
-        let e = err("[toolsets]\npreset = \"tiny\"\n");
-        assert!(e.starts_with("p.toml:2: toolsets.preset:"), "{e}");
+        refused_containing(
+            "[toolsets]\ndisabled = [\"enviroment\"]\n",
+            "did you mean \"environment\"",
+        );
+        refused_starting(
+            "[toolsets]\npreset = \"tiny\"\n",
+            "p.toml:2: toolsets.preset:",
+        );
     }
 
     #[test]
     fn approval_packs_are_checked() {
-        let e = err("[approval]\npacks = [\"core\", \"clod\"]\n");
-        assert!(
-            e.starts_with("p.toml:2: approval.packs: \"clod\" is not one of core, cloud"),
-            "{e}"
+        refused_starting(
+            "[approval]\npacks = [\"core\", \"clod\"]\n",
+            "p.toml:2: approval.packs: \"clod\" is not one of core, cloud",
         );
         assert!(Policy::parse("[approval]\npacks = [\"core\", \"databases\"]\n", "p").is_ok());
     }
 
     #[test]
     fn approval_mode_is_checked() {
-        let e = err("[approval]\nmode = \"maybe\"\n");
-        assert!(
-            e.starts_with("p.toml:2: approval.mode: \"maybe\" is not one of ask, deny, allow"),
-            "{e}"
+        refused_starting(
+            "[approval]\nmode = \"maybe\"\n",
+            "p.toml:2: approval.mode: \"maybe\" is not one of ask, deny, allow",
         );
     }
 
@@ -1464,10 +1489,9 @@ value = "Bearer ${GITHUB_TOKEN}"
         let p = Policy::parse("[sessions]\nidle_timeout_seconds = 1\n", "p").unwrap();
         assert_eq!(p.sessions.idle_timeout().as_secs(), 1);
         for bad in ["0", "-5"] {
-            let e = err(&format!("[sessions]\n\nidle_timeout_seconds = {bad}\n"));
-            assert!(
-                e.starts_with("p.toml:3: sessions.idle_timeout_seconds: must be a positive"),
-                "{e}"
+            refused_starting(
+                &format!("[sessions]\n\nidle_timeout_seconds = {bad}\n"),
+                "p.toml:3: sessions.idle_timeout_seconds: must be a positive",
             );
         }
         let e = err("[sessions]\nidle_timeout = 5\n");

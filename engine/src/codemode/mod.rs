@@ -20,9 +20,9 @@ use serde_json::{Map, Value, json};
 use crate::events::{Phase, ToolCallEvent, now_ms};
 use crate::registry::{CallContext, Registry, ToolError, new_call_id};
 use deadline::Deadline;
-use notebook::{LiveChild, Notebook, Notebooks};
+use notebook::{Notebook, Notebooks};
 use paddock_backends::output::{CappedText, cap_text};
-use pool::{Checkout, ExitInfo, FrameReader, SandboxPool};
+use pool::{Checkout, ExitInfo, FrameReader, LiveChild, SandboxPool};
 use saved_state::{ExchangeError, NotebookState, SavedStates};
 
 /// The tool name of code mode itself.

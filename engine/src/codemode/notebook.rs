@@ -14,17 +14,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::pool::{Checkout, FrameReader, lock};
+use super::pool::{LiveChild, lock};
 use super::saved_state::{self, ExchangeError, NotebookState};
 
 /// How long a snapshot waits for a running script of the session before it gives up.
 const SCRIPT_WAIT: Duration = Duration::from_secs(60);
-
-/// A notebook child and the reader of its frames (bytes already read stay buffered in it).
-pub(super) struct LiveChild {
-    pub checkout: Checkout,
-    pub frames: FrameReader,
-}
 
 /// One session's kept state.
 #[derive(Default)]

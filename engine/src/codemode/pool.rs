@@ -341,6 +341,13 @@ impl Drop for Checkout {
     }
 }
 
+/// A child kept past one script (a notebook's) and the reader of its frames (bytes already read
+/// stay buffered in it).
+pub struct LiveChild {
+    pub checkout: Checkout,
+    pub frames: FrameReader,
+}
+
 /// Reads frames from a child. `next` is cancel-safe (bytes read stay in the buffer), so it can
 /// sit in a `select!` loop without a reader task in between.
 pub struct FrameReader {

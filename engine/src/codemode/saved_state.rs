@@ -17,7 +17,7 @@ use std::time::Duration;
 use paddock_sandbox_worker::wire::Message;
 pub use paddock_sandbox_worker::wire::{LoadedState, NotebookState};
 
-use super::notebook::LiveChild;
+use super::pool::LiveChild;
 
 /// The file of a notebook's names, in a snapshot and in a session's state directory.
 pub const SAVED_STATE_FILE: &str = "notebook.json";

@@ -254,16 +254,15 @@ fn timeout_of(seconds: Option<f64>) -> Duration {
     Duration::from_secs_f64(s)
 }
 
-/// Every environment tool over `envs`, the file tools included.
-pub fn environment_tools(envs: Arc<Environments>) -> Vec<Arc<dyn Tool>> {
-    let mut tools: Vec<Arc<dyn Tool>> = vec![
+/// The command tools over `envs` (terminal, process, python); the file tools are
+/// [`super::environment_tools`]' other half.
+pub(super) fn command_tools(envs: Arc<Environments>) -> Vec<Arc<dyn Tool>> {
+    vec![
         Arc::new(Terminal(envs.clone())),
         Arc::new(Process(envs.clone())),
         Arc::new(PythonExecute(envs.clone())),
-        Arc::new(PythonEnvironmentInfo(envs.clone())),
-    ];
-    tools.extend(super::files::file_tools(envs));
-    tools
+        Arc::new(PythonEnvironmentInfo(envs)),
+    ]
 }
 
 struct Terminal(Arc<Environments>);

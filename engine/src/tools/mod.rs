@@ -37,6 +37,13 @@ impl Default for Registry {
     }
 }
 
+/// Every tool that works in a session's environment: the command tools and the file tools.
+pub fn environment_tools(envs: Arc<environment::Environments>) -> Vec<Arc<dyn Tool>> {
+    let mut tools = environment::command_tools(envs.clone());
+    tools.extend(files::file_tools(envs));
+    tools
+}
+
 /// Deserialises a tool's arguments, naming the field that was wrong.
 pub(crate) fn parse_args<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, ToolError> {
     serde_json::from_value(args)
