@@ -260,8 +260,8 @@ impl<'a> Snapshots<'a> {
         }
     }
 
-    /// Every snapshot's manifest (unreadable ones as errors, so that `list` shows them).
-    fn manifests(&self) -> Vec<Result<Manifest, SnapshotError>> {
+    /// The names of the snapshot directories, sorted.
+    fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(self.root())
             .into_iter()
             .flatten()
@@ -270,7 +270,12 @@ impl<'a> Snapshots<'a> {
             .filter_map(|e| e.file_name().to_str().map(str::to_owned))
             .collect();
         names.sort();
-        names.iter().map(|name| self.load(name)).collect()
+        names
+    }
+
+    /// Every snapshot's manifest (unreadable ones as errors, so that `list` shows them).
+    fn manifests(&self) -> Vec<Result<Manifest, SnapshotError>> {
+        self.names().iter().map(|name| self.load(name)).collect()
     }
 
     /// The manifest of snapshot `name`, checked: readable, this format, this home's.
@@ -329,15 +334,7 @@ impl<'a> Snapshots<'a> {
 
     /// `paddock snapshots list`.
     pub fn list(&self) -> Vec<Listed> {
-        let mut names: Vec<String> = std::fs::read_dir(self.root())
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.path().is_dir())
-            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-            .collect();
-        names.sort();
-        names
+        self.names()
             .into_iter()
             .map(|name| {
                 self.load(&name)

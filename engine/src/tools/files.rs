@@ -29,6 +29,15 @@ struct FileTool {
     read_only: bool,
 }
 
+/// read_file's (and code_read's) arguments: a path and a window of lines.
+fn read_window(path: Value) -> Value {
+    json!({
+        "path": path,
+        "offset": {"type": "integer", "minimum": 1, "default": 1},
+        "limit": {"type": "integer", "minimum": 1, "default": 2000}
+    })
+}
+
 /// Every file tool over `envs`.
 pub fn file_tools(envs: Arc<Environments>) -> Vec<Arc<dyn Tool>> {
     let path = |what: &str| json!({"type": "string", "description": what});
@@ -41,11 +50,9 @@ pub fn file_tools(envs: Arc<Environments>) -> Vec<Arc<dyn Tool>> {
                           1-based, `limit` the number of lines). Answers the raw text of those \
                           lines with start_line, end_line, total_lines and whether more remain \
                           (truncated). Binary files are refused (file:binary).",
-            properties: json!({
-                "path": path("File to read (relative to the session's current directory)"),
-                "offset": {"type": "integer", "minimum": 1, "default": 1},
-                "limit": {"type": "integer", "minimum": 1, "default": 2000}
-            }),
+            properties: read_window(path(
+                "File to read (relative to the session's current directory)",
+            )),
             required: &["path"],
             read_only: true,
         },
@@ -54,11 +61,7 @@ pub fn file_tools(envs: Arc<Environments>) -> Vec<Arc<dyn Tool>> {
             name: "code_read",
             op: "read",
             description: "Old name of read_file: read a text file's lines (offset, limit).",
-            properties: json!({
-                "path": path("File to read"),
-                "offset": {"type": "integer", "minimum": 1, "default": 1},
-                "limit": {"type": "integer", "minimum": 1, "default": 2000}
-            }),
+            properties: read_window(path("File to read")),
             required: &["path"],
             read_only: true,
         },
