@@ -231,6 +231,13 @@ pub struct Group {
     pub controllers: Vec<Controller>,
 }
 
+impl Group {
+    /// Writes `value` into the group's control file `file`; `op` names it in an error.
+    fn set(&self, file: &str, value: &str, op: &'static str) -> Result<()> {
+        write(&self.path.join(file), value, op)
+    }
+}
+
 /// The session's groups (one per hierarchy used; on v2 both controllers share one).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SessionGroups {
@@ -355,11 +362,7 @@ impl SessionGroups {
                 match (controller, group.version) {
                     (Controller::Pids, _) => {
                         if let Some(max) = limits.max_processes {
-                            write(
-                                &group.path.join("pids.max"),
-                                &max.to_string(),
-                                "set pids.max",
-                            )?;
+                            group.set("pids.max", &max.to_string(), "set pids.max")?;
                         }
                     }
                     (Controller::Cpu, version) => {
@@ -367,19 +370,19 @@ impl SessionGroups {
                         // At least 1 ms per period: the kernel's minimum quota.
                         let quota = ((cpus * CPU_PERIOD_US as f64).round() as u64).max(1000);
                         if version == Version::V2 {
-                            write(
-                                &group.path.join("cpu.max"),
+                            group.set(
+                                "cpu.max",
                                 &format!("{quota} {CPU_PERIOD_US}"),
                                 "set cpu.max",
                             )?;
                         } else {
-                            write(
-                                &group.path.join("cpu.cfs_period_us"),
+                            group.set(
+                                "cpu.cfs_period_us",
                                 &CPU_PERIOD_US.to_string(),
                                 "set cpu.cfs_period_us",
                             )?;
-                            write(
-                                &group.path.join("cpu.cfs_quota_us"),
+                            group.set(
+                                "cpu.cfs_quota_us",
                                 &quota.to_string(),
                                 "set cpu.cfs_quota_us",
                             )?;
@@ -391,7 +394,7 @@ impl SessionGroups {
                         // Swap would let the session pass its ceiling: none where the kernel
                         // accounts it (the files are absent where it does not).
                         if version == Version::V2 {
-                            write(&group.path.join("memory.max"), &bytes, "set memory.max")?;
+                            group.set("memory.max", &bytes, "set memory.max")?;
                             let swap = group.path.join("memory.swap.max");
                             if swap.exists() {
                                 write(&swap, "0", "set memory.swap.max")?;
@@ -608,6 +611,21 @@ pub fn younger(path: &Path, age: Duration) -> bool {
 mod tests {
     use super::*;
 
+    /// A file of a fake cgroup tree.
+    fn read(path: PathBuf) -> String {
+        std::fs::read_to_string(path).unwrap()
+    }
+
+    /// A controller's hierarchy as [`Layout`] records it.
+    fn mounted(version: Version, path: &str) -> Option<(Version, PathBuf)> {
+        Some((version, PathBuf::from(path)))
+    }
+
+    /// Writes a file of a fake cgroup tree, as the kernel would.
+    fn put(path: PathBuf, text: &str) {
+        std::fs::write(path, text).unwrap();
+    }
+
     const HYBRID: &str = "\
 25 31 0:22 / /sys/fs/cgroup rw,relatime shared:9 - tmpfs tmpfs rw,mode=755
 26 25 0:23 / /sys/fs/cgroup/unified rw,relatime shared:10 - cgroup2 cgroup2 rw
@@ -621,27 +639,18 @@ mod tests {
     #[test]
     fn hybrid_uses_v1_for_its_controllers() {
         let layout = Layout::from_mountinfo(HYBRID, |_| String::new());
-        assert_eq!(
-            layout.pids,
-            Some((Version::V1, PathBuf::from("/sys/fs/cgroup/pids")))
-        );
+        assert_eq!(layout.pids, mounted(Version::V1, "/sys/fs/cgroup/pids"));
         assert_eq!(
             layout.cpu,
-            Some((Version::V1, PathBuf::from("/sys/fs/cgroup/cpu,cpuacct")))
+            mounted(Version::V1, "/sys/fs/cgroup/cpu,cpuacct")
         );
     }
 
     #[test]
     fn unified_uses_v2_only_for_listed_controllers() {
         let layout = Layout::from_mountinfo(UNIFIED, |_| "cpuset cpu io memory pids".into());
-        assert_eq!(
-            layout.pids,
-            Some((Version::V2, PathBuf::from("/sys/fs/cgroup")))
-        );
-        assert_eq!(
-            layout.cpu,
-            Some((Version::V2, PathBuf::from("/sys/fs/cgroup")))
-        );
+        assert_eq!(layout.pids, mounted(Version::V2, "/sys/fs/cgroup"));
+        assert_eq!(layout.cpu, mounted(Version::V2, "/sys/fs/cgroup"));
         let bare = Layout::from_mountinfo(UNIFIED, |_| "memory".into());
         assert!(matches!(
             bare.hierarchy(Controller::Pids),
@@ -653,10 +662,7 @@ mod tests {
     fn escaped_mount_points_are_read() {
         let line = "1 2 0:3 / /mnt/with\\040space rw - cgroup cgroup rw,pids\n";
         let layout = Layout::from_mountinfo(line, |_| String::new());
-        assert_eq!(
-            layout.pids,
-            Some((Version::V1, PathBuf::from("/mnt/with space")))
-        );
+        assert_eq!(layout.pids, mounted(Version::V1, "/mnt/with space"));
     }
 
     /// A fake hierarchy: directories and the files the kernel would provide.
@@ -686,7 +692,7 @@ mod tests {
         // A kernel that accounts swap has the memsw file; the limit lands in both.
         let memory = root.path().join("memory/paddock/local/s1");
         std::fs::create_dir_all(&memory).unwrap();
-        std::fs::write(memory.join("memory.memsw.limit_in_bytes"), "").unwrap();
+        put(memory.join("memory.memsw.limit_in_bytes"), "");
         let groups = SessionGroups::create(&layout, "local", "s1", limits).unwrap();
         let pids = root.path().join("pids/paddock/local/s1");
         let cpu = root.path().join("cpu/paddock/local/s1");
@@ -694,32 +700,21 @@ mod tests {
             groups.paths(),
             vec![pids.clone(), cpu.clone(), memory.clone()]
         );
-        for file in ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"] {
-            assert_eq!(
-                std::fs::read_to_string(memory.join(file)).unwrap(),
-                "134217728",
-                "{file}"
-            );
+        for (file, limit) in [
+            (memory.join("memory.limit_in_bytes"), "134217728"),
+            (memory.join("memory.memsw.limit_in_bytes"), "134217728"),
+            (pids.join("pids.max"), "64"),
+            (cpu.join("cpu.cfs_quota_us"), "50000"),
+            (cpu.join("cpu.cfs_period_us"), "100000"),
+        ] {
+            assert_eq!(read(file.clone()), limit, "{}", file.display());
         }
-        std::fs::write(
+        put(
             memory.join("memory.oom_control"),
             "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
-        )
-        .unwrap();
+        );
         assert_eq!(groups.memory_ceiling_kills(), Some(2));
-        assert_eq!(
-            std::fs::read_to_string(pids.join("pids.max")).unwrap(),
-            "64"
-        );
-        assert_eq!(
-            std::fs::read_to_string(cpu.join("cpu.cfs_quota_us")).unwrap(),
-            "50000"
-        );
-        assert_eq!(
-            std::fs::read_to_string(cpu.join("cpu.cfs_period_us")).unwrap(),
-            "100000"
-        );
-        std::fs::write(pids.join("pids.events"), "max 7\n").unwrap();
+        put(pids.join("pids.events"), "max 7\n");
         assert_eq!(groups.process_ceiling_hits(), Some(7));
         // A real group's files vanish with rmdir; the fake's must go first.
         for dir in [&pids, &cpu, &memory] {
@@ -748,39 +743,26 @@ mod tests {
         let path = mount.join("paddock/local/s2");
         let groups = SessionGroups::create(&layout, "local", "s2", limits).unwrap();
         assert_eq!(groups.paths(), vec![path.clone()]);
-        assert_eq!(
-            std::fs::read_to_string(path.join("memory.max")).unwrap(),
-            "67108864"
-        );
+        assert_eq!(read(path.join("memory.max")), "67108864");
         // Without swap accounting there is no file to write; with it, swap is closed.
         assert!(!path.join("memory.swap.max").exists());
-        std::fs::write(path.join("memory.swap.max"), "max").unwrap();
+        put(path.join("memory.swap.max"), "max");
         SessionGroups::create(&layout, "local", "s2", limits).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(path.join("memory.swap.max")).unwrap(),
-            "0"
-        );
-        std::fs::write(
+        assert_eq!(read(path.join("memory.swap.max")), "0");
+        put(
             path.join("memory.events"),
             "low 0\nhigh 0\nmax 9\noom 1\noom_kill 1\n",
-        )
-        .unwrap();
+        );
         assert_eq!(groups.memory_ceiling_kills(), Some(1));
-        assert_eq!(
-            std::fs::read_to_string(path.join("pids.max")).unwrap(),
-            "100"
-        );
-        assert_eq!(
-            std::fs::read_to_string(path.join("cpu.max")).unwrap(),
-            "150000 100000"
-        );
+        assert_eq!(read(path.join("pids.max")), "100");
+        assert_eq!(read(path.join("cpu.max")), "150000 100000");
         // The last write to each level's subtree_control enabled the controller asked last.
         for level in [
             mount.clone(),
             mount.join("paddock"),
             mount.join("paddock/local"),
         ] {
-            let text = std::fs::read_to_string(level.join("cgroup.subtree_control")).unwrap();
+            let text = read(level.join("cgroup.subtree_control"));
             assert!(text.starts_with('+'), "{}: {text}", level.display());
         }
     }
@@ -837,7 +819,7 @@ mod tests {
             std::fs::create_dir_all(other.join(group)).unwrap();
         }
         // A process in it: the kernel refuses rmdir (here: the file keeps it non-empty).
-        std::fs::write(other.join("busy/cgroup.procs"), "1\n").unwrap();
+        put(other.join("busy/cgroup.procs"), "1\n");
         for group in ["old", "busy"] {
             std::fs::File::open(other.join(group))
                 .unwrap()

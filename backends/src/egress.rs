@@ -34,39 +34,44 @@ pub trait EgressHost: Send + Sync {
 /// variables (curl, pip, git, npm, cargo, Python's urllib and requests), loopback excepted.
 pub fn proxy_env() -> BTreeMap<String, String> {
     let url = format!("http://127.0.0.1:{EGRESS_PORT}");
-    let mut env = BTreeMap::new();
-    for name in [
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-    ] {
-        env.insert(name.to_owned(), url.clone());
-    }
-    for name in ["NO_PROXY", "no_proxy"] {
-        env.insert(name.to_owned(), "localhost,127.0.0.1".to_owned());
-    }
+    let mut env = all_set_to(
+        &[
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        ],
+        &url,
+    );
+    env.extend(all_set_to(&["NO_PROXY", "no_proxy"], "localhost,127.0.0.1"));
     env
+}
+
+/// Each of `names` set to `value`.
+fn all_set_to(names: &[&str], value: &str) -> BTreeMap<String, String> {
+    names
+        .iter()
+        .map(|name| ((*name).to_owned(), value.to_owned()))
+        .collect()
 }
 
 /// What commands of an environment whose proxy terminates TLS get: the bundle (the system's
 /// roots and the proxy's CA) for every tool that replaces its roots with a file, the CA alone
 /// for Node, which adds it to its own. `dir`: the agent's directory as the environment sees it.
 pub fn ca_env(dir: &str) -> BTreeMap<String, String> {
-    let bundle = format!("{dir}/{CA_BUNDLE}");
-    let mut env = BTreeMap::new();
-    for name in [
-        "SSL_CERT_FILE",
-        "REQUESTS_CA_BUNDLE",
-        "CURL_CA_BUNDLE",
-        "PIP_CERT",
-        "GIT_SSL_CAINFO",
-        "CARGO_HTTP_CAINFO",
-    ] {
-        env.insert(name.to_owned(), bundle.clone());
-    }
+    let mut env = all_set_to(
+        &[
+            "SSL_CERT_FILE",
+            "REQUESTS_CA_BUNDLE",
+            "CURL_CA_BUNDLE",
+            "PIP_CERT",
+            "GIT_SSL_CAINFO",
+            "CARGO_HTTP_CAINFO",
+        ],
+        &format!("{dir}/{CA_BUNDLE}"),
+    );
     env.insert("NODE_EXTRA_CA_CERTS".to_owned(), format!("{dir}/{CA_CERT}"));
     env
 }

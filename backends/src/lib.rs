@@ -150,6 +150,11 @@ pub struct BackgroundRequest {
     pub notify_on_complete: bool,
 }
 
+/// A request's `workdir` as the command wrapper takes it: `""` keeps the session's own cwd.
+pub(crate) fn workdir_arg(workdir: Option<&std::path::Path>) -> String {
+    workdir.map(|p| p.display().to_string()).unwrap_or_default()
+}
+
 /// A file found on a backend (python_execute's artifacts).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RemoteFile {

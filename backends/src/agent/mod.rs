@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use crate::output::Utf8Capped;
-use crate::remote::{OutputSink, TargetRun, Transport};
+use crate::remote::{ClientArgv, ExitFuture, OutputSink, TargetRun, Transport};
 use crate::{BackendError, BackendFuture, Result};
 use binary::{AgentBinary, NotFound};
 use link::{Link, LinkError};
@@ -169,14 +169,14 @@ pub fn agent_dir(runtime_dir: &Path, key: &str) -> PathBuf {
 }
 
 /// The socket of the agent of the environment keyed `key` (a container, an instance, a host's
-/// session) of backend `backend` of `kind`, placed by `placement`; `None`: the backend runs
-/// without the agent.
+/// session) of `host`'s backend, placed by `placement`; `None`: the backend runs without the
+/// agent.
 pub fn placed_agent_socket(
+    host: &impl Transport,
     placement: Option<&AgentPlacement>,
     key: &str,
-    kind: &str,
-    backend: &str,
 ) -> Result<PathBuf> {
+    let (kind, backend) = (host.kind(), host.name());
     let Some(agent) = placement else {
         return Err(BackendError::Unavailable {
             kind: kind.to_owned(),
@@ -200,22 +200,21 @@ pub fn prepare_agent_dir(dir: &Path, kind: &str, name: &str) -> Result<PathBuf> 
     // machine can neither reach a socket (and read what the engine sends) nor plant one. The
     // per-environment directories below are open to any user *inside* the environment (an
     // image's user need not be ours), who reaches them through the bind mount only.
-    if let Some(parent) = dir.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| {
+    // Makes `path`, then sets `mode` on it (best effort).
+    let make_dir = |path: &Path, mode: u32| -> Result<()> {
+        std::fs::create_dir_all(path).map_err(|e| {
             unavailable(format!(
                 "cannot make the agent directory {}: {e}",
-                parent.display()
+                path.display()
             ))
         })?;
-        let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o700));
+        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
+        Ok(())
+    };
+    if let Some(parent) = dir.parent() {
+        make_dir(parent, 0o700)?;
     }
-    std::fs::create_dir_all(dir).map_err(|e| {
-        unavailable(format!(
-            "cannot make the agent directory {}: {e}",
-            dir.display()
-        ))
-    })?;
-    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777));
+    make_dir(dir, 0o777)?;
     let socket = dir.join(SOCKET_NAME);
     if socket.as_os_str().len() > 107 {
         return Err(unavailable(format!(
@@ -560,12 +559,7 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
         self.inner.ensure(session)
     }
 
-    fn run<'a>(
-        &'a self,
-        session: &'a str,
-        run: TargetRun,
-        sink: OutputSink,
-    ) -> BackendFuture<'a, i32> {
+    fn run<'a>(&'a self, session: &'a str, run: TargetRun, sink: OutputSink) -> ExitFuture<'a> {
         Box::pin(self.run_through_agent(session, run, sink))
     }
 
@@ -594,12 +588,7 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
         })
     }
 
-    fn attach_argv(
-        &self,
-        session: &str,
-        argv: &[String],
-        pty: bool,
-    ) -> Result<(Vec<String>, bool)> {
+    fn attach_argv(&self, session: &str, argv: &[String], pty: bool) -> Result<ClientArgv> {
         self.inner.attach_argv(session, argv, pty)
     }
 

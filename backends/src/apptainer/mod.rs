@@ -16,7 +16,7 @@ use crate::agent::{
 };
 use crate::naming;
 use crate::remote::client::run_client;
-use crate::remote::{OutputSink, TargetRun, Transport};
+use crate::remote::{ClientArgv, ExitFuture, OutputSink, TargetRun, Transport};
 use crate::{BackendError, BackendFuture, Result};
 
 /// `[backends.NAME]` of kind apptainer (or singularity).
@@ -84,6 +84,17 @@ impl ApptainerTransport {
             name: self.config.name.clone(),
             reason: e.to_string(),
         })
+    }
+
+    /// Runs the apptainer program with `args` to its end; one that cannot be run makes the
+    /// backend unavailable.
+    async fn binary_output(&self, args: &[&str]) -> Result<std::process::Output> {
+        let binary = self.binary()?;
+        tokio::process::Command::new(binary)
+            .args(args)
+            .output()
+            .await
+            .map_err(|e| self.unavailable(format!("cannot run {}: {e}", binary.display())))
     }
 
     fn unavailable(&self, reason: impl Into<String>) -> BackendError {
@@ -229,11 +240,7 @@ impl ApptainerTransport {
             return Ok(0);
         };
         let binary = self.binary()?;
-        let out = tokio::process::Command::new(binary)
-            .args(["instance", "list", "--json"])
-            .output()
-            .await
-            .map_err(|e| self.unavailable(format!("cannot run {}: {e}", binary.display())))?;
+        let out = self.binary_output(&["instance", "list", "--json"]).await?;
         if !out.status.success() {
             return Err(self.unavailable(format!(
                 "instance list failed: {}",
@@ -289,10 +296,9 @@ impl AgentHost for ApptainerTransport {
 
     fn agent_socket(&self, session: &str) -> Result<PathBuf> {
         placed_agent_socket(
+            self,
             self.config.agent.as_ref(),
             &self.instance_name(session),
-            "apptainer",
-            &self.config.name,
         )
     }
 }
@@ -340,12 +346,7 @@ impl Transport for ApptainerTransport {
         self.config.agent.is_some().then_some(AGENT_PATH_INSIDE)
     }
 
-    fn run<'a>(
-        &'a self,
-        session: &'a str,
-        run: TargetRun,
-        sink: OutputSink,
-    ) -> BackendFuture<'a, i32> {
+    fn run<'a>(&'a self, session: &'a str, run: TargetRun, sink: OutputSink) -> ExitFuture<'a> {
         Box::pin(async move {
             let binary = self.binary()?;
             let args = self.exec_args(session, &run.argv);
@@ -378,12 +379,7 @@ impl Transport for ApptainerTransport {
         })
     }
 
-    fn attach_argv(
-        &self,
-        session: &str,
-        argv: &[String],
-        pty: bool,
-    ) -> Result<(Vec<String>, bool)> {
+    fn attach_argv(&self, session: &str, argv: &[String], pty: bool) -> Result<ClientArgv> {
         let binary = self.binary()?;
         let mut full = vec![binary.display().to_string()];
         match self.terminal_argv(argv, pty) {
@@ -402,11 +398,7 @@ impl Transport for ApptainerTransport {
     fn health(&self) -> BackendFuture<'_, ()> {
         Box::pin(async move {
             let binary = self.binary()?;
-            let out = tokio::process::Command::new(binary)
-                .arg("version")
-                .output()
-                .await
-                .map_err(|e| self.unavailable(format!("cannot run {}: {e}", binary.display())))?;
+            let out = self.binary_output(&["version"]).await?;
             if !out.status.success() {
                 return Err(self.unavailable(format!(
                     "{} version failed: {}",
@@ -430,12 +422,9 @@ impl Transport for ApptainerTransport {
     fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
         Box::pin(async move {
             crate::shell::check_session(session)?;
-            let binary = self.binary()?;
-            let out = tokio::process::Command::new(binary)
-                .args(["instance", "stop", &self.instance_name(session)])
-                .output()
-                .await
-                .map_err(|e| self.unavailable(format!("cannot run {}: {e}", binary.display())))?;
+            let out = self
+                .binary_output(&["instance", "stop", &self.instance_name(session)])
+                .await?;
             let stderr = String::from_utf8_lossy(&out.stderr);
             if out.status.success() || is_missing_instance(&stderr) {
                 Ok(())

@@ -23,7 +23,7 @@ use std::sync::Mutex;
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, ContainerSummary, HostConfig};
 use bollard::query_parameters::{
     CreateContainerOptions, InspectContainerOptions, ListContainersOptions, RemoveContainerOptions,
     StartContainerOptions,
@@ -39,7 +39,7 @@ mod warm;
 
 use crate::agent::{AgentHost, AgentPlacement, agent_dir, placed_agent_socket, prepare_agent_dir};
 use crate::naming::{self, OWNER_CHARS, base_session};
-use crate::remote::{OutputSink, TargetRun, Transport};
+use crate::remote::{ClientArgv, ExitFuture, OutputSink, TargetRun, Transport};
 use crate::{BackendError, BackendFuture, Result};
 
 /// The hidden subcommand background supervisors run: `paddock __docker-attach JSON`.
@@ -149,6 +149,43 @@ fn status_of(err: &DockerError) -> Option<u16> {
     match err {
         DockerError::DockerResponseServerError { status_code, .. } => Some(*status_code),
         _ => None,
+    }
+}
+
+/// Removes a container whether it runs or not.
+async fn force_remove(docker: &Docker, container: &str) -> std::result::Result<(), DockerError> {
+    let options = RemoveContainerOptions {
+        force: true,
+        ..Default::default()
+    };
+    docker.remove_container(container, Some(options)).await
+}
+
+/// The containers that carry every one of `labels` (`key=value`); stopped ones too when `all`.
+async fn labelled_containers(
+    docker: &Docker,
+    labels: Vec<String>,
+    all: bool,
+) -> std::result::Result<Vec<ContainerSummary>, DockerError> {
+    let options = ListContainersOptions {
+        all,
+        filters: Some(HashMap::from([("label".to_owned(), labels)])),
+        ..Default::default()
+    };
+    docker.list_containers(Some(options)).await
+}
+
+/// An exec of `argv` in a container, its output attached; on a terminal when `tty`, its input
+/// attached when `stdin`.
+fn exec_options(argv: &[String], tty: bool, stdin: bool) -> CreateExecOptions<String> {
+    CreateExecOptions {
+        attach_stdin: Some(stdin),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(tty),
+        env: tty.then(|| vec!["TERM=xterm-256color".to_owned()]),
+        cmd: Some(argv.to_vec()),
+        ..Default::default()
     }
 }
 
@@ -288,23 +325,19 @@ impl DockerTransport {
         }
     }
 
+    /// The labels of every container of this backend in this state directory.
+    fn managed_labels(&self) -> Vec<String> {
+        vec![
+            "paddock.managed=true".to_owned(),
+            format!("paddock.home={}", self.config.home),
+            format!("paddock.backend={}", self.config.name),
+        ]
+    }
+
     /// Removes this backend's containers that stopped or were made with other settings. A
     /// container just created by another engine (state `created`) is left alone.
     async fn sweep(&self, docker: &Docker) {
-        let filters = HashMap::from([(
-            "label".to_owned(),
-            vec![
-                "paddock.managed=true".to_owned(),
-                format!("paddock.home={}", self.config.home),
-                format!("paddock.backend={}", self.config.name),
-            ],
-        )]);
-        let options = ListContainersOptions {
-            all: true,
-            filters: Some(filters),
-            ..Default::default()
-        };
-        let Ok(list) = docker.list_containers(Some(options)).await else {
+        let Ok(list) = labelled_containers(docker, self.managed_labels(), true).await else {
             return;
         };
         for container in list {
@@ -324,15 +357,7 @@ impl DockerTransport {
             }
             if let Some(id) = container.id {
                 tracing::info!(backend = %self.config.name, container = %id, "removing a stale container");
-                let _ = docker
-                    .remove_container(
-                        &id,
-                        Some(RemoveContainerOptions {
-                            force: true,
-                            ..Default::default()
-                        }),
-                    )
-                    .await;
+                let _ = force_remove(docker, &id).await;
             }
         }
     }
@@ -358,14 +383,7 @@ impl DockerTransport {
                     .is_some_and(|d| *d == self.config_digest);
                 let running = info.state.as_ref().and_then(|s| s.running).unwrap_or(false);
                 if !current {
-                    docker
-                        .remove_container(
-                            &name,
-                            Some(RemoveContainerOptions {
-                                force: true,
-                                ..Default::default()
-                            }),
-                        )
+                    force_remove(docker, &name)
                         .await
                         .map_err(|e| self.lost(e))?;
                     self.create(docker, session, &name).await?;
@@ -461,18 +479,7 @@ impl DockerTransport {
             err: std::io::Error::other("not connected"),
         })?;
         let exec = docker
-            .create_exec(
-                name,
-                CreateExecOptions {
-                    attach_stdin: Some(run.stdin.is_some()),
-                    attach_stdout: Some(true),
-                    attach_stderr: Some(true),
-                    tty: Some(run.pty),
-                    env: run.pty.then(|| vec!["TERM=xterm-256color".to_owned()]),
-                    cmd: Some(run.argv.clone()),
-                    ..Default::default()
-                },
-            )
+            .create_exec(name, exec_options(&run.argv, run.pty, run.stdin.is_some()))
             .await?;
         let started = docker
             .start_exec(
@@ -513,20 +520,7 @@ impl DockerTransport {
     /// the two).
     async fn remove_orphans(&self, live: &[String]) -> Result<usize> {
         let docker = self.client().await?;
-        let filters = HashMap::from([(
-            "label".to_owned(),
-            vec![
-                "paddock.managed=true".to_owned(),
-                format!("paddock.home={}", self.config.home),
-                format!("paddock.backend={}", self.config.name),
-            ],
-        )]);
-        let list = docker
-            .list_containers(Some(ListContainersOptions {
-                all: true,
-                filters: Some(filters),
-                ..Default::default()
-            }))
+        let list = labelled_containers(docker, self.managed_labels(), true)
             .await
             .map_err(|e| self.lost(e))?;
         let now = std::time::SystemTime::now()
@@ -561,17 +555,7 @@ impl DockerTransport {
             }
             let Some(id) = container.id else { continue };
             tracing::info!(backend = %self.config.name, container = %id, %name, "removing a container no session owns");
-            if docker
-                .remove_container(
-                    &id,
-                    Some(RemoveContainerOptions {
-                        force: true,
-                        ..Default::default()
-                    }),
-                )
-                .await
-                .is_ok()
-            {
+            if force_remove(docker, &id).await.is_ok() {
                 removed += 1;
                 if let Some(agent) = &self.config.agent {
                     let _ = std::fs::remove_dir_all(agent_dir(&agent.runtime_dir, &name));
@@ -596,10 +580,9 @@ impl AgentHost for DockerTransport {
 
     fn agent_socket(&self, session: &str) -> Result<PathBuf> {
         placed_agent_socket(
+            self,
             self.config.agent.as_ref(),
             &self.container_name(session),
-            "docker",
-            &self.config.name,
         )
     }
 }
@@ -637,12 +620,7 @@ impl Transport for DockerTransport {
         Box::pin(async move { self.ensure_container(session).await.map(|_| ()) })
     }
 
-    fn run<'a>(
-        &'a self,
-        session: &'a str,
-        run: TargetRun,
-        sink: OutputSink,
-    ) -> BackendFuture<'a, i32> {
+    fn run<'a>(&'a self, session: &'a str, run: TargetRun, sink: OutputSink) -> ExitFuture<'a> {
         Box::pin(async move {
             let mut attempt = 0;
             loop {
@@ -665,12 +643,7 @@ impl Transport for DockerTransport {
         })
     }
 
-    fn attach_argv(
-        &self,
-        session: &str,
-        argv: &[String],
-        pty: bool,
-    ) -> Result<(Vec<String>, bool)> {
+    fn attach_argv(&self, session: &str, argv: &[String], pty: bool) -> Result<ClientArgv> {
         let spec = AttachSpec {
             socket: self.config.socket.clone(),
             container: self.container_name(session),
@@ -776,16 +749,7 @@ impl Transport for DockerTransport {
             {
                 let _ = std::fs::remove_dir_all(target);
             }
-            match docker
-                .remove_container(
-                    &name,
-                    Some(RemoveContainerOptions {
-                        force: true,
-                        ..Default::default()
-                    }),
-                )
-                .await
-            {
+            match force_remove(docker, &name).await {
                 Ok(()) => Ok(()),
                 Err(e) if status_of(&e) == Some(404) => Ok(()),
                 Err(e) => Err(self.lost(e)),
@@ -820,18 +784,7 @@ async fn attach(spec: AttachSpec) -> std::result::Result<i32, String> {
         .await
         .map_err(|e| format!("cannot reach dockerd at {}: {e}", spec.socket))?;
     let exec = docker
-        .create_exec(
-            &spec.container,
-            CreateExecOptions {
-                attach_stdin: Some(true),
-                attach_stdout: Some(true),
-                attach_stderr: Some(true),
-                tty: Some(spec.tty),
-                env: spec.tty.then(|| vec!["TERM=xterm-256color".to_owned()]),
-                cmd: Some(spec.argv.clone()),
-                ..Default::default()
-            },
-        )
+        .create_exec(&spec.container, exec_options(&spec.argv, spec.tty, true))
         .await
         .map_err(|e| format!("exec in {}: {e}", spec.container))?;
     let started = docker

@@ -10,16 +10,13 @@
 //! `paddock __docker-warm SPEC` (one at a time per backend, by a lock), so a short `paddock
 //! call` neither waits for it nor cuts it off.
 
-use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 
 use bollard::Docker;
-use bollard::query_parameters::{
-    ListContainersOptions, RemoveContainerOptions, RenameContainerOptions,
-};
+use bollard::query_parameters::RenameContainerOptions;
 use serde::{Deserialize, Serialize};
 
 use super::{DockerConfig, DockerTransport, status_of};
@@ -44,20 +41,12 @@ struct WarmSpec {
 impl DockerTransport {
     /// Running warm containers made with the current settings: (id, name).
     async fn warm_containers(&self, docker: &Docker) -> Result<Vec<(String, String)>> {
-        let filters = HashMap::from([(
-            "label".to_owned(),
-            vec![
-                format!("paddock.warm={}", self.config.name),
-                format!("paddock.home={}", self.config.home),
-                format!("paddock.config={}", self.config_digest),
-            ],
-        )]);
-        let list = docker
-            .list_containers(Some(ListContainersOptions {
-                all: false,
-                filters: Some(filters),
-                ..Default::default()
-            }))
+        let labels = vec![
+            format!("paddock.warm={}", self.config.name),
+            format!("paddock.home={}", self.config.home),
+            format!("paddock.config={}", self.config_digest),
+        ];
+        let list = super::labelled_containers(docker, labels, false)
             .await
             .map_err(|e| self.lost(e))?;
         let prefix = format!("/{}{WARM_MARK}", self.name_prefix());
@@ -202,15 +191,7 @@ impl DockerTransport {
 
     async fn fill_once(&self, docker: &Docker, pool: &[(String, String)]) -> Result<()> {
         for (id, _) in pool.iter().skip(self.config.warm) {
-            let _ = docker
-                .remove_container(
-                    id,
-                    Some(RemoveContainerOptions {
-                        force: true,
-                        ..Default::default()
-                    }),
-                )
-                .await;
+            let _ = super::force_remove(docker, id).await;
         }
         for _ in pool.len()..self.config.warm {
             let session = crate::ids::new_run_id(WARM_MARK);
@@ -228,15 +209,7 @@ impl DockerTransport {
                 .map_err(|e| self.lost(e))?;
             if status != 0 {
                 let said = sink.lock().map(|mut s| s.finish()).unwrap_or_default();
-                let _ = docker
-                    .remove_container(
-                        &name,
-                        Some(RemoveContainerOptions {
-                            force: true,
-                            ..Default::default()
-                        }),
-                    )
-                    .await;
+                let _ = super::force_remove(docker, &name).await;
                 return Err(self.unavailable(format!(
                     "a warm container's agent did not start (exit {status}): {}",
                     said.trim()

@@ -971,14 +971,14 @@ impl LocalEnvironment {
 
     /// Starts `bash -c WRAPPER ...` for one foreground command with pipes: its process group,
     /// its exit (a task), and the reading end of its merged output.
-    fn spawn_shell(
-        &self,
-        request: &ExecRequest,
-        state: &std::path::Path,
-        workdir: &str,
-        tag: &str,
-        env: &BTreeMap<String, String>,
-    ) -> Result<StartedShell> {
+    fn spawn_shell(&self, shell: &ForegroundShell<'_>) -> Result<StartedShell> {
+        let ForegroundShell {
+            request,
+            state,
+            workdir,
+            tag,
+            env,
+        } = *shell;
         let (reader, writer) = std::io::pipe()?;
         let writer_err = writer.try_clone()?;
         let (program, args) =
@@ -989,11 +989,7 @@ impl LocalEnvironment {
             .env_clear()
             .envs(env)
             .current_dir(self.start_dir(&request.session))
-            .stdin(if request.stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
+            .stdin(crate::remote::client::stdin_pipe(request.stdin.is_some()))
             .stdout(Stdio::from(writer))
             .stderr(Stdio::from(writer_err))
             .process_group(0)
@@ -1014,20 +1010,14 @@ impl LocalEnvironment {
     /// The same on a spare shell started ahead of need (unconfined backend only: a sandboxed
     /// one has its agent, which keeps spares of its own), or `None`. A new spare is started
     /// for the next command either way.
-    fn take_spare(
-        &self,
-        request: &ExecRequest,
-        state: &std::path::Path,
-        workdir: &str,
-        tag: &str,
-        env: &BTreeMap<String, String>,
-    ) -> Option<StartedShell> {
+    fn take_spare(&self, shell: &ForegroundShell<'_>) -> Option<StartedShell> {
+        let request = shell.request;
         let spares = self.spares.as_ref()?;
         // A spare started before its session was known: outside the session's cgroups.
         if self.ceilings.any_process_ceiling() {
             return None;
         }
-        let run = self.wrapper_request(request, state, workdir, tag, env.clone(), None);
+        let run = self.wrapper_request(shell, shell.env.clone(), None);
         let (mut spare, boot) = spares.take(&run)?;
         let pgid = i32::try_from(spare.child.id()).ok();
         let stdin = spare.stdin.take();
@@ -1050,14 +1040,10 @@ impl LocalEnvironment {
 
     /// The command as a job of its session's live shell (unconfined backend only, under the
     /// same conditions as a spare), or `None`.
-    fn take_live(
-        &self,
-        request: &ExecRequest,
-        state: &std::path::Path,
-        workdir: &str,
-        tag: &str,
-        env: &BTreeMap<String, String>,
-    ) -> Option<Box<LiveJob>> {
+    fn take_live(&self, shell: &ForegroundShell<'_>) -> Option<Box<LiveJob>> {
+        let ForegroundShell {
+            request, tag, env, ..
+        } = *shell;
         let live = self.live.as_ref()?;
         // A shell started before its session's cgroups existed would be outside them.
         if self.ceilings.any_process_ceiling() || request.stdin.is_some() {
@@ -1065,7 +1051,7 @@ impl LocalEnvironment {
         }
         let mut env = env.clone();
         env.insert("PADDOCK_RUN".into(), tag.to_owned());
-        let run = self.wrapper_request(request, state, workdir, tag, env, Some(tag));
+        let run = self.wrapper_request(shell, env, Some(tag));
         live.take(&run)
     }
 
@@ -1073,13 +1059,17 @@ impl LocalEnvironment {
     /// shells take it.
     fn wrapper_request(
         &self,
-        request: &ExecRequest,
-        state: &std::path::Path,
-        workdir: &str,
-        tag: &str,
+        shell: &ForegroundShell<'_>,
         env: BTreeMap<String, String>,
         run_id: Option<&str>,
     ) -> RunRequest {
+        let ForegroundShell {
+            request,
+            state,
+            workdir,
+            tag,
+            ..
+        } = *shell;
         RunRequest {
             argv: std::iter::once(crate::shell::bash_path().display().to_string())
                 .chain(wrapper_args(state, &request.command, workdir, tag))
@@ -1205,13 +1195,19 @@ impl LocalEnvironment {
         }
         let started = Instant::now();
         let tag = crate::ids::new_run_id("t");
-        if let Some(job) = self.take_live(&request, &state, &workdir, &tag, &env) {
+        let shell = ForegroundShell {
+            request: &request,
+            state: &state,
+            workdir: &workdir,
+            tag: &tag,
+            env: &env,
+        };
+        if let Some(job) = self.take_live(&shell) {
             return run_live(job, &request, &state, tag, started).await;
         }
-        let (pgid, mut exit, reader) = match self.take_spare(&request, &state, &workdir, &tag, &env)
-        {
+        let (pgid, mut exit, reader) = match self.take_spare(&shell) {
             Some(spare) => spare,
-            None => self.spawn_shell(&request, &state, &workdir, &tag, &env)?,
+            None => self.spawn_shell(&shell)?,
         };
         // A caller that stops waiting (an MCP client cancelled the call) ends the command.
         let mut cancel_guard = GroupGuard { pgid };
@@ -1344,6 +1340,18 @@ impl Drop for LiveGuard {
             std::thread::spawn(move || paddock_agent::run::end_run(pgid, None));
         }
     }
+}
+
+/// One foreground command with pipes as each way of starting it (the live shell, a spare, a
+/// shell of its own) takes it: the request, its session's state directory, the workdir and
+/// run tag the wrapper gets, and the command's environment.
+#[derive(Clone, Copy)]
+struct ForegroundShell<'a> {
+    request: &'a ExecRequest,
+    state: &'a Path,
+    workdir: &'a str,
+    tag: &'a str,
+    env: &'a BTreeMap<String, String>,
 }
 
 /// A started foreground shell: its process group, its exit, its merged output.
@@ -1596,11 +1604,7 @@ impl Environment for LocalEnvironment {
             let mut env = self.session_env(&request.env, &request.session);
             self.apply_ceilings(&request.session)?;
             let id = ProcessRegistry::new_id();
-            let workdir = request
-                .workdir
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default();
+            let workdir = crate::workdir_arg(request.workdir.as_deref());
             let proxied = self
                 .sandbox_of(&request.session)
                 .filter(|_| self.egress.is_some());

@@ -31,6 +31,16 @@ fn exit_code_of(status: std::process::ExitStatus) -> i32 {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
+/// A child's stdin: a pipe when there is input to write into it, else nothing (a child that
+/// reads gets end of file at once instead of waiting).
+pub fn stdin_pipe(has_input: bool) -> Stdio {
+    if has_input {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    }
+}
+
 /// Runs `program args`, feeding `stdin` then closing it. With `local_pty` the client gets a
 /// terminal of its own on this side (its stdin, stdout and stderr).
 pub async fn run_client(
@@ -45,11 +55,7 @@ pub async fn run_client(
     }
     let mut child = tokio::process::Command::new(program)
         .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .stdin(stdin_pipe(stdin.is_some()))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)

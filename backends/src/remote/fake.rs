@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{OutputSink, TargetRun, Transport, script};
+use super::{ClientArgv, ExitFuture, OutputSink, TargetRun, Transport, script};
 use crate::{BackendError, BackendFuture, Result};
 
 /// What the fake target does with one run.
@@ -241,12 +241,7 @@ impl Transport for FakeTransport {
         Box::pin(async { Ok(()) })
     }
 
-    fn run<'a>(
-        &'a self,
-        session: &'a str,
-        run: TargetRun,
-        sink: OutputSink,
-    ) -> BackendFuture<'a, i32> {
+    fn run<'a>(&'a self, session: &'a str, run: TargetRun, sink: OutputSink) -> ExitFuture<'a> {
         // Recorded when asked, before the future is first polled.
         let seen = SeenRun {
             session: session.to_owned(),
@@ -284,12 +279,7 @@ impl Transport for FakeTransport {
         })
     }
 
-    fn attach_argv(
-        &self,
-        session: &str,
-        argv: &[String],
-        pty: bool,
-    ) -> Result<(Vec<String>, bool)> {
+    fn attach_argv(&self, session: &str, argv: &[String], pty: bool) -> Result<ClientArgv> {
         let mut client = vec!["fake-client".to_owned(), session.to_owned()];
         if pty {
             client.push("-t".to_owned());

@@ -45,6 +45,14 @@ const KILL_COMMAND_TIMEOUT: Duration = Duration::from_secs(15);
 /// After the kill command, how long the timed-out client may take to notice.
 const CLIENT_END_GRACE: Duration = Duration::from_secs(3);
 
+/// A program's exit status on the target, once it has run ([`Transport::run`]).
+pub type ExitFuture<'a> = BackendFuture<'a, i32>;
+
+/// What a background supervisor runs on this machine for a program on the target
+/// ([`Transport::attach_argv`]): the client's argv, and whether the client itself needs a
+/// terminal.
+pub type ClientArgv = (Vec<String>, bool);
+
 /// One program to run on a target.
 #[derive(Debug, Clone)]
 pub struct TargetRun {
@@ -77,12 +85,7 @@ pub trait Transport: Send + Sync + 'static {
     }
     /// Runs `run` on the session's target, output into `sink`; answers its exit status. An
     /// error means the target could not be reached or lost, never that the program failed.
-    fn run<'a>(
-        &'a self,
-        session: &'a str,
-        run: TargetRun,
-        sink: OutputSink,
-    ) -> BackendFuture<'a, i32>;
+    fn run<'a>(&'a self, session: &'a str, run: TargetRun, sink: OutputSink) -> ExitFuture<'a>;
     /// One file operation on the session's target, by its agent. A transport without one
     /// serves no file tools.
     fn files<'a>(
@@ -100,8 +103,7 @@ pub trait Transport: Send + Sync + 'static {
         })
     }
     /// The host program a background supervisor runs for `argv` on the session's target.
-    fn attach_argv(&self, session: &str, argv: &[String], pty: bool)
-    -> Result<(Vec<String>, bool)>;
+    fn attach_argv(&self, session: &str, argv: &[String], pty: bool) -> Result<ClientArgv>;
     fn health(&self) -> BackendFuture<'_, ()>;
     /// Ends what the session holds on the target (its container or instance; for ssh, its
     /// state directory: the shared connection stays for other sessions).
@@ -254,11 +256,7 @@ impl<T: Transport> RemoteEnvironment<T> {
         crate::shell::check_session(&request.session)?;
         let started = Instant::now();
         let run_id = new_run_id("r");
-        let workdir = request
-            .workdir
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
+        let workdir = crate::workdir_arg(request.workdir.as_deref());
         let argv = self.command_argv(
             &run_id,
             &request.command,
@@ -367,11 +365,7 @@ impl<T: Transport> RemoteEnvironment<T> {
         let host_state = crate::shell::session_dir(&self.state_root, &request.session)?;
         self.transport.ensure(&request.session).await?;
         let id = ProcessRegistry::new_id();
-        let workdir = request
-            .workdir
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
+        let workdir = crate::workdir_arg(request.workdir.as_deref());
         let argv = self.command_argv(
             &id,
             &request.command,

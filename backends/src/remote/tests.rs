@@ -55,6 +55,37 @@ fn first_run_id(fake: &FakeTransport) -> String {
     }
 }
 
+/// The argv of session `s1`'s `command` as the fake target runs it (state root
+/// `.paddock-state`, home `/home/agent`): the command wrapper with its run id, workdir and
+/// environment.
+fn wrapped_argv(run_id: &str, command: &str, workdir: &str, env: &[&str]) -> Vec<String> {
+    let mut argv = strings(&["env", &format!("PADDOCK_RUN={run_id}"), "bash", "-c"]);
+    argv.push(script::command_script());
+    argv.extend(strings(&[
+        "paddock",
+        ".paddock-state",
+        "s1",
+        run_id,
+        command,
+        workdir,
+        "/home/agent",
+    ]));
+    argv.extend(strings(env));
+    argv
+}
+
+/// The runs of a command ended on its target: the command, then the kill of its run id.
+fn command_then_kill(run_id: &str) -> Vec<RunKind> {
+    vec![
+        RunKind::Command {
+            run_id: run_id.to_owned(),
+        },
+        RunKind::Kill {
+            run_id: run_id.to_owned(),
+        },
+    ]
+}
+
 /// Lets tasks the environment spawned (a cancel guard's kill) run.
 async fn settle() {
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -79,21 +110,17 @@ async fn the_wrapper_argv_carries_root_session_run_workdir_home_and_the_merged_s
         run_id.len() == 17 && run_id.starts_with('r'),
         "run id {run_id}"
     );
-    let mut argv = strings(&["env", &format!("PADDOCK_RUN={run_id}"), "bash", "-c"]);
-    argv.push(script::command_script());
-    argv.extend(strings(&[
-        "paddock",
-        ".paddock-state",
-        "s1",
+    let argv = wrapped_argv(
         &run_id,
         "echo hi",
         "/work/dir",
-        "/home/agent",
-        "A_POLICY=1",
-        "B_REQUEST=2",
-        "PADDOCK_SESSION=s1",
-        "SHARED=request",
-    ]));
+        &[
+            "A_POLICY=1",
+            "B_REQUEST=2",
+            "PADDOCK_SESSION=s1",
+            "SHARED=request",
+        ],
+    );
     assert_eq!(
         s.env.transport().runs(),
         vec![SeenRun {
@@ -191,15 +218,7 @@ async fn a_command_that_outlives_its_timeout_is_killed_by_its_run_id_and_answers
     assert!(out.duration_ms >= 200.0, "{}", out.duration_ms);
     let fake = s.env.transport();
     let run_id = first_run_id(fake);
-    assert_eq!(
-        fake.kinds(),
-        vec![
-            RunKind::Command {
-                run_id: run_id.clone()
-            },
-            RunKind::Kill { run_id }
-        ]
-    );
+    assert_eq!(fake.kinds(), command_then_kill(&run_id));
     assert_eq!(fake.runs()[1].session, "s1");
     // The client ended by itself once the kill reached the target.
     assert_eq!(fake.abandoned(), Vec::<String>::new());
@@ -235,17 +254,7 @@ async fn a_timeout_whose_kill_cannot_reach_the_target_answers_124_says_why_and_a
     settle().await;
     let fake = s.env.transport();
     let run_id = first_run_id(fake);
-    assert_eq!(
-        fake.kinds(),
-        vec![
-            RunKind::Command {
-                run_id: run_id.clone()
-            },
-            RunKind::Kill {
-                run_id: run_id.clone()
-            }
-        ]
-    );
+    assert_eq!(fake.kinds(), command_then_kill(&run_id));
     // After the grace, the client still running is aborted rather than waited for.
     assert_eq!(fake.abandoned(), vec![run_id]);
 }
@@ -264,12 +273,7 @@ async fn a_caller_that_stops_waiting_ends_the_run_on_the_target() {
     let run_id = first_run_id(s.env.transport());
     assert_eq!(
         runs.iter().map(SeenRun::kind).collect::<Vec<_>>(),
-        vec![
-            RunKind::Command {
-                run_id: run_id.clone()
-            },
-            RunKind::Kill { run_id }
-        ]
+        command_then_kill(&run_id)
     );
     assert_eq!(runs[1].session, "s1");
 }
@@ -494,24 +498,12 @@ async fn a_background_command_hands_its_supervisor_the_wrapper_and_kill_through_
     let spec: serde_json::Value =
         serde_json::from_slice(&std::fs::read(process_dir.join("spec.json")).unwrap()).unwrap();
     let mut argv = strings(&["fake-client", "s1", "-t"]);
-    argv.extend(strings(&[
-        "env",
-        &format!("PADDOCK_RUN={id}"),
-        "bash",
-        "-c",
-    ]));
-    argv.push(script::command_script());
-    argv.extend(strings(&[
-        "paddock",
-        ".paddock-state",
-        "s1",
+    argv.extend(wrapped_argv(
         &id,
         "sleep 1",
         "",
-        "/home/agent",
-        "PADDOCK_SESSION=s1",
-        "POLICY=1",
-    ]));
+        &["PADDOCK_SESSION=s1", "POLICY=1"],
+    ));
     let mut kill_argv = strings(&["fake-client", "s1", "bash", "-c"]);
     kill_argv.push(script::kill_script());
     kill_argv.extend(strings(&["paddock", &id]));

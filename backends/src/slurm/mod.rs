@@ -45,7 +45,7 @@ use crate::agent::{
 use crate::apptainer::ApptainerTransport;
 use crate::naming::{self, base_session};
 use crate::remote::client::run_client;
-use crate::remote::{OutputSink, TargetRun, Transport};
+use crate::remote::{ClientArgv, ExitFuture, OutputSink, TargetRun, Transport};
 use crate::{BackendError, BackendFuture, Result};
 use jobs::{AllocationError, JobState, SlurmClient};
 
@@ -777,12 +777,7 @@ impl Transport for SlurmTransport {
         Box::pin(self.start_holder(session))
     }
 
-    fn run<'a>(
-        &'a self,
-        session: &'a str,
-        run: TargetRun,
-        sink: OutputSink,
-    ) -> BackendFuture<'a, i32> {
+    fn run<'a>(&'a self, session: &'a str, run: TargetRun, sink: OutputSink) -> ExitFuture<'a> {
         Box::pin(async move {
             let job = {
                 let lock = self.session_lock(session);
@@ -809,12 +804,7 @@ impl Transport for SlurmTransport {
         })
     }
 
-    fn attach_argv(
-        &self,
-        session: &str,
-        argv: &[String],
-        pty: bool,
-    ) -> Result<(Vec<String>, bool)> {
+    fn attach_argv(&self, session: &str, argv: &[String], pty: bool) -> Result<ClientArgv> {
         let job = self.recorded(session).ok_or_else(|| {
             self.unavailable(format!(
                 "session '{}' has no Slurm job yet",

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use crate::agent::{AgentHost, AgentPlacement, check_started, placed_agent_socket, run_collecting};
 use crate::remote::client::run_client;
 use crate::remote::script::shell_quote;
-use crate::remote::{OutputSink, TargetRun, Transport};
+use crate::remote::{ClientArgv, ExitFuture, OutputSink, TargetRun, Transport};
 use crate::{BackendError, BackendFuture, Result};
 
 /// What the remote login shell prints on ssh's stderr channel once the command ended:
@@ -313,12 +313,7 @@ impl AgentHost for SshTransport {
     }
 
     fn agent_socket(&self, session: &str) -> Result<PathBuf> {
-        placed_agent_socket(
-            self.config.agent.as_ref(),
-            &self.agent_key(session),
-            "ssh",
-            &self.config.name,
-        )
+        placed_agent_socket(self, self.config.agent.as_ref(), &self.agent_key(session))
     }
 
     fn start_agent<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
@@ -355,12 +350,7 @@ impl Transport for SshTransport {
         &self.config.env
     }
 
-    fn run<'a>(
-        &'a self,
-        _session: &'a str,
-        run: TargetRun,
-        sink: OutputSink,
-    ) -> BackendFuture<'a, i32> {
+    fn run<'a>(&'a self, _session: &'a str, run: TargetRun, sink: OutputSink) -> ExitFuture<'a> {
         Box::pin(async move {
             self.prepare()?;
             // With a terminal (-tt) the far side's stderr is the terminal too: the marker would
@@ -406,12 +396,7 @@ impl Transport for SshTransport {
         })
     }
 
-    fn attach_argv(
-        &self,
-        _session: &str,
-        argv: &[String],
-        pty: bool,
-    ) -> Result<(Vec<String>, bool)> {
+    fn attach_argv(&self, _session: &str, argv: &[String], pty: bool) -> Result<ClientArgv> {
         self.prepare()?;
         let mut full = vec![self.config.program.display().to_string()];
         full.extend(self.args_for(argv, pty, false));
