@@ -1145,44 +1145,30 @@ kind = \"apptainer\"
 image = \"$SIF\"
 binary = \"$APPTAINER\"")
 fi
+# The policy sections of one way to reach the cluster: NAME on PARTITION, RELAY_LINE (empty, or
+# a newline and a relay setting); with apptainer also NAME_apptainer, each command run in the
+# test SIF by apptainer on the allocated node.
+slurm_sections() {
+    local name=$1 partition=$2 relay_line=$3 common
+    common="kind = \"slurm\"
+partition = \"$partition\"$relay_line
+cpus = 1
+memory_mb = 512
+queue_timeout_seconds = 120"
+    sections+=("[backends.$name]
+$common")
+    if want apptainer; then
+        sections+=("[backends.${name}_apptainer]
+$common
+image = \"$SIF\"
+binary = \"$APPTAINER\"")
+    fi
+}
 if want slurm; then
     up+=(slurm)
-    sections+=("[backends.slurm]
-kind = \"slurm\"
-partition = \"debug\"
-cpus = 1
-memory_mb = 512
-queue_timeout_seconds = 120")
-    if want apptainer; then
-        # The same cluster, each command run in the test SIF by apptainer on the allocated node.
-        sections+=("[backends.slurm_apptainer]
-kind = \"slurm\"
-partition = \"debug\"
-cpus = 1
-memory_mb = 512
-queue_timeout_seconds = 120
-image = \"$SIF\"
-binary = \"$APPTAINER\"")
-    fi
+    slurm_sections slurm debug ""
     # The compute nodes (partition nodes, 6a), reached from this machine by srun as the relay.
-    sections+=("[backends.slurm_nodes]
-kind = \"slurm\"
-partition = \"nodes\"
-relay = \"tcp\"
-cpus = 1
-memory_mb = 512
-queue_timeout_seconds = 120")
-    if want apptainer; then
-        sections+=("[backends.slurm_nodes_apptainer]
-kind = \"slurm\"
-partition = \"nodes\"
-relay = \"tcp\"
-cpus = 1
-memory_mb = 512
-queue_timeout_seconds = 120
-image = \"$SIF\"
-binary = \"$APPTAINER\"")
-    fi
+    slurm_sections slurm_nodes nodes $'\nrelay = "tcp"'
 fi
 policy="# Written by scripts/test-services.sh: one backend per started test service."
 for i in "${!sections[@]}"; do

@@ -115,16 +115,44 @@ pub fn run_main(args: Vec<String>) -> i32 {
     }
 }
 
-/// `egress-forward --socket PATH --port PORT [--run ID] -- PROGRAM [ARGS...]`.
-fn egress_forward(args: &[String]) -> Result<i32, AgentError> {
+/// The arguments of a command that runs a program, `--socket PATH [OPTION...] -- PROGRAM
+/// [ARGS...]`: the socket, and the program with its arguments. The other options are read with
+/// `option(name, value)`, where `value()` takes the option's argument. No `--`, no `--socket` or
+/// an option without its argument is a usage error.
+fn socket_and_program<'a>(
+    args: &'a [String],
+    mut option: impl FnMut(
+        &str,
+        &mut dyn FnMut() -> Result<&'a String, AgentError>,
+    ) -> Result<(), AgentError>,
+) -> Result<(PathBuf, Vec<String>), AgentError> {
     let mut socket = None;
-    let mut port = None;
-    let mut run = None;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
+        if arg == "--" {
+            let socket = socket.ok_or_else(|| AgentError::Usage(USAGE.into()))?;
+            return Ok((socket, rest.cloned().collect()));
+        }
         let mut value = || rest.next().ok_or_else(|| AgentError::Usage(USAGE.into()));
-        match arg.as_str() {
-            "--socket" => socket = Some(PathBuf::from(value()?)),
+        if arg == "--socket" {
+            socket = Some(PathBuf::from(value()?));
+        } else {
+            option(arg, &mut value)?;
+        }
+    }
+    Err(AgentError::Usage(USAGE.into()))
+}
+
+fn unknown_argument(arg: &str) -> AgentError {
+    AgentError::Usage(format!("unknown argument {arg}; {USAGE}"))
+}
+
+/// `egress-forward --socket PATH --port PORT [--run ID] -- PROGRAM [ARGS...]`.
+fn egress_forward(args: &[String]) -> Result<i32, AgentError> {
+    let mut port = None;
+    let mut run = None;
+    let (socket, argv) = socket_and_program(args, |arg, value| {
+        match arg {
             "--port" => {
                 let given = value()?;
                 port = Some(
@@ -134,80 +162,45 @@ fn egress_forward(args: &[String]) -> Result<i32, AgentError> {
                 );
             }
             "--run" => run = Some(value()?.clone()),
-            "--" => {
-                let (Some(socket), Some(port)) = (socket, port) else {
-                    return Err(AgentError::Usage(USAGE.into()));
-                };
-                let argv: Vec<String> = rest.cloned().collect();
-                return Ok(egress::forward_for(port, socket, run, &argv)?);
-            }
-            other => {
-                return Err(AgentError::Usage(format!(
-                    "unknown argument {other}; {USAGE}"
-                )));
-            }
+            other => return Err(unknown_argument(other)),
         }
-    }
-    Err(AgentError::Usage(USAGE.into()))
+        Ok(())
+    })?;
+    let port = port.ok_or_else(|| AgentError::Usage(USAGE.into()))?;
+    Ok(egress::forward_for(port, socket, run, &argv)?)
 }
 
 /// `relay-listen --socket PATH [--send FILE] -- PROGRAM [ARGS...]`.
 fn relay_listen(args: &[String]) -> Result<i32, AgentError> {
-    let mut socket = None;
     let mut send = None;
     let mut direct_host = None;
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        let mut value = || rest.next().ok_or_else(|| AgentError::Usage(USAGE.into()));
-        match arg.as_str() {
-            "--socket" => socket = Some(PathBuf::from(value()?)),
+    let (socket, argv) = socket_and_program(args, |arg, value| {
+        match arg {
             "--send" => send = Some(PathBuf::from(value()?)),
             "--direct-host" => direct_host = Some(value()?.clone()),
-            "--" => {
-                let socket = socket.ok_or_else(|| AgentError::Usage(USAGE.into()))?;
-                return relay::listen(&relay::ListenOptions {
-                    socket,
-                    send,
-                    argv: rest.cloned().collect(),
-                    direct_host,
-                });
-            }
-            other => {
-                return Err(AgentError::Usage(format!(
-                    "unknown argument {other}; {USAGE}"
-                )));
-            }
+            other => return Err(unknown_argument(other)),
         }
-    }
-    Err(AgentError::Usage(USAGE.into()))
+        Ok(())
+    })?;
+    relay::listen(&relay::ListenOptions {
+        socket,
+        send,
+        argv,
+        direct_host,
+    })
 }
 
 /// `relay-node --socket PATH [--direct] -- PROGRAM [ARGS...]`.
 fn relay_node(args: &[String]) -> Result<i32, AgentError> {
-    let mut socket = None;
     let mut direct = false;
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        match arg.as_str() {
-            "--socket" => {
-                socket = Some(PathBuf::from(
-                    rest.next().ok_or_else(|| AgentError::Usage(USAGE.into()))?,
-                ));
-            }
+    let (socket, argv) = socket_and_program(args, |arg, _| {
+        match arg {
             "--direct" => direct = true,
-            "--" => {
-                let socket = socket.ok_or_else(|| AgentError::Usage(USAGE.into()))?;
-                let argv: Vec<String> = rest.cloned().collect();
-                return relay::relay_node(&socket, direct, &argv);
-            }
-            other => {
-                return Err(AgentError::Usage(format!(
-                    "unknown argument {other}; {USAGE}"
-                )));
-            }
+            other => return Err(unknown_argument(other)),
         }
-    }
-    Err(AgentError::Usage(USAGE.into()))
+        Ok(())
+    })?;
+    relay::relay_node(&socket, direct, &argv)
 }
 
 fn dispatch(args: &[String]) -> Result<(), AgentError> {
@@ -270,11 +263,7 @@ fn dispatch(args: &[String]) -> Result<(), AgentError> {
                         egress_port = Some(port);
                         passed.extend([arg.clone(), value.clone()]);
                     }
-                    other => {
-                        return Err(AgentError::Usage(format!(
-                            "unknown argument {other}; {USAGE}"
-                        )));
-                    }
+                    other => return Err(unknown_argument(other)),
                 }
             }
             let socket = socket.ok_or_else(|| AgentError::Usage(USAGE.into()))?;

@@ -4,8 +4,8 @@
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, Stdio};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::AgentError;
 use crate::live_shell::{Ended, LiveJob, LiveShells};
 use crate::protocol::{FrameKind, Reply, RunRequest, read_frame, write_message};
-use crate::spare::SparePool;
+use crate::spare::{SparePool, spawn_merged};
 
 /// After the program exits, how long its output may take to drain (a grandchild that kept the
 /// pipe open is not waited for longer).
@@ -371,8 +371,6 @@ fn start_helpers(
 type Spawned = (Child, Box<dyn Read + Send>, Input);
 
 fn spawn_pipes(program: &str, args: &[String], request: &RunRequest) -> std::io::Result<Spawned> {
-    // One pipe for stdout and stderr: the caller gets them merged, in order.
-    let (reader, writer) = std::io::pipe()?;
     let mut command = Command::new(program);
     if request.clear_env {
         command.env_clear();
@@ -380,20 +378,9 @@ fn spawn_pipes(program: &str, args: &[String], request: &RunRequest) -> std::io:
     if let Some(cwd) = &request.cwd {
         command.current_dir(cwd);
     }
-    command
-        .args(args)
-        .envs(&request.env)
-        .stdin(Stdio::piped())
-        .stdout(writer.try_clone()?)
-        .stderr(writer)
-        .process_group(0);
-    let mut child = command.spawn()?;
-    // The parent's copies of the pipe's writing end must be gone, or the output never ends.
-    drop(command);
-    let stdin = child
-        .stdin
-        .take()
-        .ok_or_else(|| std::io::Error::other("the program's stdin was not piped"))?;
+    command.args(args).envs(&request.env);
+    // One pipe for stdout and stderr: the caller gets them merged, in order.
+    let (child, stdin, reader) = spawn_merged(command, "the program")?;
     Ok((child, Box::new(reader), Input::Pipe(stdin)))
 }
 

@@ -151,28 +151,40 @@ impl SparePool {
 
 /// Starts one waiting shell: its own process group, stdout and stderr on one pipe.
 fn start(program: &str, clean: bool) -> std::io::Result<Spare> {
-    let (reader, writer) = std::io::pipe()?;
     let mut command = Command::new(program);
     if clean {
         command.env_clear();
     }
-    command
-        .args(["-c", SPARE_SCRIPT, "paddock"])
-        .stdin(Stdio::piped())
-        .stdout(writer.try_clone()?)
-        .stderr(writer)
-        .process_group(0);
-    let mut child = command.spawn()?;
-    drop(command);
-    let stdin = child
-        .stdin
-        .take()
-        .ok_or_else(|| std::io::Error::other("the spare's stdin was not piped"))?;
+    command.args(["-c", SPARE_SCRIPT, "paddock"]);
+    let (child, stdin, reader) = spawn_merged(command, "the spare")?;
     Ok(Spare {
         child,
         stdin: Some(stdin),
         output: reader,
     })
+}
+
+/// Spawns `command` in its own process group with stdin piped and stdout and stderr merged on
+/// one pipe, in order: the child, its stdin and the pipe's reading end. `who` names the program
+/// in the error for a stdin that is missing.
+pub(crate) fn spawn_merged(
+    mut command: Command,
+    who: &str,
+) -> std::io::Result<(Child, ChildStdin, PipeReader)> {
+    let (reader, writer) = std::io::pipe()?;
+    command
+        .stdin(Stdio::piped())
+        .stdout(writer.try_clone()?)
+        .stderr(writer)
+        .process_group(0);
+    let mut child = command.spawn()?;
+    // The parent's copies of the pipe's writing end must be gone, or the output never ends.
+    drop(command);
+    let stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| std::io::Error::other(format!("{who}'s stdin was not piped")))?;
+    Ok((child, stdin, reader))
 }
 
 /// What the spare sources: the environment (cleared first when asked), the directory, the

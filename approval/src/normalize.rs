@@ -99,10 +99,15 @@ fn strip_ansi(text: &str) -> String {
 /// Disguises removed, structure (quotes, `$(...)`, `<(...)`, tabs, newlines) kept: what the
 /// parser reads. `$IFS` in any spelling is the space bash splits it into.
 pub fn unmask(command: &str) -> String {
+    replace_ifs(&undisguised(command))
+}
+
+/// What both readings start from: ANSI escapes stripped, look-alike characters folded, line
+/// continuations joined.
+fn undisguised(command: &str) -> String {
     let text = strip_ansi(command);
     let text: String = text.chars().filter_map(fold_char).collect();
-    let text = text.replace("\\\r\n", "").replace("\\\n", "");
-    replace_ifs(&text)
+    text.replace("\\\r\n", "").replace("\\\n", "")
 }
 
 fn replace_ifs(text: &str) -> String {
@@ -131,10 +136,7 @@ fn replace_ifs(text: &str) -> String {
 /// The command line as the shell would roughly see it, flattened: one string, nesting opened
 /// up, separators kept. Lower-cased copies are made by the caller where case does not matter.
 pub fn flatten(command: &str) -> String {
-    let text = strip_ansi(command);
-    let text: String = text.chars().filter_map(fold_char).collect();
-    let text = text.replace("\\\r\n", "").replace("\\\n", "");
-    let text = text
+    let text = undisguised(command)
         .replace("${IFS}", " ")
         .replace("$IFS", " ")
         .replace("${IFS%?}", " ");

@@ -419,10 +419,7 @@ def measure_fresh_python(code: str, method: str, sampler: Sampler) -> dict[str, 
     """Host wall time of a fresh `python -c code` process, from spawn to exit."""
 
     def once() -> float:
-        ms, proc = timed(lambda: run_python(sys.executable, code))
-        if proc.returncode != 0:
-            raise Failure(proc.stderr.decode(errors="replace")[-500:])
-        return ms
+        return wall_ms(sys.executable, code)
 
     return {"method": method, "samples_ms": sampler.run(once), "setup_ms": 0.0}
 
@@ -569,6 +566,15 @@ def run_python(py: str, code: str, stdin: bytes | None = None) -> subprocess.Com
     return subprocess.run(argv, input=data, capture_output=True, check=False)
 
 
+def wall_ms(py: str, code: str) -> float:
+    """Host wall time of `code` run by a fresh `py` process, from spawn to exit; a run that
+    fails is a Failure with the end of its stderr."""
+    ms, proc = timed(lambda: run_python(py, code))
+    if proc.returncode != 0:
+        raise Failure(proc.stderr.decode(errors="replace")[-500:])
+    return ms
+
+
 def child_result(proc: subprocess.CompletedProcess[bytes]) -> float:
     if proc.returncode != 0:
         raise Failure(f"child exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-500:]}")
@@ -677,10 +683,7 @@ def measure_cpython(scenario: str, p: dict[str, Any], sampler: Sampler) -> dict[
     elif scenario in ("trivial", "startup"):
 
         def once() -> float:
-            ms, proc = timed(lambda: run_python(py, "1 + 1"))
-            if proc.returncode != 0:
-                raise Failure(proc.stderr.decode(errors="replace")[-500:])
-            return ms
+            return wall_ms(py, "1 + 1")
 
         method = f"`1 + 1`, {fresh}: host wall time from spawn to exit."
     elif scenario == "nested_call":
@@ -724,10 +727,7 @@ def measure_cpython(scenario: str, p: dict[str, Any], sampler: Sampler) -> dict[
         code = size_script(lines)
 
         def once() -> float:
-            ms, proc = timed(lambda: run_python(py, code))
-            if proc.returncode != 0:
-                raise Failure(proc.stderr.decode(errors="replace")[-500:])
-            return ms
+            return wall_ms(py, code)
 
         how = "-c" if len(code) <= _ARG_MAX else "- (stdin: too long for one argv string)"
         method = (

@@ -110,6 +110,19 @@ fn send(control: &OwnedFd, message: &Message, fd: Option<&OwnedFd>) -> io::Resul
     confine::send_with_fd(control, &bytes, fd)
 }
 
+/// Tells the engine why this zygote cannot confine its children (best effort: the error is
+/// returned either way) and gives the error to return.
+fn confinement_failed(control: &OwnedFd, reason: String) -> SandboxError {
+    let _ = send(
+        control,
+        &Message::ConfinementFailed {
+            reason: reason.clone(),
+        },
+        None,
+    );
+    SandboxError::RuntimeInit(reason)
+}
+
 /// Entry point of the zygote process (`paddock __sandbox-zygote`).
 pub fn run_main() -> Result<(), SandboxError> {
     let control = confine::take_inherited_fd().map_err(SandboxError::Control)?;
@@ -119,14 +132,7 @@ pub fn run_main() -> Result<(), SandboxError> {
                       CountingAllocator = CountingAllocator;`), so no script's memory limit \
                       could hold"
             .to_owned();
-        let _ = send(
-            &control,
-            &Message::ConfinementFailed {
-                reason: reason.clone(),
-            },
-            None,
-        );
-        return Err(SandboxError::RuntimeInit(reason));
+        return Err(confinement_failed(&control, reason));
     }
     let sandbox = interpreter::build()?;
     let mut idle_work = IdleWork {
@@ -137,15 +143,7 @@ pub fn run_main() -> Result<(), SandboxError> {
     };
     // Fail closed: a zygote that cannot confine itself says why and forks nothing.
     if let Err(err) = confine::prepare_in_zygote().and_then(|()| confine::isolate_zygote()) {
-        let reason = err.to_string();
-        let _ = send(
-            &control,
-            &Message::ConfinementFailed {
-                reason: reason.clone(),
-            },
-            None,
-        );
-        return Err(SandboxError::RuntimeInit(reason));
+        return Err(confinement_failed(&control, err.to_string()));
     }
     send(
         &control,

@@ -48,7 +48,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import anyio
 import mcp_types as types
@@ -351,21 +351,21 @@ class Monitor:
     def back_to(self, base: Sample, phase: str) -> Sample:
         """Waits until a few samples in a row are within the tolerances of `base` (or
         QUIET_MAX_S), and returns the last sample."""
-        self.phase = phase
-        deadline = time.monotonic() + QUIET_MAX_S
-        time.sleep(SAMPLE_EVERY_S)
-        while True:
-            self.check()
-            with self._lock:
-                recent = self.samples[-QUIET_STABLE_SAMPLES:]
-            settled = all(s.phase == phase and not beyond(base, s) for s in recent)
-            if (len(recent) == QUIET_STABLE_SAMPLES and settled) or time.monotonic() > deadline:
-                return recent[-1]
-            time.sleep(SAMPLE_EVERY_S / 2)
+        return self._settle(phase, lambda recent: all(s.phase == phase and not beyond(base, s) for s in recent))
 
     def quiet(self, phase: str) -> Sample:
         """Waits until server fds, threads and the tree's process count hold still for a few
         samples (or QUIET_MAX_S), and returns the last sample."""
+
+        def still(recent: list[Sample]) -> bool:
+            keys = {(s.fds, s.threads, s.procs, s.containers, tuple(sorted(s.kinds.items()))) for s in recent}
+            return len(keys) == 1 and recent[0].phase == phase
+
+        return self._settle(phase, still)
+
+    def _settle(self, phase: str, settled: Callable[[list[Sample]], bool]) -> Sample:
+        """Samples under `phase` until the last QUIET_STABLE_SAMPLES samples are `settled` (or
+        QUIET_MAX_S passes), and returns the last sample."""
         self.phase = phase
         deadline = time.monotonic() + QUIET_MAX_S
         time.sleep(SAMPLE_EVERY_S)
@@ -373,10 +373,9 @@ class Monitor:
             self.check()
             with self._lock:
                 recent = self.samples[-QUIET_STABLE_SAMPLES:]
-            keys = {(s.fds, s.threads, s.procs, s.containers, tuple(sorted(s.kinds.items()))) for s in recent}
-            if (len(recent) == QUIET_STABLE_SAMPLES and len(keys) == 1 and recent[0].phase == phase) or (
-                time.monotonic() > deadline
-            ):
+            # Judged before the count, as both callers did: `beyond` asserts on every sample.
+            is_settled = settled(recent)
+            if (len(recent) == QUIET_STABLE_SAMPLES and is_settled) or time.monotonic() > deadline:
                 return recent[-1]
             time.sleep(SAMPLE_EVERY_S / 2)
 

@@ -107,17 +107,33 @@ mod tests {
     use std::io::{BufRead, BufReader};
     use std::os::unix::net::UnixStream;
 
-    #[test]
-    fn a_far_end_that_beats_is_kept_and_one_that_falls_silent_is_given_up() {
+    /// A mux over one end of a socket pair, watched with these times: the mux, the far end,
+    /// the liveness and where the silence it gave up after arrives.
+    fn watching(
+        beat: Duration,
+        limit: Duration,
+    ) -> (
+        Arc<Mux>,
+        UnixStream,
+        Arc<Liveness>,
+        std::sync::mpsc::Receiver<Duration>,
+    ) {
         let (ours, theirs) = UnixStream::pair().unwrap();
         let mux = Mux::new(Box::new(ours)).unwrap();
-        let liveness = Liveness::with_times(Duration::from_millis(40), Duration::from_millis(400));
+        let liveness = Liveness::with_times(beat, limit);
         let (lost_tx, lost_rx) = std::sync::mpsc::channel();
         liveness
             .watch(mux.clone(), move |silent| {
                 let _ = lost_tx.send(silent);
             })
             .unwrap();
+        (mux, theirs, liveness, lost_rx)
+    }
+
+    #[test]
+    fn a_far_end_that_beats_is_kept_and_one_that_falls_silent_is_given_up() {
+        let (_mux, theirs, liveness, lost_rx) =
+            watching(Duration::from_millis(40), Duration::from_millis(400));
 
         // The far end is heard every 50 ms for a second: kept, and this end beat meanwhile.
         let started = Instant::now();
@@ -138,15 +154,9 @@ mod tests {
 
     #[test]
     fn a_stopped_watch_gives_nothing_up() {
-        let (ours, _theirs) = UnixStream::pair().unwrap();
-        let mux = Mux::new(Box::new(ours)).unwrap();
-        let liveness = Liveness::with_times(Duration::from_millis(20), Duration::from_millis(100));
-        let (lost_tx, lost_rx) = std::sync::mpsc::channel();
-        liveness
-            .watch(mux, move |silent| {
-                let _ = lost_tx.send(silent);
-            })
-            .unwrap();
+        // Only the watch holds the mux (`_` drops this handle at once).
+        let (_, _theirs, liveness, lost_rx) =
+            watching(Duration::from_millis(20), Duration::from_millis(100));
         liveness.stop();
         assert!(lost_rx.recv_timeout(Duration::from_millis(500)).is_err());
     }

@@ -94,6 +94,22 @@ impl Channel {
         locked(&self.state)
     }
 
+    /// The state once `ready` holds for it, waiting for changes; `None` once the channel is
+    /// reset (then there is nothing more to do).
+    fn state_when(
+        &self,
+        ready: impl Fn(&ChannelState) -> bool,
+    ) -> Option<MutexGuard<'_, ChannelState>> {
+        let mut state = self.state();
+        while !ready(&state) && !state.reset {
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        (!state.reset).then_some(state)
+    }
+
     /// Ends the connection here: both threads stop, the socket's holder sees it close.
     fn reset(&self) {
         self.state().reset = true;
@@ -226,24 +242,12 @@ impl Mux {
     fn start(self: &Arc<Self>, channel: Arc<Channel>) -> io::Result<()> {
         let reader = channel.socket.try_clone()?;
         let writer = channel.socket.try_clone()?;
-        let (mux, ch) = (self.clone(), channel.clone());
-        let up = std::thread::Builder::new()
-            .name(format!("relay-up-{}", channel.id))
-            .spawn(move || {
-                mux.uplink(&ch, reader);
-                mux.thread_done(&ch);
-            });
+        let up = self.spawn_half(&channel, "up", move |mux, ch| mux.uplink(ch, reader));
         if let Err(err) = up {
             locked(&self.channels).remove(&channel.id);
             return Err(err);
         }
-        let (mux, ch) = (self.clone(), channel.clone());
-        let down = std::thread::Builder::new()
-            .name(format!("relay-down-{}", channel.id))
-            .spawn(move || {
-                mux.downlink(&ch, writer);
-                mux.thread_done(&ch);
-            });
+        let down = self.spawn_half(&channel, "down", move |mux, ch| mux.downlink(ch, writer));
         if let Err(err) = down {
             // The uplink ends once the socket is shut down, and removes the channel.
             channel.reset();
@@ -253,22 +257,31 @@ impl Mux {
         Ok(())
     }
 
+    /// Starts the thread `relay-<direction>-<id>` that runs one direction of a channel and
+    /// then tells the mux it is done.
+    fn spawn_half(
+        self: &Arc<Self>,
+        channel: &Arc<Channel>,
+        direction: &str,
+        half: impl FnOnce(&Self, &Channel) + Send + 'static,
+    ) -> io::Result<()> {
+        let (mux, ch) = (self.clone(), channel.clone());
+        std::thread::Builder::new()
+            .name(format!("relay-{direction}-{}", channel.id))
+            .spawn(move || {
+                half(&mux, &ch);
+                mux.thread_done(&ch);
+            })
+            .map(drop)
+    }
+
     /// The socket's bytes to the stream, within the far end's credit.
     fn uplink(&self, channel: &Channel, mut socket: UnixStream) {
         let mut buf = vec![0u8; MAX_DATA];
         loop {
-            let allowed = {
-                let mut state = channel.state();
-                while state.credit == 0 && !state.reset {
-                    state = channel
-                        .changed
-                        .wait(state)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-                if state.reset {
-                    return;
-                }
-                state.credit.min(MAX_DATA)
+            let allowed = match channel.state_when(|s| s.credit > 0) {
+                Some(state) => state.credit.min(MAX_DATA),
+                None => return,
             };
             match socket.read(&mut buf[..allowed]) {
                 Ok(0) => {
@@ -309,16 +322,11 @@ impl Mux {
         let mut unreturned = 0usize;
         loop {
             let chunk = {
-                let mut state = channel.state();
-                while state.inbound.is_empty() && !state.inbound_eof && !state.reset {
-                    state = channel
-                        .changed
-                        .wait(state)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-                if state.reset {
+                let Some(mut state) =
+                    channel.state_when(|s| !s.inbound.is_empty() || s.inbound_eof)
+                else {
                     return;
-                }
+                };
                 match state.inbound.pop_front() {
                     Some(chunk) => chunk,
                     None => {
@@ -420,22 +428,28 @@ mod tests {
         }
     }
 
-    /// An "agent" that answers each connection with everything it read, reversed, then closes.
-    fn echo_agent(dir: &std::path::Path) -> std::path::PathBuf {
+    /// A fake agent listening at `dir/agent.sock` that serves each connection on a thread of
+    /// its own with `serve`; returns the socket's path.
+    fn agent_at(dir: &std::path::Path, serve: fn(UnixStream)) -> std::path::PathBuf {
         let path = dir.join("agent.sock");
         let listener = UnixListener::bind(&path).unwrap();
         std::thread::spawn(move || {
             for conn in listener.incoming() {
-                let mut conn = conn.unwrap();
-                std::thread::spawn(move || {
-                    let mut all = Vec::new();
-                    conn.read_to_end(&mut all).unwrap();
-                    all.reverse();
-                    conn.write_all(&all).unwrap();
-                });
+                let conn = conn.unwrap();
+                std::thread::spawn(move || serve(conn));
             }
         });
         path
+    }
+
+    /// An "agent" that answers each connection with everything it read, reversed, then closes.
+    fn echo_agent(dir: &std::path::Path) -> std::path::PathBuf {
+        agent_at(dir, |mut conn| {
+            let mut all = Vec::new();
+            conn.read_to_end(&mut all).unwrap();
+            all.reverse();
+            conn.write_all(&all).unwrap();
+        })
     }
 
     fn through(near: &Arc<Mux>, payload: &[u8]) -> Vec<u8> {
@@ -498,15 +512,8 @@ mod tests {
     fn a_reader_that_stops_reading_holds_back_only_its_own_channel() {
         let dir = tempfile::tempdir().unwrap();
         // An agent that sends 4 windows' worth at once, whatever it is asked.
-        let path = dir.path().join("agent.sock");
-        let listener = UnixListener::bind(&path).unwrap();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let mut conn = conn.unwrap();
-                std::thread::spawn(move || {
-                    let _ = conn.write_all(&vec![b'x'; 4 * WINDOW]);
-                });
-            }
+        let path = agent_at(dir.path(), |mut conn| {
+            let _ = conn.write_all(&vec![b'x'; 4 * WINDOW]);
         });
         let p = pair(&path);
         // The slow connection: opened, never read.

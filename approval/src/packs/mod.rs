@@ -120,18 +120,7 @@ pub const fn command(
     yes: &'static [&'static str],
     no: &'static [&'static str],
 ) -> RuleSpec {
-    RuleSpec {
-        id,
-        severity,
-        description,
-        test: Test::Command {
-            programs,
-            args,
-            unless: "",
-        },
-        yes,
-        no,
-    }
+    command_unless(id, severity, description, programs, args, "", yes, no)
 }
 
 /// Same, with an exception (`--dry-run`, a `WHERE` clause).

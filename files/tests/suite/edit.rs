@@ -1,6 +1,6 @@
 //! edit_file: exact replacement, its errors, CRLF retry, and concurrent edits.
 
-use super::{run, snapshot};
+use super::{run, snapshot, text_of};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use std::sync::{Arc, Barrier};
@@ -29,10 +29,7 @@ fn replaces_once_and_all() {
         edit(dir.path(), "a", "x", true).unwrap(),
         json!({"path": "f.rs", "replacements": 2})
     );
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("f.rs")).unwrap(),
-        "x B x\n"
-    );
+    assert_eq!(text_of(dir.path(), "f.rs"), "x B x\n");
 }
 
 #[test]
@@ -103,7 +100,7 @@ fn concurrent_edits_lose_nothing() {
             })
             .collect();
         let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        let text = std::fs::read_to_string(dir.path().join("f.rs")).unwrap();
+        let text = text_of(dir.path(), "f.rs");
         for (i, r) in results.iter().enumerate() {
             match r {
                 Ok(()) => assert!(

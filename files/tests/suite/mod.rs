@@ -50,6 +50,11 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
     }
 }
 
+/// The text of the file at `path` under `root`.
+pub fn text_of(root: &Path, path: &str) -> String {
+    std::fs::read_to_string(root.join(path)).unwrap()
+}
+
 /// Creates files (parents made) from `(path, content)` pairs.
 pub fn populate(root: &Path, files: &[(&str, &str)]) {
     for (path, content) in files {

@@ -1,7 +1,7 @@
 //! apply_patch, table-driven: each case is a tree before, a patch, and the tree after or the
 //! error code (then the tree must be byte-for-byte unchanged).
 
-use super::{populate, run, snapshot};
+use super::{populate, run, snapshot, text_of};
 use paddock_files::{PatchAction, PatchTarget, patch_targets};
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -251,10 +251,7 @@ fn answer_lists_what_changed() {
         got,
         json!({"added": ["n.txt"], "updated": ["u.txt"], "deleted": ["d.txt"], "moved": [{"from": "m.txt", "to": "sub/m2.txt"}]})
     );
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("sub/m2.txt")).unwrap(),
-        "m\n"
-    );
+    assert_eq!(text_of(dir.path(), "sub/m2.txt"), "m\n");
 }
 
 #[test]

@@ -9,20 +9,13 @@ use std::io::Write;
 fn answers_and_errors() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.txt"), "one\r\ntwo\nthree").unwrap();
+    let read = |req| run(dir.path(), req).unwrap();
     assert_eq!(
-        run(
-            dir.path(),
-            json!({"op": "read", "path": "a.txt", "offset": 2})
-        )
-        .unwrap(),
+        read(json!({"op": "read", "path": "a.txt", "offset": 2})),
         json!({"path": "a.txt", "content": "two\nthree", "start_line": 2, "end_line": 3, "total_lines": 3, "truncated": false})
     );
     assert_eq!(
-        run(
-            dir.path(),
-            json!({"op": "read", "path": "a.txt", "limit": 1})
-        )
-        .unwrap()["content"],
+        read(json!({"op": "read", "path": "a.txt", "limit": 1}))["content"],
         "one\r\n"
     );
     let code = |req| run(dir.path(), req).unwrap_err().kind.code();
@@ -46,20 +39,16 @@ fn answers_and_errors() {
     assert_eq!(code(json!({"op": "read", "path": "b.bin"})), "file:binary");
     std::fs::write(dir.path().join("l.txt"), b"caf\xe9\n").unwrap();
     assert_eq!(
-        run(dir.path(), json!({"op": "read", "path": "l.txt"})).unwrap()["content"],
+        read(json!({"op": "read", "path": "l.txt"}))["content"],
         "caf\u{fffd}\n"
     );
     std::fs::write(dir.path().join("e.txt"), b"").unwrap();
     assert_eq!(
-        run(dir.path(), json!({"op": "read", "path": "e.txt"})).unwrap(),
+        read(json!({"op": "read", "path": "e.txt"})),
         json!({"path": "e.txt", "content": "", "start_line": 1, "end_line": 0, "total_lines": 0, "truncated": false})
     );
     assert_eq!(
-        run(
-            dir.path(),
-            json!({"op": "read", "path": "a.txt", "offset": 10})
-        )
-        .unwrap(),
+        read(json!({"op": "read", "path": "a.txt", "offset": 10})),
         json!({"path": "a.txt", "content": "", "start_line": 10, "end_line": 9, "total_lines": 3, "truncated": false})
     );
 }

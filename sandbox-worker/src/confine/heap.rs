@@ -22,6 +22,20 @@ impl CountingAllocator {
         let ceiling = HARD_CEILING.load(Ordering::Relaxed);
         ceiling == 0 || LIVE_BYTES.load(Ordering::Relaxed).saturating_add(size) <= ceiling
     }
+
+    /// A fresh allocation of `size` bytes: refused (null) above the ceiling, else made by
+    /// `allocate` and counted if it succeeded.
+    #[inline]
+    fn counted(size: usize, allocate: impl FnOnce() -> *mut u8) -> *mut u8 {
+        if !Self::admit(size) {
+            return std::ptr::null_mut();
+        }
+        let ptr = allocate();
+        if !ptr.is_null() {
+            LIVE_BYTES.fetch_add(size, Ordering::Relaxed);
+        }
+        ptr
+    }
 }
 
 // SAFETY: every method forwards to `System` with the caller's layout unchanged, so the
@@ -30,27 +44,13 @@ impl CountingAllocator {
 // allows) when the ceiling would be crossed.
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if !Self::admit(layout.size()) {
-            return std::ptr::null_mut();
-        }
         // SAFETY: forwarded with the caller's layout, which the caller guarantees is valid.
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-        }
-        ptr
+        Self::counted(layout.size(), || unsafe { System.alloc(layout) })
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if !Self::admit(layout.size()) {
-            return std::ptr::null_mut();
-        }
         // SAFETY: as in `alloc`.
-        let ptr = unsafe { System.alloc_zeroed(layout) };
-        if !ptr.is_null() {
-            LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-        }
-        ptr
+        Self::counted(layout.size(), || unsafe { System.alloc_zeroed(layout) })
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {

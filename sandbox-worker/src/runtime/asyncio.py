@@ -854,7 +854,35 @@ class Event:
             self._waiters.remove(fut)
 
 
-class Lock:
+async def _await_queued(waiters, fut):
+    """Awaits `fut`, which the caller queued in `waiters`: it leaves the queue however the wait
+    ends (a notified future is removed by its waiter, not by who notified it)."""
+    try:
+        await fut
+    finally:
+        if fut in waiters:
+            waiters.remove(fut)
+
+
+class _WaiterLock:
+    """What Lock and Semaphore share (CPython's ``_ContextManagerMixin`` and more): ``async with``
+    acquires and releases, and a release hands the lock to the first waiter still pending."""
+
+    async def __aenter__(self):
+        await self.acquire()
+        return None
+
+    async def __aexit__(self, exc_type, exc, tb):
+        self.release()
+
+    def _wake_up_first(self):
+        for fut in self._waiters:
+            if not fut.done():
+                fut.set_result(True)
+                return
+
+
+class Lock(_WaiterLock):
     def __init__(self):
         self._waiters = _deque()
         self._locked = False
@@ -887,21 +915,9 @@ class Lock:
         self._locked = False
         self._wake_up_first()
 
-    def _wake_up_first(self):
-        for fut in self._waiters:
-            if not fut.done():
-                fut.set_result(True)
-                return
-
-    async def __aenter__(self):
-        await self.acquire()
-        return None
-
-    async def __aexit__(self, exc_type, exc, tb):
-        self.release()
 
 
-class Semaphore:
+class Semaphore(_WaiterLock):
     def __init__(self, value=1):
         if value < 0:
             raise ValueError("Semaphore initial value must be >= 0")
@@ -915,27 +931,13 @@ class Semaphore:
         while self._value <= 0:
             fut = get_running_loop().create_future()
             self._waiters.append(fut)
-            try:
-                await fut
-            finally:
-                if fut in self._waiters:
-                    self._waiters.remove(fut)
+            await _await_queued(self._waiters, fut)
         self._value -= 1
         return True
 
     def release(self):
         self._value += 1
-        for fut in self._waiters:
-            if not fut.done():
-                fut.set_result(True)
-                return
-
-    async def __aenter__(self):
-        await self.acquire()
-        return None
-
-    async def __aexit__(self, exc_type, exc, tb):
-        self.release()
+        self._wake_up_first()
 
 
 class BoundedSemaphore(Semaphore):
@@ -968,10 +970,8 @@ class Condition:
         fut = get_running_loop().create_future()
         self._waiters.append(fut)
         try:
-            await fut
+            await _await_queued(self._waiters, fut)
         finally:
-            if fut in self._waiters:
-                self._waiters.remove(fut)
             await self._lock.acquire()
         return True
 

@@ -514,6 +514,18 @@ def _line_of(where):
     return where[1]
 
 
+def _reads_the_line(fix):
+    """For a fix that reads the failing line: `fix(match, line, frame, masked)` gets the line,
+    the frame it ran in and the line with its strings masked, and is not asked (no rewording)
+    when the line cannot be read."""
+    def reworded(match, where):
+        line = _line_of(where)
+        if line is None:
+            return None
+        return fix(match, line, where[0], _masked(line))
+    return reworded
+
+
 def _strings(line):
     """(start, end, prefix, body start, body end) of each string literal of `line`."""
     i, n = 0, len(line)
@@ -584,24 +596,21 @@ def _calls(masked, names):
 
 def _closing(text, start):
     """The index of the bracket that closes the one at `start`, or -1."""
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] in "([{":
-            depth += 1
-        elif text[i] in ")]}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
+    return _balancing(text, range(start, len(text)), "([{", ")]}")
 
 
 def _opening(text, end):
     """The index of the bracket that opens the one that closes at `end`, or -1."""
+    return _balancing(text, range(end, -1, -1), ")]}", "([{")
+
+
+def _balancing(text, indices, deeper, shallower):
+    """The first of `indices` where the brackets met since the first one balance, or -1."""
     depth = 0
-    for i in range(end, -1, -1):
-        if text[i] in ")]}":
+    for i in indices:
+        if text[i] in deeper:
             depth += 1
-        elif text[i] in "([{":
+        elif text[i] in shallower:
             depth -= 1
             if depth == 0:
                 return i
@@ -811,14 +820,11 @@ def _unhashable(value, depth=0):
     return getattr(type(value), "__hash__", None) is None
 
 
-def _dict_key(match, where):
+@_reads_the_line
+def _dict_key(match, line, frame, masked):
     """CPython 3.14 names the key a dict could not hash, RustPython only what failed inside it
     (as hash() and CPython up to 3.13 do). A dict it is when the failing line indexes, builds
     or queries one with a key that is not known to hash, and does not call hash()."""
-    line = _line_of(where)
-    if line is None:
-        return None
-    frame, masked = where[0], _masked(line)
     if any(dot < 0 for dot, _, _ in _calls(masked, ("hash",))):
         return None
     keys = []  # the texts of the keys the line uses
@@ -857,23 +863,18 @@ def _dict_key(match, where):
     return f"cannot use '{outer}' as a dict key (unhashable type: '{inner}')"
 
 
-def _not_in_list(match, where):
+@_reads_the_line
+def _not_in_list(match, line, frame, masked):
     """RustPython words list.index and list.remove alike: the line tells which it was."""
-    line = _line_of(where)
-    if line is None:
-        return None
-    called = {name for dot, name, _ in _calls(_masked(line), ("index", "remove")) if dot >= 0}
+    called = {name for dot, name, _ in _calls(masked, ("index", "remove")) if dot >= 0}
     if len(called) != 1:
         return None
     return f"list.{called.pop()}(x): x not in list"
 
 
-def _math_domain(match, where):
+@_reads_the_line
+def _math_domain(match, line, frame, masked):
     """The math function and its argument, read from the failing line."""
-    line = _line_of(where)
-    if line is None:
-        return None
-    frame, masked = where[0], _masked(line)
     found = set()
     for name, args in _math_calls(line, masked, frame, _MATH_DOMAIN):
         x = _value_of(line[args[0][0]:args[0][1]], frame) if len(args) == 1 else _MISSING
@@ -941,13 +942,10 @@ def _format_fields(body):
         i = end + 1
 
 
-def _format_spec(match, where):
+@_reads_the_line
+def _format_spec(match, line, frame, masked):
     """RustPython names neither the specifier nor the type: the failing line's format() calls,
     f-strings and str.format calls are tried again with the ints, floats and strs they name."""
-    line = _line_of(where)
-    if line is None:
-        return None
-    frame, masked = where[0], _masked(line)
     tried = []  # (expression, conversion, spec)
     for dot, _, paren in _calls(masked, ("format",)):
         args = _arguments(masked, paren)
