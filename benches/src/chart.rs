@@ -29,6 +29,8 @@ const PALETTE: [&str; 7] = [
 ];
 
 const WIDTH: f64 = 760.0;
+/// Where a chart's plot starts, below its title.
+const TOP: f64 = 44.0;
 const FONT: &str = "font-family=\"Helvetica, Arial, sans-serif\"";
 
 /// Escapes text for XML content and attribute values.
@@ -260,6 +262,58 @@ fn no_data(out: &mut String, width: f64, height: f64) {
     );
 }
 
+/// The width of the widest of `labels` at 12 px (0 for none).
+fn widest<'a>(labels: impl Iterator<Item = &'a str>) -> f64 {
+    labels
+        .map(|label| text_width(label, 12.0))
+        .fold(0.0, f64::max)
+}
+
+/// Which axis a grid's ticks are on.
+#[derive(Clone, Copy)]
+enum Axis {
+    /// The horizontal axis: vertical lines, labels below them.
+    X,
+    /// The vertical axis: horizontal lines, labels left of them.
+    Y,
+}
+
+/// A light grid line at each of `scale`'s ticks on `axis`, spanning the plot from `from` to
+/// `to` across it, with the tick's label beyond the end of the axis.
+fn grid(out: &mut String, scale: &Scale, axis: Axis, from: f64, to: f64) {
+    for tick in scale.ticks() {
+        let Some(at) = scale.px(tick) else {
+            continue;
+        };
+        let ((x1, y1, x2, y2), (label_x, label_y, anchor)) = match axis {
+            Axis::X => ((at, from, at, to), (at, to + 16.0, "middle")),
+            Axis::Y => ((from, at, to, at), (from - 6.0, at + 4.0, "end")),
+        };
+        let _ = writeln!(
+            out,
+            "<line x1=\"{x1:.1}\" y1=\"{y1:.1}\" x2=\"{x2:.1}\" y2=\"{y2:.1}\" \
+             stroke=\"#e3e3e3\" stroke-width=\"1\"/>"
+        );
+        let _ = writeln!(
+            out,
+            "<text x=\"{label_x:.1}\" y=\"{label_y:.1}\" text-anchor=\"{anchor}\" {FONT} \
+             font-size=\"11\" fill=\"#444444\">{}</text>",
+            escape(&format_tick(tick))
+        );
+    }
+}
+
+/// A horizontal axis's title centred at (`x`, `y`), marked when the axis is logarithmic.
+fn axis_title(out: &mut String, x: f64, y: f64, title: &str, log: bool) {
+    let _ = writeln!(
+        out,
+        "<text x=\"{x:.1}\" y=\"{y:.1}\" text-anchor=\"middle\" {FONT} font-size=\"12\" \
+         fill=\"#222222\">{}{}</text>",
+        escape(title),
+        if log { " (log scale)" } else { "" }
+    );
+}
+
 /// A horizontal bar chart: one bar per `(label, median, Some((p10, p90)))`, in the given order.
 ///
 /// The median is printed beside each bar with `unit`; the optional spread is drawn as a
@@ -268,13 +322,8 @@ fn no_data(out: &mut String, width: f64, height: f64) {
 pub fn bar_chart(title: &str, unit: &str, bars: &[Bar]) -> String {
     const ROW: f64 = 28.0;
     const BAR: f64 = 18.0;
-    const TOP: f64 = 44.0;
     const BOTTOM: f64 = 52.0;
-    let label_w = bars
-        .iter()
-        .map(|(label, _, _)| text_width(label, 12.0))
-        .fold(0.0, f64::max)
-        .clamp(60.0, 260.0);
+    let label_w = widest(bars.iter().map(|(label, _, _)| label.as_str())).clamp(60.0, 260.0);
     let left = label_w + 20.0;
     let right = 110.0;
     let height = TOP + ROW * bars.len().max(1) as f64 + BOTTOM;
@@ -305,36 +354,19 @@ pub fn bar_chart(title: &str, unit: &str, bars: &[Bar]) -> String {
 
     // Grid and value axis.
     out.push_str("<g class=\"axis\">\n");
-    for tick in scale.ticks() {
-        if let Some(x) = scale.px(tick) {
-            let _ = writeln!(
-                out,
-                "<line x1=\"{x:.1}\" y1=\"{TOP:.1}\" x2=\"{x:.1}\" y2=\"{plot_bottom:.1}\" \
-                 stroke=\"#e3e3e3\" stroke-width=\"1\"/>"
-            );
-            let _ = writeln!(
-                out,
-                "<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" {FONT} font-size=\"11\" \
-                 fill=\"#444444\">{}</text>",
-                plot_bottom + 16.0,
-                escape(&format_tick(tick))
-            );
-        }
-    }
+    grid(&mut out, &scale, Axis::X, TOP, plot_bottom);
     let _ = writeln!(
         out,
         "<line x1=\"{left:.1}\" y1=\"{plot_bottom:.1}\" x2=\"{:.1}\" y2=\"{plot_bottom:.1}\" \
          stroke=\"#444444\" stroke-width=\"1\"/>",
         WIDTH - right
     );
-    let _ = writeln!(
-        out,
-        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" {FONT} font-size=\"12\" \
-         fill=\"#222222\">{}{}</text>",
+    axis_title(
+        &mut out,
         (left + WIDTH - right) / 2.0,
         plot_bottom + 38.0,
-        escape(unit),
-        if log { " (log scale)" } else { "" }
+        unit,
+        log,
     );
     out.push_str("</g>\n");
 
@@ -415,14 +447,10 @@ pub fn line_chart(
     log_x: bool,
 ) -> String {
     const HEIGHT: f64 = 440.0;
-    const TOP: f64 = 44.0;
     const BOTTOM: f64 = 60.0;
     const LEFT: f64 = 78.0;
-    let legend_w = series
-        .iter()
-        .map(|(name, _)| text_width(name, 12.0) + 36.0)
-        .fold(0.0, f64::max)
-        .clamp(90.0, 240.0);
+    // A legend entry is its name after a 36 px sample of the line.
+    let legend_w = (widest(series.iter().map(|(name, _)| name.as_str())) + 36.0).clamp(90.0, 240.0);
     let plot_right = WIDTH - legend_w - 16.0;
     let plot_bottom = HEIGHT - BOTTOM;
     let mut out = String::new();
@@ -430,18 +458,12 @@ pub fn line_chart(
 
     // Only points drawable on the chosen x scale count for the domains.
     let usable = |x: f64, y: f64| x.is_finite() && y.is_finite() && (!log_x || x > 0.0);
-    let xs: Vec<f64> = series
+    let (xs, ys): (Vec<f64>, Vec<f64>) = series
         .iter()
         .flat_map(|(_, pts)| pts.iter())
         .filter(|(x, y)| usable(*x, *y))
-        .map(|(x, _)| *x)
-        .collect();
-    let ys: Vec<f64> = series
-        .iter()
-        .flat_map(|(_, pts)| pts.iter())
-        .filter(|(x, y)| usable(*x, *y))
-        .map(|(_, y)| *y)
-        .collect();
+        .copied()
+        .unzip();
     if xs.is_empty() {
         no_data(&mut out, WIDTH, HEIGHT);
         out.push_str("</svg>\n");
@@ -491,52 +513,19 @@ pub fn line_chart(
 
     // Grid, ticks and axes.
     out.push_str("<g class=\"axis\">\n");
-    for tick in x_scale.ticks() {
-        if let Some(x) = x_scale.px(tick) {
-            let _ = writeln!(
-                out,
-                "<line x1=\"{x:.1}\" y1=\"{TOP:.1}\" x2=\"{x:.1}\" y2=\"{plot_bottom:.1}\" \
-                 stroke=\"#e3e3e3\" stroke-width=\"1\"/>"
-            );
-            let _ = writeln!(
-                out,
-                "<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" {FONT} font-size=\"11\" \
-                 fill=\"#444444\">{}</text>",
-                plot_bottom + 16.0,
-                escape(&format_tick(tick))
-            );
-        }
-    }
-    for tick in y_scale.ticks() {
-        if let Some(y) = y_scale.px(tick) {
-            let _ = writeln!(
-                out,
-                "<line x1=\"{LEFT:.1}\" y1=\"{y:.1}\" x2=\"{plot_right:.1}\" y2=\"{y:.1}\" \
-                 stroke=\"#e3e3e3\" stroke-width=\"1\"/>"
-            );
-            let _ = writeln!(
-                out,
-                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" {FONT} font-size=\"11\" \
-                 fill=\"#444444\">{}</text>",
-                LEFT - 6.0,
-                y + 4.0,
-                escape(&format_tick(tick))
-            );
-        }
-    }
+    grid(&mut out, &x_scale, Axis::X, TOP, plot_bottom);
+    grid(&mut out, &y_scale, Axis::Y, LEFT, plot_right);
     let _ = writeln!(
         out,
         "<path d=\"M{LEFT:.1},{TOP:.1}V{plot_bottom:.1}H{plot_right:.1}\" stroke=\"#444444\" \
          stroke-width=\"1\" fill=\"none\"/>"
     );
-    let _ = writeln!(
-        out,
-        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" {FONT} font-size=\"12\" \
-         fill=\"#222222\">{}{}</text>",
+    axis_title(
+        &mut out,
         (LEFT + plot_right) / 2.0,
         plot_bottom + 40.0,
-        escape(x_label),
-        if log_x { " (log scale)" } else { "" }
+        x_label,
+        log_x,
     );
     let y_mid = (TOP + plot_bottom) / 2.0;
     let _ = writeln!(

@@ -173,6 +173,18 @@ impl ScenarioReport {
         self.entries.push(Entry::new(contender, role, x, outcome));
     }
 
+    /// Adds `contender`'s samples, taken as `method` says (no version: Paddock's own rows).
+    pub fn push_measured(
+        &mut self,
+        contender: &str,
+        role: Role,
+        x: Option<f64>,
+        method: impl Into<String>,
+        samples: Vec<f64>,
+    ) {
+        self.push(contender, role, x, Outcome::measured(method, None, samples));
+    }
+
     /// The reference entry at `x`: the first measured [`Role::Paddock`] entry there.
     pub fn reference(&self, x: Option<f64>) -> Option<&Summary> {
         self.entries

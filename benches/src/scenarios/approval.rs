@@ -1,13 +1,11 @@
 //! The approval check from a cold process: `paddock policy explain` of one command, as an
 //! operator or a hook runs it. Issue 2/7's target: 5 ms p50, process start included.
 
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use serde_json::json;
 
-use serde_json::{Value, json};
-
-use crate::error::{BenchError, Result};
-use crate::harness::{Bench, ms};
+use super::measure::{json_answer, timed_process};
+use crate::error::Result;
+use crate::harness::Bench;
 use crate::report::{Better, Outcome, Role, ScenarioReport};
 
 /// The commands judged, and the decision each must get.
@@ -22,32 +20,13 @@ const COMMANDS: &[(&str, &str, &str)] = &[
 ];
 
 async fn explain_once(b: &Bench, command: &str, expected: &str) -> Result<f64> {
-    let t = Instant::now();
-    let child = tokio::process::Command::new(&b.exe)
+    let mut explain = tokio::process::Command::new(&b.exe);
+    explain
         .args(["policy", "explain", "--cwd", "/tmp", "--command", command])
-        .env_remove("PADDOCK_POLICY")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(BenchError::io("paddock policy explain"))?;
-    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
-        .await
-        .map_err(|_| BenchError::Timeout {
-            what: "paddock policy explain".into(),
-            seconds: 30,
-        })?
-        .map_err(BenchError::io("paddock policy explain"))?;
-    let elapsed = ms(t.elapsed());
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    if !out.status.success() || v["decision"] != json!(expected) {
-        return Err(BenchError::unexpected(
-            format!("paddock policy explain --command {command:?}"),
-            &json!({"status": out.status.code(), "stdout": v,
-                    "stderr": String::from_utf8_lossy(&out.stderr)}),
-        ));
-    }
+        .env_remove("PADDOCK_POLICY");
+    let (elapsed, out) = timed_process(&mut explain, None, 30, "paddock policy explain").await?;
+    let what = format!("paddock policy explain --command {command:?}");
+    json_answer(&out, what, |v| v["decision"] == json!(expected))?;
     Ok(elapsed)
 }
 

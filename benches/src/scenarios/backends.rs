@@ -11,12 +11,15 @@ use std::time::Instant;
 use paddock_engine::engine::{CallExtras, Engine, EngineOptions};
 use paddock_engine::policy::{BackendConfig, Policy};
 use paddock_engine::registry::Registry;
-use serde_json::{Value, json};
+use serde_json::json;
 use toml::Spanned;
 
-use super::{script_method, terminal_script_once};
+use super::measure::{
+    TerminalSamples, alternate, bare_process, json_answer, script_method, terminal_once,
+    terminal_script_once, timed,
+};
 use crate::error::{BenchError, Result};
-use crate::harness::{Bench, ms};
+use crate::harness::Bench;
 use crate::report::{Better, Outcome, Role, ScenarioReport};
 
 /// The session every backend scenario runs in; closed at the end.
@@ -100,34 +103,19 @@ pub(super) fn bare_argv_in(
 }
 
 async fn bare_once(argv: &[String], name: &str) -> Result<f64> {
-    let t = Instant::now();
-    let out = tokio::process::Command::new(&argv[0])
-        .args(&argv[1..])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .map_err(BenchError::io(format!("{name}: {}", argv[0])))?;
-    let elapsed = ms(t.elapsed());
-    if !out.status.success() {
-        return Err(BenchError::unexpected(
-            format!("{name}: the bare tool"),
-            &json!({"status": out.status.code(), "stderr": String::from_utf8_lossy(&out.stderr)}),
-        ));
-    }
-    Ok(elapsed)
+    let mut command = tokio::process::Command::new(&argv[0]);
+    command.args(&argv[1..]);
+    bare_process(
+        command,
+        format!("{name}: {}", argv[0]),
+        format!("{name}: the bare tool"),
+    )
+    .await
 }
 
-async fn terminal_once(engine: &Engine, name: &str) -> Result<f64> {
-    let t = Instant::now();
-    let out = engine
-        .call_tool("terminal", json!({"command": "true"}))
-        .await
-        .map_err(BenchError::tool(format!("{name}: terminal")))?;
-    let elapsed = ms(t.elapsed());
-    if out["exit_code"] != json!(0) {
-        return Err(BenchError::unexpected(format!("{name}: terminal"), &out));
-    }
-    Ok(elapsed)
+/// `terminal true` on `engine`'s backend `name`.
+async fn terminal_true(engine: &Engine, name: &str) -> Result<f64> {
+    terminal_once(engine, "true", &format!("{name}: terminal")).await
 }
 
 /// The name of backend `name`'s copy with `agent = false`.
@@ -170,22 +158,6 @@ fn engine_on(b: &Bench, policy: &Policy, name: &str) -> Result<Engine> {
     )?)
 }
 
-/// Samples of one Paddock configuration: per command from one script, and one call.
-#[derive(Default)]
-struct Samples {
-    script: Vec<f64>,
-    call: Vec<f64>,
-}
-
-impl Samples {
-    async fn take(&mut self, b: &Bench, engine: &Engine, name: &str) -> Result<()> {
-        self.script
-            .push(terminal_script_once(engine, &b.limits, name).await?);
-        self.call.push(terminal_once(engine, name).await?);
-        Ok(())
-    }
-}
-
 /// What the bare tool is called in the report.
 fn bare_label(kind: &str) -> &'static str {
     match kind {
@@ -195,9 +167,6 @@ fn bare_label(kind: &str) -> &'static str {
         _ => "bare tool",
     }
 }
-
-const CALL_METHOD: &str = "Engine::call_tool(\"terminal\", {\"command\": \"true\"}) on the same \
-                           backend: host wall time from call to result.";
 
 /// `backend_NAME` (the agent) and `backend_NAME_no_agent` (agent = false), both against the
 /// bare tool, from one loop that alternates all of them sample by sample.
@@ -216,7 +185,7 @@ async fn one_backend(
     let exec = exec_name(name);
     // Warm-up: brings up the container, the instance or the master connection, and the agent.
     for _ in 0..2 {
-        terminal_once(agent, name).await?;
+        terminal_true(agent, name).await?;
         terminal_script_once(agent, &b.limits, name).await?;
         let _ = bare_once(argv, name).await;
     }
@@ -225,7 +194,7 @@ async fn one_backend(
     let per_command = match engine_on(b, policy, &exec) {
         Ok(engine) => {
             for _ in 0..2 {
-                if let Err(err) = terminal_once(&engine, &exec).await {
+                if let Err(err) = terminal_true(&engine, &exec).await {
                     exec_error = Some(err.to_string());
                 }
             }
@@ -238,7 +207,7 @@ async fn one_backend(
     };
     let samples = b.pick(5, 20);
     let mut bare = Vec::new();
-    let (mut with_agent, mut without) = (Samples::default(), Samples::default());
+    let (mut with_agent, mut without) = (TerminalSamples::default(), TerminalSamples::default());
     let mut remade = 0;
     for _ in 0..samples {
         bare.push(match bare_once(argv, name).await {
@@ -247,13 +216,17 @@ async fn one_backend(
             // or instance as an orphan: a terminal call makes it again, then one retry.
             Err(_) => {
                 remade += 1;
-                terminal_once(agent, name).await?;
+                terminal_true(agent, name).await?;
                 bare_once(argv, name).await?
             }
         });
-        with_agent.take(b, agent, name).await?;
+        with_agent
+            .take(agent, &b.limits, name, &format!("{name}: terminal"))
+            .await?;
         if let (Some(engine), None) = (&per_command, &exec_error)
-            && let Err(err) = without.take(b, engine, &exec).await
+            && let Err(err) = without
+                .take(engine, &b.limits, &exec, &format!("{exec}: terminal"))
+                .await
         {
             exec_error = Some(err.to_string());
         }
@@ -265,18 +238,15 @@ async fn one_backend(
             bare.clone(),
         )
     };
+    let exec_what = format!(
+        "backend `{exec}`: `{name}` with agent = false, one {} per command",
+        bare_label(&kind)
+    );
     let exec_outcome = |samples: Vec<f64>| match &exec_error {
         Some(error) => Outcome::Failed {
             error: error.clone(),
         },
-        None => Outcome::measured(
-            script_method(&format!(
-                "backend `{exec}`: `{name}` with agent = false, one {} per command",
-                bare_label(&kind)
-            )),
-            None,
-            samples,
-        ),
+        None => Outcome::measured(script_method(&exec_what), None, samples),
     };
     let label = bare_label(&kind);
     let environment = environment(name);
@@ -294,23 +264,9 @@ async fn one_backend(
         "ms",
         Better::Lower,
     );
-    r.push(
-        "paddock",
-        Role::Paddock,
-        None,
-        Outcome::measured(
-            script_method(&format!(
-                "backend `{name}` ({kind}), commands through the in-environment agent"
-            )),
-            None,
-            with_agent.script,
-        ),
-    );
-    r.push(
-        "paddock, one call",
-        Role::Variant,
-        None,
-        Outcome::measured(CALL_METHOD, None, with_agent.call),
+    with_agent.push_rows(
+        &mut r,
+        &format!("backend `{name}` ({kind}), commands through the in-environment agent"),
     );
     r.push(label, Role::Peer, None, bare_outcome());
     r.push(
@@ -337,13 +293,7 @@ async fn one_backend(
     match &exec_error {
         Some(error) => e.error = Some(format!("backend `{exec}` (agent = false): {error}")),
         None => {
-            e.push("paddock", Role::Paddock, None, exec_outcome(without.script));
-            e.push(
-                "paddock, one call",
-                Role::Variant,
-                None,
-                Outcome::measured(CALL_METHOD, None, without.call),
-            );
+            without.push_rows(&mut e, &exec_what);
             e.push(label, Role::Peer, None, bare_outcome());
         }
     }
@@ -382,58 +332,29 @@ async fn paddock_call(
         name.into(),
     ];
     let call_once = async || -> Result<f64> {
-        let t = Instant::now();
-        let out = tokio::process::Command::new(&call[0])
-            .args(&call[1..])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .await
-            .map_err(BenchError::io(format!("{name}: paddock call")))?;
-        let elapsed = ms(t.elapsed());
-        let answer: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        if !out.status.success() || answer["exit_code"] != json!(0) {
-            return Err(BenchError::unexpected(
-                format!("{name}: paddock call terminal"),
-                &json!({"status": out.status.code(), "stdout": answer,
-                        "stderr": String::from_utf8_lossy(&out.stderr)}),
-            ));
-        }
+        let (elapsed, out) = timed(async {
+            tokio::process::Command::new(&call[0])
+                .args(&call[1..])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .await
+                .map_err(BenchError::io(format!("{name}: paddock call")))
+        })
+        .await?;
+        let what = format!("{name}: paddock call terminal");
+        json_answer(&out, what, |answer| answer["exit_code"] == json!(0))?;
         Ok(elapsed)
     };
-    for _ in 0..2 {
-        call_once().await?;
-        bare_once(argv, name).await?;
-    }
-    let samples = b.pick(5, 20);
-    let (mut paddock, mut bare) = (Vec::new(), Vec::new());
-    for _ in 0..samples {
-        bare.push(bare_once(argv, name).await?);
-        paddock.push(call_once().await?);
-    }
-    r.push(
-        "paddock call",
-        Role::Paddock,
-        None,
-        Outcome::measured(
-            format!(
-                "`paddock call terminal --args '{{\"command\":\"true\"}}' --policy POLICY \
-                 --session {SESSION} --backend {name}`: a new engine process (policy load, \
-                 engine, agent connection, one command), host wall time from spawn to exit."
-            ),
-            None,
-            paddock,
-        ),
+    let bare = async || bare_once(argv, name).await;
+    let (paddock, bare) = alternate(2, b.pick(5, 20), call_once, bare).await?;
+    let call_method = format!(
+        "`paddock call terminal --args '{{\"command\":\"true\"}}' --policy POLICY --session \
+         {SESSION} --backend {name}`: a new engine process (policy load, engine, agent \
+         connection, one command), host wall time from spawn to exit."
     );
-    r.push(
-        "docker exec",
-        Role::Peer,
-        None,
-        Outcome::measured(
-            format!("`{}`: host wall time from spawn to exit.", argv.join(" ")),
-            None,
-            bare,
-        ),
-    );
+    let bare_method = format!("`{}`: host wall time from spawn to exit.", argv.join(" "));
+    r.push_measured("paddock call", Role::Paddock, None, call_method, paddock);
+    r.push_measured("docker exec", Role::Peer, None, bare_method, bare);
     r.note("`paddock call` and `docker exec` alternate sample by sample.");
     Ok(r)
 }
@@ -506,21 +427,19 @@ async fn pool_ready(backend: &str) -> Result<()> {
 /// The first `terminal true` of a brand-new session on `engine`'s backend; the session is
 /// closed afterwards (not timed).
 async fn first_command(engine: &Engine, backend: &str, session: &str) -> Result<f64> {
-    let t = Instant::now();
-    let out = engine
-        .call_tool_with(
-            "terminal",
-            json!({"command": "true"}),
-            CallExtras {
-                session: Some(session.into()),
-                ..CallExtras::default()
-            },
-        )
-        .await
-        .map_err(BenchError::tool(format!(
-            "{backend}: first terminal of {session}"
-        )))?;
-    let elapsed = ms(t.elapsed());
+    let extras = CallExtras {
+        session: Some(session.into()),
+        ..CallExtras::default()
+    };
+    let (elapsed, out) = timed(async {
+        engine
+            .call_tool_with("terminal", json!({"command": "true"}), extras)
+            .await
+            .map_err(BenchError::tool(format!(
+                "{backend}: first terminal of {session}"
+            )))
+    })
+    .await?;
     let closed = engine.close_session(session).await;
     if out["exit_code"] != json!(0) {
         return Err(BenchError::unexpected(format!("{backend}: terminal"), &out));
@@ -597,47 +516,29 @@ async fn first_of_session(
             .await;
     }
     cleanup?;
-    r.push(
+    let warm_method = format!(
+        "Engine::call_tool_with(\"terminal\", {{\"command\": \"true\"}}) in a new session on \
+         backend `{warm}` (`{name}`'s section with warm = {WARM}), after waiting for the pool to \
+         hold {WARM} ready containers: host wall time from call to result (claiming a \
+         container, linking its agent, the command)."
+    );
+    let cold_method = format!(
+        "the same on backend `{name}` (no warm pool): creating and starting the container, \
+         placing and starting the agent, the command."
+    );
+    let bare_method = format!(
+        "`{}`: a new container running one command, host wall time from spawn to exit.",
+        docker_run.join(" ")
+    );
+    r.push_measured(
         "paddock, warm = 2",
         Role::Paddock,
         None,
-        Outcome::measured(
-            format!(
-                "Engine::call_tool_with(\"terminal\", {{\"command\": \"true\"}}) in a new \
-                 session on backend `{warm}` (`{name}`'s section with warm = {WARM}), after \
-                 waiting for the pool to hold {WARM} ready containers: host wall time from call \
-                 to result (claiming a container, linking its agent, the command)."
-            ),
-            None,
-            warm_samples,
-        ),
+        warm_method,
+        warm_samples,
     );
-    r.push(
-        "paddock, warm = 0",
-        Role::Peer,
-        None,
-        Outcome::measured(
-            format!(
-                "the same on backend `{name}` (no warm pool): creating and starting the \
-                 container, placing and starting the agent, the command."
-            ),
-            None,
-            cold,
-        ),
-    );
-    r.push(
-        "docker run --rm",
-        Role::Peer,
-        None,
-        Outcome::measured(
-            format!(
-                "`{}`: a new container running one command, host wall time from spawn to exit.",
-                docker_run.join(" ")
-            ),
-            None,
-            bare,
-        ),
-    );
+    r.push_measured("paddock, warm = 0", Role::Peer, None, cold_method, cold);
+    r.push_measured("docker run --rm", Role::Peer, None, bare_method, bare);
     r.note(
         "Each sample is a new session, closed (not timed) after its first command; the three \
          contenders alternate sample by sample. The warm pool's containers are removed at the \

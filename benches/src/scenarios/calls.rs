@@ -2,10 +2,10 @@
 //! `asyncio.gather`. Both are timed inside the script, as the peers' are, so that script
 //! start-up is not part of the figure.
 
-use super::{PeerPlan, interleaved, push_peers};
+use super::measure::{PeerPlan, repeat, versus_peers};
 use crate::error::Result;
 use crate::harness::{Bench, PREFORK};
-use crate::report::{Better, Outcome, Role, ScenarioReport};
+use crate::report::{Better, ScenarioReport};
 
 /// Calls timed per nested-call sample.
 const CALLS: usize = 200;
@@ -49,35 +49,19 @@ pub async fn nested_call(b: &Bench) -> Result<ScenarioReport> {
         .param("calls", CALLS)
         .scale(1000.0),
     ];
-    let (samples, peers) = interleaved(
-        b,
-        rounds,
-        async || {
-            let mut out = Vec::with_capacity(per_round);
-            for _ in 0..per_round {
-                out.push(b.timed_script("nested_call", &code).await?);
-            }
-            Ok(out)
-        },
-        &plans,
-    )
-    .await?;
-    r.push(
-        "paddock",
-        Role::Paddock,
-        None,
-        Outcome::measured(
-            format!(
-                "a script awaits `tools.noop()` (a registered tool that returns {{}}) 20 times, \
-                 then {CALLS} times timed with time.perf_counter inside the script; sample = \
-                 time per call. Each call crosses from the sandbox child to the engine and \
-                 back ({PREFORK} pre-forked children, built-in policy)."
-            ),
-            None,
-            samples,
-        ),
+    let method = format!(
+        "a script awaits `tools.noop()` (a registered tool that returns {{}}) 20 times, then \
+         {CALLS} times timed with time.perf_counter inside the script; sample = time per call. \
+         Each call crosses from the sandbox child to the engine and back ({PREFORK} pre-forked \
+         children, built-in policy)."
     );
-    push_peers(&mut r, &plans, peers, None);
+    versus_peers(b, &mut r, None, rounds, &plans, method, async || {
+        repeat(per_round, async || {
+            b.timed_script("nested_call", &code).await
+        })
+        .await
+    })
+    .await?;
     r.note(
         "Monty's like-for-like figure is its async pool awaiting an async host function (Paddock's \
          tools are awaited too); its sync host function is shown beside it.",
@@ -110,34 +94,14 @@ pub async fn gather(b: &Bench) -> Result<ScenarioReport> {
             PeerPlan::new("cpython (stdio JSON)", "cpython", "gather", per_round, 1)
                 .param("calls", calls),
         ];
-        let (samples, peers) = interleaved(
-            b,
-            rounds,
-            async || {
-                let mut out = Vec::with_capacity(per_round);
-                for _ in 0..per_round {
-                    out.push(b.timed_script("gather", &code).await?);
-                }
-                Ok(out)
-            },
-            &plans,
-        )
-        .await?;
-        r.push(
-            "paddock",
-            Role::Paddock,
-            x,
-            Outcome::measured(
-                format!(
-                    "a script gathers 10 `tools.noop()` calls (warm-up), then {calls} timed \
-                     with time.perf_counter inside the script; the engine runs the calls \
-                     concurrently."
-                ),
-                None,
-                samples,
-            ),
+        let method = format!(
+            "a script gathers 10 `tools.noop()` calls (warm-up), then {calls} timed with \
+             time.perf_counter inside the script; the engine runs the calls concurrently."
         );
-        push_peers(&mut r, &plans, peers, x);
+        versus_peers(b, &mut r, x, rounds, &plans, method, async || {
+            repeat(per_round, async || b.timed_script("gather", &code).await).await
+        })
+        .await?;
     }
     r.note(format!(
         "{rounds} round(s) of {per_round} scripts per contender and point. CPython has no \

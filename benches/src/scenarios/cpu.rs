@@ -1,10 +1,10 @@
 //! A CPU-bound loop: what the sandbox's interpreter (RustPython) costs against CPython and
 //! Monty, on the very same source.
 
-use super::{PeerPlan, interleaved, push_peers};
+use super::measure::{PeerPlan, repeat, versus_peers};
 use crate::error::Result;
 use crate::harness::Bench;
-use crate::report::{Better, Outcome, Role, ScenarioReport};
+use crate::report::{Better, ScenarioReport};
 
 /// Loop iterations.
 const N: u64 = 1_000_000;
@@ -35,34 +35,14 @@ pub async fn cpu(b: &Bench) -> Result<ScenarioReport> {
         PeerPlan::new("cpython", "cpython", "cpu", per_round, 0).param("n", N),
         PeerPlan::new("monty", "monty", "cpu", per_round, 1).param("n", N),
     ];
-    let (samples, peers) = interleaved(
-        b,
-        rounds,
-        async || {
-            let mut out = Vec::with_capacity(per_round);
-            for _ in 0..per_round {
-                out.push(b.timed_script("cpu", &code).await?);
-            }
-            Ok(out)
-        },
-        &plans,
-    )
-    .await?;
-    r.push(
-        "paddock",
-        Role::Paddock,
-        None,
-        Outcome::measured(
-            format!(
-                "module-level loop `s += i * i` for i in range({N}) in a sandbox child \
-                 (RustPython), timed inside the script with time.perf_counter (excludes \
-                 start-up)."
-            ),
-            None,
-            samples,
-        ),
+    let method = format!(
+        "module-level loop `s += i * i` for i in range({N}) in a sandbox child (RustPython), \
+         timed inside the script with time.perf_counter (excludes start-up)."
     );
-    push_peers(&mut r, &plans, peers, None);
+    versus_peers(b, &mut r, None, rounds, &plans, method, async || {
+        repeat(per_round, async || b.timed_script("cpu", &code).await).await
+    })
+    .await?;
     r.note(format!(
         "Identical source in every contender; {rounds} round(s) of {per_round} runs each."
     ));

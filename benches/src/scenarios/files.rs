@@ -7,17 +7,17 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
 
 use paddock_engine::engine::{Engine, EngineOptions};
 use paddock_engine::policy::Policy;
 use paddock_engine::registry::Registry;
 use serde_json::{Value, json};
 
+use super::measure::{bare_process, timed};
 use super::terminal::Scratch;
 use crate::error::{BenchError, Result};
-use crate::harness::{Bench, ms};
-use crate::report::{Better, Outcome, Role, ScenarioReport};
+use crate::harness::Bench;
+use crate::report::{Better, Role, ScenarioReport};
 
 /// The session every place runs in; closed at the end.
 const SESSION: &str = "bench-files";
@@ -70,36 +70,22 @@ fn make_tree(root: &Path) -> Result<()> {
 }
 
 async fn call(engine: &Engine, tool: &str, args: Value, what: &str) -> Result<(f64, Value)> {
-    let t = Instant::now();
-    let out = engine
-        .call_tool(tool, args)
-        .await
-        .map_err(BenchError::tool(format!("{what}: {tool}")))?;
-    Ok((ms(t.elapsed()), out))
+    timed(async {
+        engine
+            .call_tool(tool, args)
+            .await
+            .map_err(BenchError::tool(format!("{what}: {tool}")))
+    })
+    .await
 }
 
 async fn bare(place: &Place, command: &[&str]) -> Result<f64> {
     let mut argv: Vec<String> = place.prefix.clone();
     argv.extend(command.iter().map(|w| (*w).to_owned()));
-    let t = Instant::now();
-    let out = tokio::process::Command::new(&argv[0])
-        .args(&argv[1..])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .map_err(BenchError::io(format!(
-            "{}: {}",
-            place.name,
-            argv.join(" ")
-        )))?;
-    let elapsed = ms(t.elapsed());
-    if !out.status.success() {
-        return Err(BenchError::unexpected(
-            format!("{}: {}", place.name, argv.join(" ")),
-            &json!({"status": out.status.code(), "stderr": String::from_utf8_lossy(&out.stderr)}),
-        ));
-    }
-    Ok(elapsed)
+    let mut process = tokio::process::Command::new(&argv[0]);
+    process.args(&argv[1..]);
+    let what = format!("{}: {}", place.name, argv.join(" "));
+    bare_process(process, what.clone(), what).await
 }
 
 /// The 3-file patch that turns `from` into `to` in each of the place's patch files.
@@ -250,23 +236,13 @@ async fn measure(b: &Bench, place: &Place, have_rg: bool) -> Result<Vec<Scenario
             "ms",
             Better::Lower,
         );
-        r.push(
-            "paddock",
-            Role::Paddock,
-            None,
-            Outcome::measured(tool_method(tool), None, samples),
-        );
+        r.push_measured("paddock", Role::Paddock, None, tool_method(tool), samples);
         r.note(interleaving);
         r
     };
     let mut out = Vec::new();
     let peer = |r: &mut ScenarioReport, name: &str, command: &str, samples: Vec<f64>| {
-        r.push(
-            name,
-            Role::Peer,
-            None,
-            Outcome::measured(bare_method(command), None, samples),
-        );
+        r.push_measured(name, Role::Peer, None, bare_method(command), samples);
     };
     let mut r = report(
         "read",

@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::{PeerPlan, interleaved, push_peers};
+use super::measure::{PeerPlan, interleaved, push_peers};
 use crate::error::Result;
 use crate::harness::{Bench, PREFORK};
-use crate::report::{Better, Outcome, Role, ScenarioReport};
+use crate::report::{Better, Role, ScenarioReport};
 
 /// Private (not shared) memory of a process in kB, from smaps_rollup: what the process costs
 /// beyond the pages it shares with its zygote or its siblings.
@@ -66,30 +66,20 @@ pub async fn idle_memory(b: &Bench) -> Result<ScenarioReport> {
         &plans,
     )
     .await?;
-    r.push(
-        "paddock",
-        Role::Paddock,
-        None,
-        Outcome::measured(
-            format!(
-                "the {PREFORK} idle pre-forked sandbox children of the warm engine (each has run \
-                 its warm-up script and waits for a script): Private_Clean + Private_Dirty from \
-                 /proc/PID/smaps_rollup; sample = one child."
-            ),
-            None,
-            samples,
-        ),
+    let child_method = format!(
+        "the {PREFORK} idle pre-forked sandbox children of the warm engine (each has run its \
+         warm-up script and waits for a script): Private_Clean + Private_Dirty from \
+         /proc/PID/smaps_rollup; sample = one child."
     );
-    r.push(
+    let zygote_method = "the sandbox zygote the children are forked from, measured the same \
+                         way: paid once per engine, not per child.";
+    r.push_measured("paddock", Role::Paddock, None, child_method, samples);
+    r.push_measured(
         "paddock zygote (one per engine)",
         Role::Variant,
         None,
-        Outcome::measured(
-            "the sandbox zygote the children are forked from, measured the same way: paid \
-             once per engine, not per child.",
-            None,
-            zygote,
-        ),
+        zygote_method,
+        zygote,
     );
     push_peers(&mut r, &plans, peers, None);
     r.note(

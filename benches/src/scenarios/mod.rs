@@ -12,6 +12,7 @@ mod cpu;
 mod files;
 mod growth;
 mod mcp;
+mod measure;
 mod memory;
 mod network;
 mod notebook;
@@ -23,16 +24,13 @@ mod snapshot;
 mod snapshot_notebook;
 mod terminal;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use paddock_engine::codemode::Limits;
 use paddock_engine::engine::Engine;
-use serde_json::json;
 
 use crate::error::{BenchError, Result};
-use crate::harness::{Bench, ms};
-use crate::peers::{PeerRequest, PeerSamples};
-use crate::report::{Outcome, Role, ScenarioReport};
+use crate::harness::Bench;
+use crate::report::ScenarioReport;
 
 /// Every scenario, in the order a full run takes them, with what it measures.
 pub const SCENARIOS: &[(&str, &str)] = &[
@@ -212,39 +210,6 @@ pub async fn run(name: &'static str, b: &Bench) -> Vec<ScenarioReport> {
     reports
 }
 
-/// Operations finished per second by `tasks` concurrent tasks over `window`: task `i` awaits
-/// `op(i)` over and over until the window closes (`what` names a task that failed to join).
-pub async fn rate_over<F, Fut>(tasks: usize, window: Duration, what: &str, op: F) -> Result<f64>
-where
-    F: Fn(usize) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<()>> + Send + 'static,
-{
-    let op = std::sync::Arc::new(op);
-    let started = Instant::now();
-    let until = started + window;
-    let handles: Vec<_> = (0..tasks)
-        .map(|i| {
-            let op = op.clone();
-            tokio::spawn(async move {
-                let mut done = 0u64;
-                while Instant::now() < until {
-                    op(i).await?;
-                    done += 1;
-                }
-                Ok::<u64, BenchError>(done)
-            })
-        })
-        .collect();
-    let mut total = 0;
-    for handle in handles {
-        total += handle.await.map_err(|e| BenchError::Unexpected {
-            what: what.to_owned(),
-            result: e.to_string(),
-        })??;
-    }
-    Ok(total as f64 / started.elapsed().as_secs_f64())
-}
-
 /// An engine of `policy` whose calls run in `session` (on `backend`, when given).
 pub fn session_engine(
     b: &Bench,
@@ -308,6 +273,19 @@ pub fn sandbox_and_docker(
     Ok(out)
 }
 
+/// The names of `policy`'s backends whose configuration `wanted` takes, in the policy's order.
+pub fn backends_where(
+    policy: &paddock_engine::policy::Policy,
+    wanted: impl Fn(&paddock_engine::policy::BackendConfig) -> bool,
+) -> Vec<String> {
+    policy
+        .backends
+        .iter()
+        .filter(|(_, config)| wanted(config))
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
 /// The docker backends of `--backends` (name, image), for scenarios that make their own.
 pub fn docker_images(b: &Bench) -> Result<Vec<(String, String)>> {
     let Some(path) = &b.backends else {
@@ -325,119 +303,6 @@ pub fn docker_images(b: &Bench) -> Result<Vec<(String, String)>> {
             _ => None,
         })
         .collect())
-}
-
-/// Commands per "from one script" sample.
-pub const SCRIPT_COMMANDS: usize = 20;
-
-/// One `run_tools_script` that awaits `tools.terminal(command="true")` [`SCRIPT_COMMANDS`]
-/// times in sequence (each must exit 0); host wall time of the whole script divided by
-/// [`SCRIPT_COMMANDS`], so script start-up is charged to the commands.
-pub async fn terminal_script_once(engine: &Engine, limits: &Limits, what: &str) -> Result<f64> {
-    let code = format!(
-        "for _ in range({SCRIPT_COMMANDS}):\n    r = await tools.terminal(command=\"true\")\n    \
-         if r[\"exit_code\"] != 0:\n        raise RuntimeError(str(r))\n{SCRIPT_COMMANDS}\n"
-    );
-    let t = Instant::now();
-    let result = engine.run_script(&code, limits).await?;
-    let elapsed = ms(t.elapsed());
-    if result["ok"] != json!(true) || result["result"] != json!(SCRIPT_COMMANDS) {
-        return Err(BenchError::unexpected(
-            format!("{what}: {SCRIPT_COMMANDS} terminal calls from one script"),
-            &result,
-        ));
-    }
-    Ok(elapsed / SCRIPT_COMMANDS as f64)
-}
-
-/// The method text of a "from one script" sample.
-pub fn script_method(what: &str) -> String {
-    format!(
-        "one `run_tools_script` awaiting `tools.terminal(command=\"true\")` \
-         {SCRIPT_COMMANDS} times in sequence ({what}); sample = host wall time of the whole \
-         script (start-up included) / {SCRIPT_COMMANDS}."
-    )
-}
-
-/// One peer measured in rounds between Paddock's samples.
-pub struct PeerPlan<'a> {
-    /// Its name in the report.
-    pub contender: &'a str,
-    /// `samples` is per round.
-    pub request: PeerRequest<'a>,
-    /// Multiplies every sample (the driver reports ms; e.g. 1000 for µs).
-    pub scale: f64,
-}
-
-impl<'a> PeerPlan<'a> {
-    pub fn new(
-        contender: &'a str,
-        peer: &'a str,
-        scenario: &'a str,
-        samples: usize,
-        warmup: usize,
-    ) -> Self {
-        Self {
-            contender,
-            request: PeerRequest {
-                peer,
-                scenario,
-                params: Vec::new(),
-                samples,
-                warmup,
-            },
-            scale: 1.0,
-        }
-    }
-
-    pub fn param(mut self, key: &'a str, value: impl ToString) -> Self {
-        self.request.params.push((key, value.to_string()));
-        self
-    }
-
-    pub fn scale(mut self, scale: f64) -> Self {
-        self.scale = scale;
-        self
-    }
-}
-
-/// Runs `rounds` rounds of (Paddock's chunk, then each peer's chunk) and returns Paddock's
-/// samples and each peer's outcome, in `plans` order. A peer that fails or is missing is not
-/// asked again.
-pub async fn interleaved(
-    b: &Bench,
-    rounds: usize,
-    mut paddock: impl AsyncFnMut() -> Result<Vec<f64>>,
-    plans: &[PeerPlan<'_>],
-) -> Result<(Vec<f64>, Vec<Outcome>)> {
-    let mut mine = Vec::new();
-    let mut theirs: Vec<PeerSamples> = plans.iter().map(|_| PeerSamples::default()).collect();
-    for _ in 0..rounds.max(1) {
-        mine.extend(paddock().await?);
-        for (plan, samples) in plans.iter().zip(theirs.iter_mut()) {
-            if !samples.gave_up() {
-                samples.add(b.peers.run(&plan.request).await);
-            }
-        }
-    }
-    let outcomes = theirs
-        .into_iter()
-        .zip(plans)
-        .map(|(samples, plan)| samples.outcome(plan.scale))
-        .collect();
-    Ok((mine, outcomes))
-}
-
-/// Adds each peer's outcome to the report, at `x`.
-pub fn push_peers(
-    report: &mut ScenarioReport,
-    plans: &[PeerPlan<'_>],
-    outcomes: Vec<Outcome>,
-    x: Option<f64>,
-) {
-    for (plan, outcome) in plans.iter().zip(outcomes) {
-        report.push(plan.contender, Role::Peer, x, outcome);
-    }
 }
 
 #[cfg(test)]

@@ -1,19 +1,20 @@
 //! Notebook sessions (`[codemode] keep_state`): a trivial cell in a kept session, cells per
 //! second over several sessions, and a batch of scripts through one `paddock run` process.
 
-use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use paddock_engine::codemode::RUN_TOOLS_SCRIPT;
 use paddock_engine::engine::{CallExtras, Engine};
 use paddock_engine::policy::Policy;
 use serde_json::{Value, json};
 
-use super::{PeerPlan, interleaved, push_peers, rate_over};
+use super::measure::{
+    PeerPlan, interleaved, push_peers, rate_over, repeat, timed, timed_process, versus_peers,
+};
 use crate::error::{BenchError, Result};
-use crate::harness::{Bench, PREFORK, bench_engine, ms};
-use crate::report::{Better, Outcome, Role, ScenarioReport};
+use crate::harness::{Bench, PREFORK, bench_engine};
+use crate::report::{Better, Role, ScenarioReport};
 
 const TRIVIAL: &str = "1 + 1";
 
@@ -61,36 +62,16 @@ pub async fn notebook(b: &Bench) -> Result<ScenarioReport> {
         PeerPlan::new("monty (session reused)", "monty", "trivial", per_round, 20)
             .param("session", "reuse"),
     ];
-    let (samples, peers) = interleaved(
-        b,
-        rounds,
-        async || {
-            let mut out = Vec::with_capacity(per_round);
-            for _ in 0..per_round {
-                let t = Instant::now();
-                cell(&engine, "bench-notebook").await?;
-                out.push(ms(t.elapsed()));
-            }
-            Ok(out)
-        },
-        &plans,
-    )
-    .await?;
-    r.push(
-        "paddock",
-        Role::Paddock,
-        None,
-        Outcome::measured(
-            format!(
-                "`run_tools_script` of `{TRIVIAL}` in one session of an engine with \
-                 `[codemode] keep_state = true` (the session's child kept between scripts): \
-                 host wall time from call to result."
-            ),
-            None,
-            samples,
-        ),
+    let method = format!(
+        "`run_tools_script` of `{TRIVIAL}` in one session of an engine with `[codemode] \
+         keep_state = true` (the session's child kept between scripts): host wall time from \
+         call to result."
     );
-    push_peers(&mut r, &plans, peers, None);
+    let sample = async || Ok(timed(cell(&engine, "bench-notebook")).await?.0);
+    versus_peers(b, &mut r, None, rounds, &plans, method, async || {
+        repeat(per_round, &sample).await
+    })
+    .await?;
     r.note(format!(
         "{rounds} round(s): Paddock's samples, then Monty's, again."
     ));
@@ -130,38 +111,20 @@ pub async fn notebook_throughput(b: &Bench) -> Result<ScenarioReport> {
                 .param("window", window)
                 .param("session", "reuse"),
         ];
-        let (samples, peers) = interleaved(
-            b,
-            1,
-            async || {
-                sessions_window(&engine, sessions, Duration::from_secs_f64(0.2)).await?;
-                let mut out = Vec::with_capacity(windows);
-                for _ in 0..windows {
-                    out.push(
-                        sessions_window(&engine, sessions, Duration::from_secs_f64(window)).await?,
-                    );
-                }
-                Ok(out)
-            },
-            &plans,
-        )
-        .await?;
-        r.push(
-            "paddock",
-            Role::Paddock,
-            x,
-            Outcome::measured(
-                format!(
-                    "{sessions} sessions in this process, each running `{TRIVIAL}` through \
-                     `run_tools_script` over and over for {window} s with `[codemode] \
-                     keep_state = true` (one kept child per session); sample = scripts \
-                     finished / window."
-                ),
-                None,
-                samples,
-            ),
+        let method = format!(
+            "{sessions} sessions in this process, each running `{TRIVIAL}` through \
+             `run_tools_script` over and over for {window} s with `[codemode] keep_state = \
+             true` (one kept child per session); sample = scripts finished / window."
         );
-        push_peers(&mut r, &plans, peers, x);
+        versus_peers(b, &mut r, x, 1, &plans, method, async || {
+            sessions_window(&engine, sessions, Duration::from_secs_f64(0.2)).await?;
+            let window = Duration::from_secs_f64(window);
+            repeat(windows, async || {
+                sessions_window(&engine, sessions, window).await
+            })
+            .await
+        })
+        .await?;
     }
     r.note(format!(
         "{windows} windows of {window} s per contender and session count (after a 0.2 s \
@@ -181,23 +144,8 @@ async fn paddock_batch_once(b: &Bench, files: &[String], keep_state: bool) -> Re
     if keep_state {
         command.arg("--keep-state");
     }
-    let t = Instant::now();
-    let out = command
-        .args(files)
-        .env_remove("PADDOCK_POLICY")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), out)
-        .await
-        .map_err(|_| BenchError::Timeout {
-            what: "paddock run (batch)".into(),
-            seconds: 120,
-        })?
-        .map_err(BenchError::io("paddock run (batch)"))?;
-    let elapsed = ms(t.elapsed());
+    command.args(files).env_remove("PADDOCK_POLICY");
+    let (elapsed, out) = timed_process(&mut command, None, 120, "paddock run (batch)").await?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let twos = stdout
         .lines()
@@ -240,46 +188,36 @@ async fn batch_rounds(b: &Bench, files: &[String], r: &mut ScenarioReport) -> Re
     let plans = [PeerPlan::new("monty", "monty", "batch", per_round, 1).param("scripts", BATCH)];
     let mut kept = Vec::new();
     paddock_batch_once(b, files, false).await?; // page cache
-    let (samples, peers) = interleaved(
-        b,
-        rounds,
-        async || {
-            let mut out = Vec::with_capacity(per_round);
-            for _ in 0..per_round {
-                out.push(paddock_batch_once(b, files, false).await?);
-                kept.push(paddock_batch_once(b, files, true).await?);
-            }
-            Ok(out)
-        },
-        &plans,
-    )
-    .await?;
-    r.push(
+    let chunk = async || {
+        repeat(per_round, async || {
+            let independent = paddock_batch_once(b, files, false).await?;
+            kept.push(paddock_batch_once(b, files, true).await?);
+            Ok(independent)
+        })
+        .await
+    };
+    let (samples, peers) = interleaved(b, rounds, chunk, &plans).await?;
+    let independent_method = format!(
+        "`paddock run` of {BATCH} files of `{TRIVIAL}` (built-in policy: independent scripts, \
+         one confined child each, at most 8 at once): host wall time from spawn to exit."
+    );
+    let kept_method = format!(
+        "`paddock run --keep-state` of the same {BATCH} files: one notebook session, the \
+         scripts one after another in one kept child."
+    );
+    r.push_measured(
         "paddock run",
         Role::Paddock,
         None,
-        Outcome::measured(
-            format!(
-                "`paddock run` of {BATCH} files of `{TRIVIAL}` (built-in policy: independent \
-                 scripts, one confined child each, at most 8 at once): host wall time from \
-                 spawn to exit."
-            ),
-            None,
-            samples,
-        ),
+        independent_method,
+        samples,
     );
-    r.push(
+    r.push_measured(
         "paddock run --keep-state",
         Role::Variant,
         None,
-        Outcome::measured(
-            format!(
-                "`paddock run --keep-state` of the same {BATCH} files: one notebook session, \
-                 the scripts one after another in one kept child."
-            ),
-            None,
-            kept,
-        ),
+        kept_method,
+        kept,
     );
     push_peers(r, &plans, peers, None);
     r.note(format!(

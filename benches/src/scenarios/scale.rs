@@ -10,11 +10,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use paddock_engine::engine::{CallExtras, Engine, EngineOptions};
+use paddock_engine::engine::{CallExtras, Engine};
 use paddock_engine::policy::{BackendConfig, Policy};
-use paddock_engine::registry::Registry;
 use serde_json::{Value, json};
 
+use super::{backends_where, session_engine};
 use crate::error::{BenchError, Result};
 use crate::harness::{Bench, ms};
 use crate::report::{Better, Outcome, Role, ScenarioReport};
@@ -305,38 +305,18 @@ async fn one_target(
 /// `scale_local` (the built-in policy's sandboxed local backend) and `scale_NAME` for each
 /// docker backend of `--backends`.
 pub async fn scale(b: &Bench) -> Vec<ScenarioReport> {
-    let mut out = Vec::new();
-    let t = Instant::now();
-    let local = Engine::with_options(
-        Policy::builtin(),
-        Registry::with_builtins(),
-        Arc::default(),
-        EngineOptions {
-            session: Some("scale".into()),
-            backend: None,
-            exe: Some(b.exe.clone()),
-        },
-    );
-    let mut report = match local {
-        Ok(engine) => {
-            one_target(
-                b,
-                "scale_local",
-                "Concurrent sessions on the local backend (workspace-write sandbox)",
-                Arc::new(engine),
-                false,
-                &SESSIONS,
-            )
-            .await
-        }
-        Err(err) => {
-            let mut r = ScenarioReport::new("scale_local", "scale", "ops/s", Better::Higher);
-            r.error = Some(err.to_string());
-            r
-        }
-    };
-    report.wall_s = t.elapsed().as_secs_f64();
-    out.push(report);
+    let mut out = vec![
+        target(
+            b,
+            "scale_local",
+            "Concurrent sessions on the local backend (workspace-write sandbox)",
+            "scale",
+            || session_engine(b, Policy::builtin(), "scale", None),
+            false,
+            &SESSIONS,
+        )
+        .await,
+    ];
     let Some(path) = &b.backends else {
         return out;
     };
@@ -349,84 +329,46 @@ pub async fn scale(b: &Bench) -> Vec<ScenarioReport> {
             return out;
         }
     };
-    let docker: Vec<String> = policy
-        .backends
-        .iter()
-        .filter(|(_, c)| matches!(c, BackendConfig::Docker(_)))
-        .map(|(n, _)| n.clone())
-        .collect();
-    let relayed_slurm: Vec<String> = policy
-        .backends
-        .iter()
-        .filter(|(_, c)| match c {
-            BackendConfig::Slurm(c) => c.relay.as_ref().is_some_and(|r| r.get_ref() != "none"),
-            _ => false,
-        })
-        .map(|(n, _)| n.clone())
-        .collect();
+    let docker = backends_where(&policy, |c| matches!(c, BackendConfig::Docker(_)));
+    let relayed_slurm = backends_where(&policy, |c| match c {
+        BackendConfig::Slurm(c) => c.relay.as_ref().is_some_and(|r| r.get_ref() != "none"),
+        _ => false,
+    });
     for name in relayed_slurm {
-        let t = Instant::now();
         let title = format!("Concurrent sessions on the slurm backend `{name}` (other nodes)");
-        let mut report = match session_engine_for(b, &policy, &name) {
-            Ok(engine) => {
-                one_target(
-                    b,
-                    &format!("scale_{name}"),
-                    &title,
-                    Arc::new(engine),
-                    false,
-                    &SLURM_SESSIONS,
-                )
-                .await
-            }
-            Err(err) => {
-                let mut r =
-                    ScenarioReport::new(&format!("scale_{name}"), &title, "ops/s", Better::Higher);
-                r.error = Some(err.to_string());
-                r
-            }
-        };
-        report.wall_s = t.elapsed().as_secs_f64();
-        out.push(report);
+        let make = || session_engine(b, policy.clone(), "scale", Some(&name));
+        let id = format!("scale_{name}");
+        out.push(target(b, &id, &title, &title, make, false, &SLURM_SESSIONS).await);
     }
     for name in docker {
-        let t = Instant::now();
-        let engine = session_engine_for(b, &policy, &name);
         let title = format!("Concurrent sessions on the docker backend `{name}`");
-        let mut report = match engine {
-            Ok(engine) => {
-                one_target(
-                    b,
-                    &format!("scale_{name}"),
-                    &title,
-                    Arc::new(engine),
-                    true,
-                    &SESSIONS,
-                )
-                .await
-            }
-            Err(err) => {
-                let mut r =
-                    ScenarioReport::new(&format!("scale_{name}"), &title, "ops/s", Better::Higher);
-                r.error = Some(err.to_string());
-                r
-            }
-        };
-        report.wall_s = t.elapsed().as_secs_f64();
-        out.push(report);
+        let make = || session_engine(b, policy.clone(), "scale", Some(&name));
+        let id = format!("scale_{name}");
+        out.push(target(b, &id, &title, &title, make, true, &SESSIONS).await);
     }
     out
 }
 
-fn session_engine_for(b: &Bench, policy: &Policy, name: &str) -> Result<Engine> {
-    Ok(Engine::with_options(
-        policy.clone(),
-        Registry::with_builtins(),
-        Arc::default(),
-        EngineOptions {
-            session: Some("scale".into()),
-            backend: Some(name.to_owned()),
-            exe: Some(b.exe.clone()),
-        },
-    )?)
+/// The report `name` of [`one_target`] on the engine `make` builds, with its wall time from
+/// before the build; when no engine is built, a report titled `failed_title` carrying why.
+async fn target(
+    b: &Bench,
+    name: &str,
+    title: &str,
+    failed_title: &str,
+    make: impl FnOnce() -> Result<Engine>,
+    docker: bool,
+    sizes: &[usize],
+) -> ScenarioReport {
+    let t = Instant::now();
+    let mut report = match make() {
+        Ok(engine) => one_target(b, name, title, Arc::new(engine), docker, sizes).await,
+        Err(err) => {
+            let mut r = ScenarioReport::new(name, failed_title, "ops/s", Better::Higher);
+            r.error = Some(err.to_string());
+            r
+        }
+    };
+    report.wall_s = t.elapsed().as_secs_f64();
+    report
 }

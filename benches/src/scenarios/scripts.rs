@@ -1,18 +1,19 @@
 //! Whole scripts: latency of a trivial one, scripts per second under concurrency, and what it
 //! costs to start from nothing.
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use paddock_engine::policy::Policy;
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
 
-use super::{PeerPlan, interleaved, push_peers, rate_over};
+use super::measure::{
+    PeerPlan, interleaved, json_answer, push_peers, rate_over, repeat, script_sample,
+    timed_process, versus_peers,
+};
 use crate::error::{BenchError, Result};
 use crate::harness::{Bench, PREFORK, bench_engine, ms};
-use crate::report::{Better, Outcome, Role, ScenarioReport};
+use crate::report::{Better, Role, ScenarioReport};
 
 /// The trivial script of every contender.
 const TRIVIAL: &str = "1 + 1";
@@ -43,42 +44,22 @@ pub async fn trivial(b: &Bench) -> Result<ScenarioReport> {
             2,
         ),
     ];
-    let (samples, peers) = interleaved(
-        b,
-        rounds,
-        async || {
-            let mut out = Vec::with_capacity(per_round);
-            for _ in 0..per_round {
-                let t = Instant::now();
-                let result = b.script("trivial", TRIVIAL).await?;
-                out.push(ms(t.elapsed()));
-                if !is_two(&result) {
-                    return Err(BenchError::unexpected("trivial", &result));
-                }
-                // Let the pool refill between samples: this measures the warm path, as an
-                // agent that calls now and then sees it (throughput measures the other case).
-                tokio::time::sleep(Duration::from_millis(3)).await;
-            }
-            Ok(out)
-        },
-        &plans,
-    )
-    .await?;
-    r.push(
-        "paddock",
-        Role::Paddock,
-        None,
-        Outcome::measured(
-            format!(
-                "Engine::run_script(\"{TRIVIAL}\") in this process on the warm pool (built-in \
-                 policy, {PREFORK} pre-forked children), 3 ms pause between samples so each \
-                 finds an idle child: host wall time from call to result."
-            ),
-            None,
-            samples,
-        ),
+    let method = format!(
+        "Engine::run_script(\"{TRIVIAL}\") in this process on the warm pool (built-in policy, \
+         {PREFORK} pre-forked children), 3 ms pause between samples so each finds an idle \
+         child: host wall time from call to result."
     );
-    push_peers(&mut r, &plans, peers, None);
+    let sample = async || {
+        let elapsed = script_sample(b, "trivial", TRIVIAL, is_two).await?;
+        // Let the pool refill between samples: this measures the warm path, as an agent
+        // that calls now and then sees it (throughput measures the other case).
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        Ok(elapsed)
+    };
+    versus_peers(b, &mut r, None, rounds, &plans, method, async || {
+        repeat(per_round, &sample).await
+    })
+    .await?;
     r.note(format!(
         "{rounds} round(s): Paddock's samples, then Monty's, then CPython's, again."
     ));
@@ -123,40 +104,21 @@ pub async fn throughput(b: &Bench) -> Result<ScenarioReport> {
                 .param("concurrency", concurrency)
                 .param("window", window),
         ];
-        let (samples, peers) = interleaved(
-            b,
-            1,
-            async || {
-                paddock_window(b, concurrency, Duration::from_secs_f64(0.2)).await?;
-                let mut out = Vec::with_capacity(windows);
-                for _ in 0..windows {
-                    out.push(
-                        paddock_window(b, concurrency, Duration::from_secs_f64(window)).await?,
-                    );
-                }
-                Ok(out)
-            },
-            &plans,
-        )
-        .await?;
-        let policy = b.engine.policy();
-        r.push(
-            "paddock",
-            Role::Paddock,
-            x,
-            Outcome::measured(
-                format!(
-                    "{concurrency} tasks in this process each running `{TRIVIAL}` through \
-                     Engine::run_script over and over for {window} s (built-in policy: \
-                     max_concurrency {}, {PREFORK} pre-forked children); sample = scripts \
-                     finished / window.",
-                    policy.codemode.max_concurrency.get_ref()
-                ),
-                None,
-                samples,
-            ),
+        let method = format!(
+            "{concurrency} tasks in this process each running `{TRIVIAL}` through \
+             Engine::run_script over and over for {window} s (built-in policy: max_concurrency \
+             {}, {PREFORK} pre-forked children); sample = scripts finished / window.",
+            b.engine.policy().codemode.max_concurrency.get_ref()
         );
-        push_peers(&mut r, &plans, peers, x);
+        versus_peers(b, &mut r, x, 1, &plans, method, async || {
+            paddock_window(b, concurrency, Duration::from_secs_f64(0.2)).await?;
+            let window = Duration::from_secs_f64(window);
+            repeat(windows, async || {
+                paddock_window(b, concurrency, window).await
+            })
+            .await
+        })
+        .await?;
     }
     r.note(format!(
         "{windows} windows of {window} s per contender and concurrency (after a 0.2 s warm-up \
@@ -169,38 +131,11 @@ pub async fn throughput(b: &Bench) -> Result<ScenarioReport> {
 
 /// One fresh `paddock run -` process running the trivial script.
 async fn paddock_run_once(b: &Bench) -> Result<f64> {
-    let t = Instant::now();
-    let mut child = tokio::process::Command::new(&b.exe)
-        .args(["run", "-"])
-        .env_remove("PADDOCK_POLICY")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(BenchError::io("paddock run"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(TRIVIAL.as_bytes())
-            .await
-            .map_err(BenchError::io("paddock run: writing the script"))?;
-    }
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .map_err(|_| BenchError::Timeout {
-            what: "paddock run".into(),
-            seconds: 60,
-        })?
-        .map_err(BenchError::io("paddock run"))?;
-    let elapsed = ms(t.elapsed());
-    let result: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    if !out.status.success() || !is_two(&result) {
-        return Err(BenchError::unexpected(
-            "paddock run",
-            &json!({"status": out.status.code(), "stdout": result,
-                    "stderr": String::from_utf8_lossy(&out.stderr)}),
-        ));
-    }
+    let mut run = tokio::process::Command::new(&b.exe);
+    run.args(["run", "-"]).env_remove("PADDOCK_POLICY");
+    let (elapsed, out) =
+        timed_process(&mut run, Some(TRIVIAL.as_bytes()), 60, "paddock run").await?;
+    json_answer(&out, "paddock run", is_two)?;
     Ok(elapsed)
 }
 
@@ -239,46 +174,31 @@ pub async fn startup(b: &Bench) -> Result<ScenarioReport> {
     ];
     let mut in_process = Vec::new();
     paddock_run_once(b).await?; // page cache
-    let (samples, peers) = interleaved(
-        b,
-        rounds,
-        async || {
-            let mut out = Vec::with_capacity(per_round);
-            for _ in 0..per_round {
-                out.push(paddock_run_once(b).await?);
-                in_process.push(engine_first_script(b).await?);
-            }
-            Ok(out)
-        },
-        &plans,
-    )
-    .await?;
-    r.push(
-        "paddock run",
-        Role::Paddock,
-        None,
-        Outcome::measured(
-            format!(
-                "a fresh `paddock run -` process given `{TRIVIAL}` on stdin (built-in policy): \
-                 host wall time from spawn to exit, which includes starting the sandbox zygote \
-                 and forking the first child."
-            ),
-            None,
-            samples,
-        ),
+    let chunk = async || {
+        repeat(per_round, async || {
+            let process = paddock_run_once(b).await?;
+            in_process.push(engine_first_script(b).await?);
+            Ok(process)
+        })
+        .await
+    };
+    let (samples, peers) = interleaved(b, rounds, chunk, &plans).await?;
+    let process_method = format!(
+        "a fresh `paddock run -` process given `{TRIVIAL}` on stdin (built-in policy): host wall \
+         time from spawn to exit, which includes starting the sandbox zygote and forking the \
+         first child."
     );
-    r.push(
+    let in_process_method = format!(
+        "Engine::with_options (built-in policy) then run_script(\"{TRIVIAL}\") in this process, \
+         to the result: what a Rust library user waits for once."
+    );
+    r.push_measured("paddock run", Role::Paddock, None, process_method, samples);
+    r.push_measured(
         "paddock engine in-process",
         Role::Variant,
         None,
-        Outcome::measured(
-            format!(
-                "Engine::with_options (built-in policy) then run_script(\"{TRIVIAL}\") in this \
-                 process, to the result: what a Rust library user waits for once."
-            ),
-            None,
-            in_process,
-        ),
+        in_process_method,
+        in_process,
     );
     push_peers(&mut r, &plans, peers, None);
     r.note(format!(

@@ -13,7 +13,7 @@ use serde_json::json;
 use super::terminal::Scratch;
 use paddock_engine::policy::{BackendConfig, Policy};
 
-use super::{Place, sandbox_and_docker, session_engine};
+use super::{Place, backends_where, sandbox_and_docker, session_engine};
 use crate::error::{BenchError, Result};
 use crate::harness::{Bench, ms};
 use crate::report::{Better, Outcome, Role, ScenarioReport};
@@ -73,12 +73,7 @@ fn places(b: &Bench, scratch: &Scratch) -> Result<Vec<Built>> {
     // Each apptainer backend of --backends, in the image's own tree (its writable overlay).
     if let Some(path) = &b.backends {
         let given = Policy::load(path)?;
-        let names: Vec<String> = given
-            .backends
-            .iter()
-            .filter(|(_, config)| matches!(config, BackendConfig::Apptainer(_)))
-            .map(|(name, _)| name.clone())
-            .collect();
+        let names = backends_where(&given, |c| matches!(c, BackendConfig::Apptainer(_)));
         for name in names {
             places.push(Built {
                 build: build_commands("/opt/bench", docker_mb),

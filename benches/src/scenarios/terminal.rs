@@ -5,54 +5,34 @@
 //! `sandbox = "none"`: the built-in policy's local backend is sandboxed.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
-use std::time::Instant;
 
 use paddock_engine::engine::{Engine, EngineOptions};
 use paddock_engine::policy::Policy;
 use paddock_engine::registry::Registry;
 use serde_json::{Value, json};
 
-use super::{PeerPlan, interleaved, push_peers, script_method, terminal_script_once};
+use super::measure::{
+    PeerPlan, TerminalSamples, all_at_once, alternate, bare_process, interleaved, push_peers,
+    script_method, terminal_once, terminal_script_once, timed,
+};
 use crate::error::{BenchError, Result};
-use crate::harness::{Bench, ms};
+use crate::harness::Bench;
 use crate::report::{Better, Outcome, Role, ScenarioReport};
-
-/// `terminal` through the registry; fails unless the command exited 0.
-async fn terminal_once(engine: &Engine, command: &str) -> Result<f64> {
-    let t = Instant::now();
-    let out = engine
-        .call_tool("terminal", json!({"command": command}))
-        .await
-        .map_err(BenchError::tool("terminal"))?;
-    let elapsed = ms(t.elapsed());
-    if out["exit_code"] != json!(0) {
-        return Err(BenchError::unexpected("terminal", &out));
-    }
-    Ok(elapsed)
-}
 
 /// A bare process, output captured through pipes as a tool would; fails unless it exited 0.
 async fn bare_once(program: &str, args: &[&str], cwd: Option<&Path>) -> Result<f64> {
-    let t = Instant::now();
     let mut command = tokio::process::Command::new(program);
-    command.args(args).stdin(Stdio::null());
+    command.args(args);
     if let Some(dir) = cwd {
         command.current_dir(dir);
     }
-    let out = command
-        .output()
-        .await
-        .map_err(BenchError::io(format!("{program} {}", args.join(" "))))?;
-    let elapsed = ms(t.elapsed());
-    if !out.status.success() {
-        return Err(BenchError::unexpected(
-            program,
-            &json!({"status": out.status.code(), "stderr": String::from_utf8_lossy(&out.stderr)}),
-        ));
-    }
-    Ok(elapsed)
+    bare_process(
+        command,
+        format!("{program} {}", args.join(" ")),
+        program.into(),
+    )
+    .await
 }
 
 /// A scratch directory removed on drop.
@@ -144,22 +124,6 @@ pub async fn terminal(b: &Bench) -> Result<Vec<ScenarioReport>> {
     result
 }
 
-/// Samples of one contender.
-#[derive(Default)]
-struct Samples {
-    script: Vec<f64>,
-    call: Vec<f64>,
-}
-
-impl Samples {
-    async fn take(&mut self, b: &Bench, engine: &Engine, what: &str) -> Result<()> {
-        self.script
-            .push(terminal_script_once(engine, &b.limits, what).await?);
-        self.call.push(terminal_once(engine, "true").await?);
-        Ok(())
-    }
-}
-
 async fn terminal_measure(
     b: &Bench,
     unconfined: &Engine,
@@ -169,7 +133,7 @@ async fn terminal_measure(
     let limits = &b.limits;
     for _ in 0..2 {
         for engine in [unconfined, sandboxed, per_command] {
-            terminal_once(engine, "true").await?;
+            terminal_once(engine, "true", "terminal").await?;
             terminal_script_once(engine, limits, "warm-up").await?;
         }
         bare_once("bash", &["-c", "true"], None).await?;
@@ -178,8 +142,11 @@ async fn terminal_measure(
     let per_round = b.pick(10, 25);
     let plans = [PeerPlan::new("hermes", "hermes", "terminal", per_round, 3)];
     let mut bare = Vec::new();
-    let (mut open, mut confined, mut exec) =
-        (Samples::default(), Samples::default(), Samples::default());
+    let (mut open, mut confined, mut exec) = (
+        TerminalSamples::default(),
+        TerminalSamples::default(),
+        TerminalSamples::default(),
+    );
     let (script, peers) = interleaved(
         b,
         rounds,
@@ -188,10 +155,18 @@ async fn terminal_measure(
             for _ in 0..per_round {
                 bare.push(bare_once("bash", &["-c", "true"], None).await?);
                 out.push(terminal_script_once(unconfined, limits, "local unconfined").await?);
-                open.call.push(terminal_once(unconfined, "true").await?);
-                confined.take(b, sandboxed, "local workspace-write").await?;
-                exec.take(b, per_command, "local workspace-write, agent = false")
+                open.call
+                    .push(terminal_once(unconfined, "true", "terminal").await?);
+                confined
+                    .take(sandboxed, limits, "local workspace-write", "terminal")
                     .await?;
+                exec.take(
+                    per_command,
+                    limits,
+                    "local workspace-write, agent = false",
+                    "terminal",
+                )
+                .await?;
             }
             Ok(out)
         },
@@ -217,85 +192,44 @@ async fn terminal_measure(
          samples (and its wall time)."
     );
 
-    let mut r = ScenarioReport::new(
-        "terminal",
-        "`terminal` per command (`true`), local backend, unconfined (`sandbox = \"none\"`)",
-        "ms",
-        Better::Lower,
-    );
-    r.push(
-        "paddock",
-        Role::Paddock,
-        None,
-        Outcome::measured(
-            script_method(
-                "local backend, unconfined: a policy with `sandbox = \"none\"`; the built-in \
-                 policy's is sandboxed",
-            ),
-            None,
-            open.script.clone(),
-        ),
-    );
-    r.push(
-        "paddock, one call",
-        Role::Variant,
-        None,
-        Outcome::measured(
-            "Engine::call_tool(\"terminal\", {\"command\": \"true\"}) on the same backend: \
-             host wall time from call to result.",
-            None,
-            open.call,
-        ),
-    );
-    r.push("bash -c (bare)", Role::Peer, None, bare_outcome());
-    push_peers(&mut r, &plans, peers, None);
-    r.note(interleaving.clone());
-
-    let sandboxed_report = |name: &str, title: &str, main: Samples, what: &str| {
+    // Each report: its configuration's rows, then bare bash.
+    let local_report = |name: &str, title: &str, main: TerminalSamples, what: &str| {
         let mut r = ScenarioReport::new(name, title, "ms", Better::Lower);
-        r.push(
-            "paddock",
-            Role::Paddock,
-            None,
-            Outcome::measured(script_method(what), None, main.script),
-        );
-        r.push(
-            "paddock, one call",
-            Role::Variant,
-            None,
-            Outcome::measured(
-                "Engine::call_tool(\"terminal\", {\"command\": \"true\"}) on the same \
-                 backend: host wall time from call to result.",
-                None,
-                main.call,
-            ),
-        );
+        main.push_rows(&mut r, what);
         r.push("bash -c (bare)", Role::Peer, None, bare_outcome());
         r
     };
+    let mut r = local_report(
+        "terminal",
+        "`terminal` per command (`true`), local backend, unconfined (`sandbox = \"none\"`)",
+        open,
+        "local backend, unconfined: a policy with `sandbox = \"none\"`; the built-in policy's \
+         is sandboxed",
+    );
+    push_peers(&mut r, &plans, peers, None);
+    r.note(interleaving.clone());
+
     let exec_script = exec.script.clone();
-    let mut s = sandboxed_report(
+    let mut s = local_report(
         "terminal_sandboxed",
         "`terminal` per command (`true`), local backend, workspace-write sandbox, agent",
         confined,
         "local backend with sandbox = \"workspace-write\": commands go to the session's \
          confined agent",
     );
-    s.push(
+    let exec_method = script_method(
+        "the same sandbox with agent = false: one sandbox helper (namespaces, mounts, Landlock, \
+         seccomp) per command",
+    );
+    s.push_measured(
         "paddock, agent = false",
         Role::Peer,
         None,
-        Outcome::measured(
-            script_method(
-                "the same sandbox with agent = false: one sandbox helper (namespaces, mounts, \
-                 Landlock, seccomp) per command",
-            ),
-            None,
-            exec_script,
-        ),
+        exec_method,
+        exec_script,
     );
     s.note(interleaving.clone());
-    let mut e = sandboxed_report(
+    let mut e = local_report(
         "terminal_sandboxed_no_agent",
         "`terminal` per command (`true`), local backend, workspace-write sandbox, agent = false",
         exec,
@@ -325,61 +259,29 @@ async fn burst_measure(b: &Bench, engine: &Arc<Engine>) -> Result<ScenarioReport
     let samples_n = b.pick(2, 5);
     let (mut paddock, mut bare) = (Vec::new(), Vec::new());
     for _ in 0..samples_n {
-        let t = Instant::now();
-        let tasks: Vec<_> = (0..COMMANDS)
-            .map(|i| {
+        paddock.push(
+            all_at_once(COMMANDS, "terminal burst task", |i| {
                 let engine = Arc::clone(engine);
-                tokio::spawn(async move { terminal_once(&engine, &format!("echo {i}")).await })
+                async move { terminal_once(&engine, &format!("echo {i}"), "terminal").await }
             })
-            .collect();
-        for task in tasks {
-            task.await.map_err(|e| BenchError::Unexpected {
-                what: "terminal burst task".into(),
-                result: e.to_string(),
-            })??;
-        }
-        paddock.push(ms(t.elapsed()));
-
-        let t = Instant::now();
-        let tasks: Vec<_> = (0..COMMANDS)
-            .map(|i| {
-                tokio::spawn(
-                    async move { bare_once("bash", &["-c", &format!("echo {i}")], None).await },
-                )
+            .await?,
+        );
+        bare.push(
+            all_at_once(COMMANDS, "bash burst task", |i| async move {
+                bare_once("bash", &["-c", &format!("echo {i}")], None).await
             })
-            .collect();
-        for task in tasks {
-            task.await.map_err(|e| BenchError::Unexpected {
-                what: "bash burst task".into(),
-                result: e.to_string(),
-            })??;
-        }
-        bare.push(ms(t.elapsed()));
+            .await?,
+        );
     }
-    r.push(
-        "paddock",
-        Role::Paddock,
-        None,
-        Outcome::measured(
-            format!(
-                "{COMMANDS} `terminal` calls started at once from {COMMANDS} tasks in this \
-                 process, all in one session of a local backend with `sandbox = \"none\"`; \
-                 sample = wall time until the last result (every command must exit 0)."
-            ),
-            None,
-            paddock,
-        ),
+    let paddock_method = format!(
+        "{COMMANDS} `terminal` calls started at once from {COMMANDS} tasks in this process, all \
+         in one session of a local backend with `sandbox = \"none\"`; sample = wall time until \
+         the last result (every command must exit 0)."
     );
-    r.push(
-        "bash -c (bare)",
-        Role::Peer,
-        None,
-        Outcome::measured(
-            format!("{COMMANDS} bare `bash -c 'echo i'` spawned at once from this process."),
-            None,
-            bare,
-        ),
-    );
+    let bare_method =
+        format!("{COMMANDS} bare `bash -c 'echo i'` spawned at once from this process.");
+    r.push_measured("paddock", Role::Paddock, None, paddock_method, paddock);
+    r.push_measured("bash -c (bare)", Role::Peer, None, bare_method, bare);
     r.note("Paddock's burst and the bare one alternate.");
     Ok(r)
 }
@@ -409,50 +311,28 @@ async fn python_execute_measure(b: &Bench, engine: &Engine) -> Result<ScenarioRe
     std::fs::write(scratch.0.join("main.py"), "print(1)\n")
         .map_err(BenchError::io("writing main.py"))?;
     let run = async || -> Result<f64> {
-        let t = Instant::now();
-        let out = engine
-            .call_tool("python_execute", json!({"code": "print(1)\n"}))
-            .await
-            .map_err(BenchError::tool("python_execute"))?;
-        let elapsed = ms(t.elapsed());
+        let (elapsed, out) = timed(async {
+            engine
+                .call_tool("python_execute", json!({"code": "print(1)\n"}))
+                .await
+                .map_err(BenchError::tool("python_execute"))
+        })
+        .await?;
         if out["exit_code"] != json!(0) || !out["output"].as_str().unwrap_or("").contains('1') {
             return Err(BenchError::unexpected("python_execute", &out));
         }
         Ok(elapsed)
     };
-    for _ in 0..3 {
-        run().await?;
-        bare_once("python3", &["-u", "main.py"], Some(&scratch.0)).await?;
-    }
-    let n = b.pick(15, 60);
-    let (mut paddock, mut bare) = (Vec::new(), Vec::new());
-    for _ in 0..n {
-        bare.push(bare_once("python3", &["-u", "main.py"], Some(&scratch.0)).await?);
-        paddock.push(run().await?);
-    }
-    r.push(
-        "paddock",
-        Role::Paddock,
-        None,
-        Outcome::measured(
-            "Engine::call_tool(\"python_execute\", {\"code\": \"print(1)\"}) on the local \
-             backend with `sandbox = \"none\"`: writes main.py into a fresh working directory, runs `python3 -u main.py` \
-             through the terminal machinery, collects artifacts; host wall time.",
-            None,
-            paddock,
-        ),
-    );
-    r.push(
-        "python3 (bare)",
-        Role::Peer,
-        None,
-        Outcome::measured(
-            "a bare `python3 -u main.py` (the same interpreter from PATH) spawned from this \
-             process, output through pipes: host wall time from spawn to exit.",
-            None,
-            bare,
-        ),
-    );
+    let bare = async || bare_once("python3", &["-u", "main.py"], Some(&scratch.0)).await;
+    let (paddock, bare) = alternate(3, b.pick(15, 60), run, bare).await?;
+    let paddock_method = "Engine::call_tool(\"python_execute\", {\"code\": \"print(1)\"}) on the \
+                          local backend with `sandbox = \"none\"`: writes main.py into a fresh \
+                          working directory, runs `python3 -u main.py` through the terminal \
+                          machinery, collects artifacts; host wall time.";
+    let bare_method = "a bare `python3 -u main.py` (the same interpreter from PATH) spawned from \
+                       this process, output through pipes: host wall time from spawn to exit.";
+    r.push_measured("paddock", Role::Paddock, None, paddock_method, paddock);
+    r.push_measured("python3 (bare)", Role::Peer, None, bare_method, bare);
     let python =
         on_path("python3").map_or_else(|| "not found".to_owned(), |p| p.display().to_string());
     r.note(format!(
