@@ -11,17 +11,16 @@
 )]
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use paddock_agent::protocol::{
-    FrameKind, PROTOCOL_VERSION, Reply, Request, RunRequest, read_frame, read_message,
-    write_message,
-};
+use paddock_agent::protocol::{FrameKind, Reply, RunRequest, read_frame};
 use paddock_agent::shell_state::WRAPPER;
+
+mod common;
+use common::{greet, plain_run, start_run};
 
 struct Agent(Child);
 
@@ -129,28 +128,25 @@ impl Session {
         tag: &str,
         timeout_ms: Option<u64>,
     ) -> RunRequest {
+        let argv = [
+            "/bin/bash",
+            "-c",
+            WRAPPER,
+            "paddock",
+            &self.state.display().to_string(),
+            command,
+            workdir,
+            tag,
+        ]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
         RunRequest {
-            argv: [
-                "/bin/bash",
-                "-c",
-                WRAPPER,
-                "paddock",
-                &self.state.display().to_string(),
-                command,
-                workdir,
-                tag,
-            ]
-            .iter()
-            .map(|a| (*a).to_owned())
-            .collect(),
             env: self.env(tag),
             clear_env: true,
             cwd: Some(self.start.display().to_string()),
-            timeout_ms,
-            renames: Vec::new(),
             run_id: Some(tag.to_owned()),
-            pty: false,
-            stdin: false,
+            ..plain_run(argv, timeout_ms)
         }
     }
 
@@ -167,17 +163,8 @@ impl Session {
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
-        write_message(
-            &mut stream,
-            &Request::Hello {
-                version: PROTOCOL_VERSION,
-            },
-        )
-        .unwrap();
-        let hello: Reply = read_message(&mut stream, "hello").unwrap();
-        assert!(matches!(hello, Reply::Hello { .. }), "{hello:?}");
-        write_message(&mut stream, &Request::Run(request)).unwrap();
-        stream.flush().unwrap();
+        greet(&mut stream);
+        start_run(&mut stream, request);
         stream
     }
 

@@ -9,16 +9,15 @@
     reason = "test helpers: a failed unwrap is a failed test"
 )]
 
-use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use paddock_agent::protocol::{
-    FrameKind, PROTOCOL_VERSION, Reply, Request, RunRequest, read_frame, read_message,
-    write_message,
-};
+use paddock_agent::protocol::{FrameKind, Reply, read_frame};
+
+mod common;
+use common::{greet, plain_run, start_run};
 
 /// A pids cgroup of its own (v1 `pids` hierarchy or v2 with the controller), removed on drop.
 struct PidsGroup(PathBuf);
@@ -115,28 +114,9 @@ fn run_within(socket: &Path, argv: &[&str], timeout_ms: u64) -> (Reply, String) 
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
-    write_message(
-        &mut stream,
-        &Request::Hello {
-            version: PROTOCOL_VERSION,
-        },
-    )
-    .unwrap();
-    let hello: Reply = read_message(&mut stream, "hello").unwrap();
-    assert!(matches!(hello, Reply::Hello { .. }), "{hello:?}");
-    let request = RunRequest {
-        argv: argv.iter().map(|a| (*a).to_owned()).collect(),
-        env: Default::default(),
-        clear_env: false,
-        cwd: None,
-        timeout_ms: Some(timeout_ms),
-        renames: Vec::new(),
-        run_id: None,
-        pty: false,
-        stdin: false,
-    };
-    write_message(&mut stream, &Request::Run(request)).unwrap();
-    stream.flush().unwrap();
+    greet(&mut stream);
+    let argv = argv.iter().map(|a| (*a).to_owned()).collect();
+    start_run(&mut stream, plain_run(argv, Some(timeout_ms)));
     let mut output = Vec::new();
     loop {
         match read_frame(&mut stream) {

@@ -24,21 +24,10 @@ use paddock_agent::protocol::{
     read_frame, read_message, write_frame, write_message,
 };
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 
-/// 256 cases per property, unless `PROPTEST_CASES` says otherwise.
-fn config() -> Config {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256);
-    Config {
-        cases,
-        // Failures are reported with their shrunk input; no regression files in the tree.
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
+#[path = "common/proptest_config.rs"]
+mod proptest_config;
+use proptest_config::config;
 
 /// Any string: control characters, NUL, quotes, backslashes, astral characters.
 fn text() -> impl Strategy<Value = String> {

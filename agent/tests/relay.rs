@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use paddock_agent::protocol::{
-    FrameKind, PROTOCOL_VERSION, Reply, Request, RunRequest, read_frame, read_message,
-    write_message,
-};
+use paddock_agent::protocol::{FrameKind, Reply, read_frame};
+
+mod common;
+use common::{greet, plain_run, start_run};
 
 const AGENT: &str = env!("CARGO_BIN_EXE_paddock-agent");
 
@@ -117,34 +117,15 @@ impl Relay {
         stream
             .set_read_timeout(Some(Duration::from_secs(20)))
             .unwrap();
-        write_message(
-            &mut stream,
-            &Request::Hello {
-                version: PROTOCOL_VERSION,
-            },
-        )
-        .unwrap();
-        let hello: Reply = read_message(&mut stream, "hello").unwrap();
-        assert!(matches!(hello, Reply::Hello { .. }), "{hello:?}");
+        greet(&mut stream);
         stream
     }
 
     /// Runs `bash -c command` through the relay: (exit code, output).
     fn run(&self, command: &str) -> (i32, Vec<u8>) {
         let mut stream = self.connect();
-        let request = RunRequest {
-            argv: vec!["bash".into(), "-c".into(), command.into()],
-            env: Default::default(),
-            clear_env: false,
-            cwd: None,
-            timeout_ms: Some(20_000),
-            renames: Vec::new(),
-            pty: false,
-            stdin: false,
-            run_id: None,
-        };
-        write_message(&mut stream, &Request::Run(request)).unwrap();
-        stream.flush().unwrap();
+        let argv = vec!["bash".into(), "-c".into(), command.into()];
+        start_run(&mut stream, plain_run(argv, Some(20_000)));
         let mut output = Vec::new();
         loop {
             match read_frame(&mut stream) {
@@ -275,18 +256,10 @@ fn far_listening_port(relay: &Relay) -> Option<u16> {
 fn the_streams_end_removes_the_socket_and_ends_open_connections() {
     let mut relay = Relay::start("");
     let mut stream = relay.connect();
-    let request = RunRequest {
-        argv: vec!["sleep".into(), "30".into()],
-        env: Default::default(),
-        clear_env: false,
-        cwd: None,
-        timeout_ms: None,
-        renames: Vec::new(),
-        pty: false,
-        stdin: false,
-        run_id: None,
-    };
-    write_message(&mut stream, &Request::Run(request)).unwrap();
+    start_run(
+        &mut stream,
+        plain_run(vec!["sleep".into(), "30".into()], None),
+    );
     std::thread::sleep(Duration::from_millis(200));
     // The far end dies (a node lost, the step killed): every process of it.
     let far_agent = far_agent_pid(&relay.far);

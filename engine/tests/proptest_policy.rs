@@ -26,22 +26,12 @@ use paddock_engine::policy::{Policy, PolicyError, RULE_PACKS};
 use paddock_engine::registry::toolsets::{RETIRED_TOOLS, Toolsets};
 use proptest::prelude::*;
 use proptest::sample::{Index, select, subsequence};
-use proptest::test_runner::{Config, TestCaseError};
+use proptest::test_runner::TestCaseError;
 use toml::Value;
 
-/// 256 cases per property, unless `PROPTEST_CASES` says otherwise.
-fn config() -> Config {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256);
-    Config {
-        cases,
-        // Failures are reported with their shrunk input; no regression files in the tree.
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
+#[path = "../../agent/tests/common/proptest_config.rs"]
+mod proptest_config;
+use proptest_config::config;
 
 const NAME: &str = "p.toml";
 

@@ -35,22 +35,12 @@ use paddock_engine::policy::Policy;
 use paddock_engine::{Engine, EngineOptions, Registry, ToolError, ToolErrorKind};
 use proptest::prelude::*;
 use proptest::sample::{Index, select};
-use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+use proptest::test_runner::{TestCaseError, TestError, TestRunner};
 use serde_json::{Map, Value, json};
 
-/// 256 cases per property, unless `PROPTEST_CASES` says otherwise.
-fn config() -> Config {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256);
-    Config {
-        cases,
-        // Failures are reported with their shrunk input; no regression files in the tree.
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
+#[path = "../../agent/tests/common/proptest_config.rs"]
+mod proptest_config;
+use proptest_config::config;
 
 /// Set in the child process that holds the engine.
 const CHILD: &str = "PADDOCK_PROPTEST_TOOL_ARGS_CHILD";

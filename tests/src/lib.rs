@@ -24,6 +24,69 @@ pub fn environment_name(backend: &str, home: &Path, session: &str) -> String {
     format!("paddock-{backend}-{owner}-{session}")
 }
 
+/// The policy naming the shared test services, written by scripts/test-services.sh
+/// (`PADDOCK_TEST_POLICY`, else where that script writes it by default).
+pub fn services_policy() -> String {
+    std::env::var("PADDOCK_TEST_POLICY")
+        .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned())
+}
+
+/// Whether the test command was told to leave `backend` out (`PADDOCK_SKIP_BACKENDS`).
+pub fn backend_skipped(backend: &str) -> bool {
+    std::env::var("PADDOCK_SKIP_BACKENDS")
+        .unwrap_or_default()
+        .split(',')
+        .any(|b| b.trim() == backend)
+}
+
+/// The body of the services policy's `[backends.NAME]` section: the text after its header up to
+/// the next section. A policy without it means the services are not up, which fails the test
+/// with how to start them, or how to leave them out (`skip_as`, the name in
+/// `PADDOCK_SKIP_BACKENDS`).
+pub fn services_section(name: &str, skip_as: &str) -> String {
+    let path = services_policy();
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let header = format!("[backends.{name}]");
+    let start = text.find(&header).unwrap_or_else(|| {
+        panic!(
+            "the {name} test service is not up ({path} has no {header}): run \
+             scripts/test-services.sh as root first, or set PADDOCK_SKIP_BACKENDS={skip_as} to \
+             leave it out"
+        )
+    });
+    let rest = &text[start + header.len()..];
+    rest[..rest.find("\n[").unwrap_or(rest.len())].to_owned()
+}
+
+/// The string value of the first `KEY = "VALUE"` line of the services policy, whichever section
+/// it is in (the services name one apptainer program and one ssh user).
+pub fn services_policy_string(key: &str) -> Option<String> {
+    let prefix = format!("{key} = \"");
+    std::fs::read_to_string(services_policy())
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(&prefix)
+                .map(|v| v.trim_end_matches('"').to_owned())
+        })
+}
+
+/// The apptainer program the services policy names.
+pub fn apptainer_binary() -> String {
+    services_policy_string("binary").unwrap_or_else(|| "apptainer".to_owned())
+}
+
+/// A session id unique to the test whose state directory is `home`: docker, apptainer and
+/// slurm keep one container, instance or job per session, shared by every test using the id.
+pub fn unique_session(home: &Path, name: &str) -> String {
+    let tag = home
+        .file_name()
+        .expect("a state directory with a name")
+        .to_string_lossy()
+        .replace(['.', '_'], "");
+    format!("{name}-{tag}")
+}
+
 /// The `paddock` binary built in the same target directory as this test executable.
 pub fn paddock_bin() -> PathBuf {
     if let Some(path) = std::env::var_os("PADDOCK_BIN") {
@@ -73,6 +136,20 @@ impl Run {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
             .collect()
+    }
+
+    /// The single result object of a call that answered: exit 0, or 1 for a failure it reports
+    /// in that object (the command's own, a refusal). Any other exit fails the test.
+    #[track_caller]
+    pub fn answer(&self) -> serde_json::Value {
+        assert!(
+            self.code == 0 || self.code == 1,
+            "exit {}: stdout={} stderr={}",
+            self.code,
+            self.stdout,
+            self.stderr
+        );
+        self.json()
     }
 
     /// The single result object on stdout.
@@ -252,6 +329,53 @@ pub fn paddock_at(
     }
 }
 
+/// Runs `paddock ARGS` with its state in `home`, killing it after `limit`.
+pub fn paddock_home(home: &Path, args: &[&str], limit: Duration) -> Run {
+    let home = home.to_str().expect("a UTF-8 state directory");
+    paddock_env(args, &[("PADDOCK_HOME", home)], None, limit)
+}
+
+/// Runs `paddock ARGS --policy POLICY` with its state in `home`, killing it after `limit`.
+pub fn paddock_policy(home: &Path, policy: &str, args: &[&str], limit: Duration) -> Run {
+    let mut argv = args.to_vec();
+    argv.extend(["--policy", policy]);
+    paddock_home(home, &argv, limit)
+}
+
+/// The arguments of `paddock call TOOL --args ARGS --session SESSION --backend BACKEND`.
+pub fn call_argv<'a>(
+    tool: &'a str,
+    args: &'a str,
+    session: &'a str,
+    backend: &'a str,
+) -> Vec<&'a str> {
+    vec![
+        "call",
+        tool,
+        "--args",
+        args,
+        "--session",
+        session,
+        "--backend",
+        backend,
+    ]
+}
+
+/// The arguments of `paddock call terminal --policy POLICY --session SESSION --args ARGS`, on
+/// the backend the policy routes the terminal to.
+pub fn terminal_argv<'a>(policy: &'a str, session: &'a str, args: &'a str) -> Vec<&'a str> {
+    vec![
+        "call",
+        "terminal",
+        "--policy",
+        policy,
+        "--session",
+        session,
+        "--args",
+        args,
+    ]
+}
+
 /// Runs `paddock ARGS` with a 60 s limit.
 pub fn paddock(args: &[&str]) -> Run {
     paddock_with(args, None, Duration::from_secs(60))
@@ -262,6 +386,14 @@ pub fn write_file(dir: &tempfile::TempDir, name: &str, content: impl AsRef<[u8]>
     let path = dir.path().join(name);
     std::fs::write(&path, content).expect("write test file");
     path.to_string_lossy().into_owned()
+}
+
+/// A fresh temporary directory holding the one file `name` with `content`, and that file's path.
+/// The file lives as long as the directory: keep it until the file's last use.
+pub fn temp_file(name: &str, content: impl AsRef<[u8]>) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = write_file(&dir, name, content);
+    (dir, path)
 }
 
 /// Runs one script given as text through `paddock run` with extra flags.

@@ -12,20 +12,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use paddock_tests::{paddock_env, write_file};
+use paddock_tests::{backend_skipped, paddock_env, services_policy, write_file};
 use serde_json::json;
-
-fn services_policy() -> String {
-    std::env::var("PADDOCK_TEST_POLICY")
-        .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned())
-}
-
-fn skipped(backend: &str) -> bool {
-    std::env::var("PADDOCK_SKIP_BACKENDS")
-        .unwrap_or_default()
-        .split(',')
-        .any(|b| b.trim() == backend)
-}
 
 fn repo_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -159,7 +147,7 @@ return {"first": first, "second": second["output"]}
 
 #[test]
 fn killing_sshd_or_dockerd_mid_command_is_a_clear_error_and_the_engine_serves_on() {
-    if skipped("ssh") {
+    if backend_skipped("ssh") {
         eprintln!("SKIPPED: the ssh outage (PADDOCK_SKIP_BACKENDS)");
     } else {
         // The private sshd of the test services (listener and the connections it serves, the
@@ -171,7 +159,7 @@ fn killing_sshd_or_dockerd_mid_command_is_a_clear_error_and_the_engine_serves_on
             Expect::Error,
         );
     }
-    if skipped("docker") {
+    if backend_skipped("docker") {
         eprintln!("SKIPPED: the docker outage (PADDOCK_SKIP_BACKENDS)");
     } else {
         let kill =

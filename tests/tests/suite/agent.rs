@@ -14,34 +14,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use paddock_tests::{Run, environment_name, paddock_env};
+use paddock_tests::{
+    Run, apptainer_binary, backend_skipped, call_argv, environment_name, paddock_env,
+    paddock_policy, services_policy_string, services_section, unique_session,
+};
 use serde_json::{Value, json};
-
-/// The policy written by scripts/test-services.sh.
-fn services_policy() -> String {
-    std::env::var("PADDOCK_TEST_POLICY")
-        .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned())
-}
-
-/// Whether the test command was told to leave `backend` out.
-fn skipped(backend: &str) -> bool {
-    std::env::var("PADDOCK_SKIP_BACKENDS")
-        .unwrap_or_default()
-        .split(',')
-        .any(|b| b.trim() == backend)
-}
-
-/// The apptainer program the services policy names.
-fn apptainer_binary() -> String {
-    std::fs::read_to_string(services_policy())
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("binary = \"")
-                .map(|b| b.trim_end_matches('"').to_owned())
-        })
-        .unwrap_or_else(|| "apptainer".to_owned())
-}
 
 /// One test's state directory and policy, and the sessions it used (closed at the end).
 struct Target {
@@ -57,7 +34,7 @@ impl Target {
     /// is skipped.
     fn new(services: &[&str], extra: &str) -> Option<Self> {
         for backend in services {
-            if skipped(backend) {
+            if backend_skipped(backend) {
                 eprintln!("SKIPPED: the {backend} backend (PADDOCK_SKIP_BACKENDS)");
                 return None;
             }
@@ -69,24 +46,11 @@ impl Target {
             "[backends.sandboxed]\nkind = \"local\"\nsandbox = \"workspace-write\"\nworkspace = \"{}\"\n\n",
             workspace.display()
         );
-        if !services.is_empty() {
-            let path = services_policy();
-            let services_text = std::fs::read_to_string(&path).unwrap_or_default();
-            // Only the named backends: an idle sweep removes the environments of its backends
-            // that no session of this state directory owns.
-            for backend in services {
-                let header = format!("[backends.{backend}]");
-                let start = services_text.find(&header).unwrap_or_else(|| {
-                    panic!(
-                        "the {backend} test service is not up ({path} has no {header}): run \
-                         scripts/test-services.sh as root first, or set \
-                         PADDOCK_SKIP_BACKENDS={backend} to leave it out"
-                    )
-                });
-                let rest = &services_text[start + header.len()..];
-                let section = &rest[..rest.find("\n[").unwrap_or(rest.len())];
-                text.push_str(&format!("{header}{section}\n\n"));
-            }
+        // Only the named backends: an idle sweep removes the environments of its backends that
+        // no session of this state directory owns.
+        for backend in services {
+            let section = services_section(backend, backend);
+            text.push_str(&format!("[backends.{backend}]{section}\n\n"));
         }
         text.push_str(extra);
         let policy = home.path().join("policy.toml");
@@ -101,25 +65,11 @@ impl Target {
     /// A session id unique to this test run (docker and apptainer keep one container or
     /// instance per session).
     fn session(&self, name: &str) -> String {
-        let tag = self
-            .home
-            .path()
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .replace(['.', '_'], "");
-        format!("{name}-{tag}")
+        unique_session(self.home.path(), name)
     }
 
     fn paddock(&self, args: &[&str], limit: Duration) -> Run {
-        let mut argv = args.to_vec();
-        argv.extend(["--policy", &self.policy]);
-        paddock_env(
-            &argv,
-            &[("PADDOCK_HOME", self.home.path().to_str().unwrap())],
-            None,
-            limit,
-        )
+        paddock_policy(self.home.path(), &self.policy, args, limit)
     }
 
     fn call(&self, backend: &str, session: &str, tool: &str, args: Value) -> Run {
@@ -129,16 +79,7 @@ impl Target {
             .insert((backend.to_owned(), session.to_owned()));
         let args = args.to_string();
         self.paddock(
-            &[
-                "call",
-                tool,
-                "--args",
-                &args,
-                "--session",
-                session,
-                "--backend",
-                backend,
-            ],
+            &call_argv(tool, &args, session, backend),
             Duration::from_secs(120),
         )
     }
@@ -146,13 +87,7 @@ impl Target {
     /// A `terminal` call that must answer (exit 0 or 1: the command's own failure).
     fn sh(&self, backend: &str, session: &str, args: Value) -> Value {
         let run = self.call(backend, session, "terminal", args);
-        assert!(
-            run.code == 0 || run.code == 1,
-            "stdout={} stderr={}",
-            run.stdout,
-            run.stderr
-        );
-        run.json()
+        run.answer()
     }
 
     /// `paddock sessions close ID`, which must succeed.
@@ -689,14 +624,7 @@ fn home_of(user: &str) -> PathBuf {
 
 /// The ssh user the services policy names.
 fn ssh_user() -> String {
-    std::fs::read_to_string(services_policy())
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("user = \"")
-                .map(|u| u.trim_end_matches('"').to_owned())
-        })
-        .unwrap_or_else(|| "paddock-ci".to_owned())
+    services_policy_string("user").unwrap_or_else(|| "paddock-ci".to_owned())
 }
 
 fn docker_containers(name: &str) -> String {
@@ -968,19 +896,10 @@ fn an_agent_that_cannot_run_there_is_a_named_error_not_a_fallback() {
         .insert(("docker".to_owned(), session.clone()));
     let call = |agent: &Path| {
         let args = json!({"command": "echo ran"}).to_string();
+        let mut argv = call_argv("terminal", &args, &session, "docker");
+        argv.extend(["--policy", &t.policy]);
         paddock_env(
-            &[
-                "call",
-                "terminal",
-                "--args",
-                &args,
-                "--session",
-                &session,
-                "--backend",
-                "docker",
-                "--policy",
-                &t.policy,
-            ],
+            &argv,
             &[
                 ("PADDOCK_HOME", t.home.path().to_str().unwrap()),
                 ("PADDOCK_AGENT_BIN", agent.to_str().unwrap()),

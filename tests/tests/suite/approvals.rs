@@ -4,7 +4,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use paddock_tests::{paddock_env, write_file};
+use paddock_tests::{paddock_env, temp_file, write_file};
 use serde_json::{Value, json};
 
 struct Setup {
@@ -15,9 +15,7 @@ struct Setup {
 
 /// A policy with a 3 s script timeout and an approver that answers `decision` after 5 s.
 fn setup(decision: &str) -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let approver = write_file(
-        &dir,
+    let (dir, approver) = temp_file(
         "approver.sh",
         format!(
             "#!/bin/sh\ncat > \"$(dirname \"$0\")/request.json\"\nsleep 5\necho '{{\"decision\": \"{decision}\"}}'\n"
@@ -133,8 +131,7 @@ fn explain(policy: Option<&str>, command: &str) -> Value {
 
 #[test]
 fn hardline_commands_are_denied_even_in_allow_mode() {
-    let dir = tempfile::tempdir().unwrap();
-    let allow = write_file(&dir, "p.toml", "[approval]\nmode = \"allow\"\n");
+    let (_dir, allow) = temp_file("p.toml", "[approval]\nmode = \"allow\"\n");
     let v = explain(Some(&allow), "sudo rm -rf --no-preserve-root /");
     assert_eq!(v["decision"], json!("deny"), "{v}");
     assert_eq!(v["rule"], json!("rm-system-recursive"));

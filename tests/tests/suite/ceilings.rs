@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use paddock_tests::{Run, paddock_at, paddock_env};
+use paddock_tests::{Run, paddock_at, paddock_env, paddock_home, terminal_argv};
 use serde_json::{Value, json};
 
 /// A local backend with ceilings, its workspace and state in a directory of their own (not
@@ -83,27 +83,17 @@ impl Local {
         if !self.sessions.borrow().iter().any(|s| s == session) {
             self.sessions.borrow_mut().push(session.to_owned());
         }
-        paddock_env(
-            &[
-                "call",
-                "terminal",
-                "--policy",
-                &self.policy,
-                "--session",
-                session,
-                "--args",
-                &args.to_string(),
-            ],
-            &[("PADDOCK_HOME", self.state().to_str().unwrap())],
-            None,
+        let args = args.to_string();
+        paddock_home(
+            &self.state(),
+            &terminal_argv(&self.policy, session, &args),
             Duration::from_secs(90),
         )
     }
 
     fn run(&self, session: &str, command: &str) -> Value {
         let run = self.call(session, json!({"command": command, "timeout": 30}));
-        assert!(run.code == 0 || run.code == 1, "{}", run.stderr);
-        run.json()
+        run.answer()
     }
 
     fn close(&self, session: &str) {
@@ -331,8 +321,7 @@ fn the_default_policy_bounds_a_fork_bomb() {
             None,
             Duration::from_secs(90),
         );
-        assert!(run.code == 0 || run.code == 1, "{}", run.stderr);
-        run.json()
+        run.answer()
     };
     // A failed assertion below still closes the session (its agent and cgroups go with it).
     let _closer = DefaultSessionCloser {
@@ -586,26 +575,12 @@ fn a_cpu_spinner_leaves_other_sessions_their_latency() {
 /// The services' policy section for `backend` with `extra` keys appended, or `None` (SKIPPED)
 /// when the test command leaves it out.
 fn service_policy(dir: &Path, backend: &str, extra: &str) -> Option<String> {
-    let skipped = std::env::var("PADDOCK_SKIP_BACKENDS")
-        .unwrap_or_default()
-        .split(',')
-        .any(|b| b.trim() == backend);
-    if skipped {
+    if paddock_tests::backend_skipped(backend) {
         eprintln!("SKIPPED: the {backend} backend (PADDOCK_SKIP_BACKENDS)");
         return None;
     }
-    let path = std::env::var("PADDOCK_TEST_POLICY")
-        .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned());
-    let text = std::fs::read_to_string(&path).unwrap_or_default();
     let header = format!("[backends.{backend}]");
-    let start = text.find(&header).unwrap_or_else(|| {
-        panic!(
-            "the {backend} test service is not up ({path} has no {header}): run \
-             scripts/test-services.sh as root, or set PADDOCK_SKIP_BACKENDS={backend}"
-        )
-    });
-    let rest = &text[start + header.len()..];
-    let section = &rest[..rest.find("\n[").unwrap_or(rest.len())];
+    let section = paddock_tests::services_section(backend, backend);
     // The keys `extra` sets replace the service's own (and `pids_limit`, `max_processes`' alias).
     let replaced = |line: &str| {
         let key = line.split('=').next().unwrap_or_default().trim();
@@ -630,28 +605,12 @@ fn service_policy(dir: &Path, backend: &str, extra: &str) -> Option<String> {
 
 fn remote_call(dir: &Path, policy: &str, session: &str, command: &str) -> Value {
     let args = json!({"command": command, "timeout": 60}).to_string();
-    let run = paddock_env(
-        &[
-            "call",
-            "terminal",
-            "--policy",
-            policy,
-            "--session",
-            session,
-            "--args",
-            &args,
-        ],
-        &[("PADDOCK_HOME", dir.join("state").to_str().unwrap())],
-        None,
+    let run = paddock_home(
+        &dir.join("state"),
+        &terminal_argv(policy, session, &args),
         Duration::from_secs(180),
     );
-    assert!(
-        run.code == 0 || run.code == 1,
-        "{}{}",
-        run.stdout,
-        run.stderr
-    );
-    run.json()
+    run.answer()
 }
 
 fn remote_close(dir: &Path, policy: &str, session: &str) {

@@ -1,6 +1,6 @@
 //! Bad input to `paddock run`: a clear message on stderr, nothing on stdout, exit 2.
 
-use paddock_tests::{paddock, paddock_with, write_file};
+use paddock_tests::{paddock, paddock_with, temp_file, write_file};
 use std::time::Duration;
 
 fn assert_usage_error(run: &paddock_tests::Run, needle: &str) {
@@ -27,22 +27,19 @@ fn missing_file() {
 
 #[test]
 fn not_utf8() {
-    let dir = tempfile::tempdir().unwrap();
-    let f = write_file(&dir, "bin.py", b"x = '\xff\xfe'\n");
+    let (_dir, f) = temp_file("bin.py", b"x = '\xff\xfe'\n");
     assert_usage_error(&paddock(&["run", &f]), "not UTF-8");
 }
 
 #[test]
 fn too_large() {
-    let dir = tempfile::tempdir().unwrap();
-    let f = write_file(&dir, "big.py", "x = 1\n".repeat(200_000));
+    let (_dir, f) = temp_file("big.py", "x = 1\n".repeat(200_000));
     assert_usage_error(&paddock(&["run", &f]), "limit is 1048576 bytes");
 }
 
 #[test]
 fn empty_script_file_and_stdin() {
-    let dir = tempfile::tempdir().unwrap();
-    let f = write_file(&dir, "empty.py", "\n  \n");
+    let (_dir, f) = temp_file("empty.py", "\n  \n");
     assert_usage_error(&paddock(&["run", &f]), "empty");
     let run = paddock_with(&["run", "-"], Some(b""), Duration::from_secs(30));
     assert_usage_error(&run, "empty");
@@ -55,8 +52,7 @@ fn a_directory_is_not_a_script() {
 
 #[test]
 fn unknown_flags_and_bad_values() {
-    let dir = tempfile::tempdir().unwrap();
-    let f = write_file(&dir, "s.py", "1");
+    let (_dir, f) = temp_file("s.py", "1");
     assert_usage_error(&paddock(&["run", "--frobnicate", &f]), "--frobnicate");
     assert_usage_error(&paddock(&["run", "--timeout=-3", &f]), "--timeout");
     assert_usage_error(
@@ -68,9 +64,7 @@ fn unknown_flags_and_bad_values() {
 
 #[test]
 fn bad_policy_names_file_line_and_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = write_file(
-        &dir,
+    let (dir, policy) = temp_file(
         "bad.toml",
         "[codemode]\ntimeout_seconds = 5\nmax_tool_cals = 3\n",
     );

@@ -1,6 +1,6 @@
 //! Every limit and error code of DESIGN.md section 2, through the real binary.
 
-use paddock_tests::{children_of, paddock, private_kb, run_script, write_file};
+use paddock_tests::{children_of, paddock, private_kb, run_script, temp_file, write_file};
 use serde_json::json;
 
 #[test]
@@ -191,8 +191,7 @@ fn positional_arguments_are_refused() {
 
 #[test]
 fn denied_approval_is_a_permission_error_and_its_own_code() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = write_file(&dir, "p.toml", "[tools]\nrequire_approval = [\"wait\"]\n");
+    let (_dir, policy) = temp_file("p.toml", "[tools]\nrequire_approval = [\"wait\"]\n");
     let v = run_script("await tools.wait(milliseconds=1)", &["--policy", &policy]).json();
     assert_eq!(v["error_code"], json!("tool_approval:denied"), "{v}");
     assert!(
@@ -214,9 +213,7 @@ fn denied_approval_is_a_permission_error_and_its_own_code() {
 
 #[test]
 fn excluded_and_denied_tools_do_not_exist_for_scripts() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = write_file(
-        &dir,
+    let (_dir, policy) = temp_file(
         "p.toml",
         "[tools]\ndeny = [\"current_*\"]\n[codemode]\nexclude = [\"wait\"]\n",
     );
@@ -261,9 +258,7 @@ fn final_value_is_capped_keeping_start_and_end() {
 fn a_killed_sandbox_is_reported_and_the_engine_goes_on() {
     // The script prints its own pid... it cannot (no os.getpid to the host); instead the test
     // kills every sandbox child of the run while a script waits, through the process tree.
-    let dir = tempfile::tempdir().unwrap();
-    let script = write_file(
-        &dir,
+    let (dir, script) = temp_file(
         "s.py",
         // 24 MB of touched memory marks this script's child among its siblings.
         "big = 'x' * 24_000_000\nprint('about to wait')\nawait tools.wait(milliseconds=20000)\n",
@@ -326,9 +321,7 @@ fn a_killed_sandbox_is_reported_and_the_engine_goes_on() {
 
 #[test]
 fn policy_limits_apply_without_flags() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = write_file(
-        &dir,
+    let (dir, policy) = temp_file(
         "p.toml",
         "[codemode]\nmax_tool_calls = 1\ntimeout_seconds = 5\n",
     );

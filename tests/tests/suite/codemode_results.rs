@@ -1,6 +1,6 @@
 //! What a script returns and how results come back.
 
-use paddock_tests::{ClosingHome, paddock, paddock_env, run_script, write_file};
+use paddock_tests::{ClosingHome, paddock, paddock_env, run_script, temp_file, write_file};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -83,9 +83,7 @@ fn asyncio_run_style_scripts_work() {
 
 #[test]
 fn mutated_builtins_and_modules_do_not_leak_into_the_next_script() {
-    let dir = tempfile::tempdir().unwrap();
-    let evil = write_file(
-        &dir,
+    let (dir, evil) = temp_file(
         "evil.py",
         "import builtins, json, sys\nbuiltins.len = lambda x: 42\njson.dumps = None\n\
          sys.modules['evil'] = 1\nsys.setrecursionlimit(50)\nlen([1, 2, 3])",
@@ -105,12 +103,7 @@ fn mutated_builtins_and_modules_do_not_leak_into_the_next_script() {
 
 #[test]
 fn several_scripts_run_concurrently_and_print_in_argument_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let slow = write_file(
-        &dir,
-        "slow.py",
-        "await tools.wait(milliseconds=800)\n'slow'",
-    );
+    let (dir, slow) = temp_file("slow.py", "await tools.wait(milliseconds=800)\n'slow'");
     let fast = write_file(&dir, "fast.py", "'fast'");
     let bad = write_file(&dir, "bad.py", "1/0");
     let run = paddock(&["run", &slow, &fast, &bad, &slow]);
@@ -153,8 +146,7 @@ fn standard_modules_import_and_work() {
 
 #[test]
 fn random_differs_between_scripts() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = write_file(&dir, "r.py", "import random\nrandom.random()");
+    let (_dir, s) = temp_file("r.py", "import random\nrandom.random()");
     let run = paddock(&["run", &s, &s]);
     let lines = run.json_lines();
     assert_ne!(

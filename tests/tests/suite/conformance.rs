@@ -12,7 +12,10 @@
 
 use std::time::Duration;
 
-use paddock_tests::{Run, paddock_env};
+use paddock_tests::{
+    Run, apptainer_binary, backend_skipped, call_argv, paddock_env, paddock_home, services_policy,
+    services_section, unique_session,
+};
 use serde_json::{Value, json};
 
 /// One backend under test: its state directory and the flags that select it.
@@ -22,20 +25,6 @@ pub(super) struct Target {
     policy: Option<String>,
     /// Sessions used, to remove their containers and instances at the end.
     sessions: std::cell::RefCell<std::collections::BTreeSet<String>>,
-}
-
-/// The policy written by scripts/test-services.sh.
-fn services_policy() -> String {
-    std::env::var("PADDOCK_TEST_POLICY")
-        .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned())
-}
-
-/// Whether the test command was told to leave `backend` out.
-fn skipped(backend: &str) -> bool {
-    std::env::var("PADDOCK_SKIP_BACKENDS")
-        .unwrap_or_default()
-        .split(',')
-        .any(|b| b.trim() == backend)
 }
 
 impl Target {
@@ -82,7 +71,7 @@ impl Target {
             // The multi-node cluster: the services' `slurm_nodes` (or `slurm_nodes_apptainer`)
             // backend with its jobs placed on compute node N (`--nodelist`).
             let in_image = rest.ends_with("_apptainer");
-            if skipped("slurm") || (in_image && skipped("apptainer")) {
+            if backend_skipped("slurm") || (in_image && backend_skipped("apptainer")) {
                 eprintln!("SKIPPED: the {backend} backend (PADDOCK_SKIP_BACKENDS)");
                 return None;
             }
@@ -109,29 +98,22 @@ impl Target {
                 sessions: Default::default(),
             });
         }
-        if skipped(backend) || (backend == "slurm_apptainer" && skipped("slurm")) {
+        if backend_skipped(backend) || (backend == "slurm_apptainer" && backend_skipped("slurm")) {
             eprintln!("SKIPPED: the {backend} backend (PADDOCK_SKIP_BACKENDS)");
             return None;
         }
-        if backend == "slurm_apptainer" && skipped("apptainer") {
+        if backend == "slurm_apptainer" && backend_skipped("apptainer") {
             eprintln!("SKIPPED: the {backend} backend (apptainer is in PADDOCK_SKIP_BACKENDS)");
             return None;
         }
         if backend == "docker_exec" {
             // The docker backend with `agent = false`: one `docker exec` per command, the path
             // operators keep when they cannot place the agent.
-            if skipped("docker") {
+            if backend_skipped("docker") {
                 eprintln!("SKIPPED: the docker backend (PADDOCK_SKIP_BACKENDS)");
                 return None;
             }
-            let text = std::fs::read_to_string(services_policy()).unwrap_or_default();
-            let start = text.find("[backends.docker]").unwrap_or_else(|| {
-                panic!(
-                    "the docker test service is not up: run scripts/test-services.sh as root first"
-                )
-            });
-            let rest = &text[start + "[backends.docker]".len()..];
-            let section = &rest[..rest.find("\n[").unwrap_or(rest.len())];
+            let section = services_section("docker", "docker");
             let policy = home.path().join("policy.toml");
             std::fs::write(
                 &policy,
@@ -183,18 +165,10 @@ impl Target {
                 .borrow_mut()
                 .insert(format!("{session}.python"));
         }
-        let mut argv: Vec<String> = [
-            "call",
-            tool,
-            "--args",
-            &args.to_string(),
-            "--session",
-            session,
-            "--backend",
-            self.backend,
-        ]
-        .map(str::to_owned)
-        .to_vec();
+        let mut argv: Vec<String> = call_argv(tool, &args.to_string(), session, self.backend)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
         if let Some(policy) = &self.policy {
             argv.extend(["--policy".to_owned(), policy.clone()]);
         }
@@ -212,22 +186,20 @@ impl Target {
         self.sessions.borrow_mut().insert(session.to_owned());
         let mut argv: Vec<&str> = args.to_vec();
         argv.extend(["--session", session, "--backend", self.backend]);
+        self.paddock_in_home(argv, Duration::from_secs(120))
+    }
+
+    /// `paddock ARGV [--policy P]` with this target's state directory.
+    fn paddock_in_home<'a>(&'a self, mut argv: Vec<&'a str>, limit: Duration) -> Run {
         if let Some(policy) = &self.policy {
             argv.extend(["--policy", policy]);
         }
-        let home = self.home.path().display().to_string();
-        paddock_env(
-            &argv,
-            &[("PADDOCK_HOME", &home)],
-            None,
-            Duration::from_secs(120),
-        )
+        paddock_home(self.home.path(), &argv, limit)
     }
 
     pub(super) fn sh(&self, session: &str, args: Value) -> Value {
         let run = self.call(session, "terminal", args);
-        assert!(run.code == 0 || run.code == 1, "{}", run.stderr);
-        run.json()
+        run.answer()
     }
 
     fn process(&self, session: &str, args: Value) -> Value {
@@ -237,14 +209,7 @@ impl Target {
     /// A session id unique to this test run (docker and apptainer keep one container or
     /// instance per session, shared by every test using the same id).
     pub(super) fn session(&self, name: &str) -> String {
-        let tag = self
-            .home
-            .path()
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .replace(['.', '_'], "");
-        format!("{name}-{tag}")
+        unique_session(self.home.path(), name)
     }
 
     /// A number unique to this check on this backend (`sleep` arguments the host's /proc is
@@ -313,17 +278,7 @@ impl Drop for Target {
                     .output(),
                 // The session's agent on the ssh host, shut down through the forwarded socket.
                 "ssh" if session == base => {
-                    let mut argv = vec!["sessions", "close", base];
-                    if let Some(policy) = &self.policy {
-                        argv.extend(["--policy", policy]);
-                    }
-                    let home = self.home.path().to_string_lossy().into_owned();
-                    paddock_env(
-                        &argv,
-                        &[("PADDOCK_HOME", &home)],
-                        None,
-                        Duration::from_secs(30),
-                    );
+                    self.paddock_in_home(vec!["sessions", "close", base], Duration::from_secs(30));
                     continue;
                 }
                 _ => continue,
@@ -344,18 +299,6 @@ impl Drop for Target {
             }
         }
     }
-}
-
-/// The apptainer program the services policy names.
-fn apptainer_binary() -> String {
-    std::fs::read_to_string(services_policy())
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("binary = \"")
-                .map(|b| b.trim_end_matches('"').to_owned())
-        })
-        .unwrap_or_else(|| "apptainer".to_owned())
 }
 
 /// Processes whose command line contains `marker`.

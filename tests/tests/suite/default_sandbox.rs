@@ -65,8 +65,7 @@ impl Project {
         let mut argv = vec!["call", "terminal", "--args", &args];
         argv.extend_from_slice(extra);
         let run = self.paddock(&argv, &[]);
-        assert!(run.code == 0 || run.code == 1, "{}", run.stderr);
-        run.json()
+        run.answer()
     }
 
     fn output(&self, command: &str) -> String {

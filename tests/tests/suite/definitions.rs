@@ -1,11 +1,10 @@
 //! `paddock tools` output, checked by an independent JSON Schema validator (Python jsonschema).
 
-use paddock_tests::{paddock, write_file};
+use paddock_tests::{paddock, temp_file};
 use serde_json::json;
 
 fn validate(kind: &str, document: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = write_file(&dir, "defs.json", document);
+    let (_dir, file) = temp_file("defs.json", document);
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/validate_definitions.py");
     let out = std::process::Command::new("python3")
@@ -50,9 +49,7 @@ fn mcp_format_is_a_valid_tools_list_result() {
 #[test]
 fn the_validator_rejects_broken_definitions() {
     // The check above must be able to fail.
-    let dir = tempfile::tempdir().unwrap();
-    let file = write_file(
-        &dir,
+    let (_dir, file) = temp_file(
         "bad.json",
         r#"[{"type": "function", "function": {"name": "has space", "parameters": {"type": "object"}}}]"#,
     );
@@ -68,8 +65,7 @@ fn the_validator_rejects_broken_definitions() {
 
 #[test]
 fn run_tools_script_describes_exactly_the_tools_scripts_can_call() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = write_file(&dir, "p.toml", "[codemode]\nexclude = [\"wait\"]\n");
+    let (_dir, policy) = temp_file("p.toml", "[codemode]\nexclude = [\"wait\"]\n");
     let run = paddock(&["tools", "--format", "mcp", "--policy", &policy]);
     let tools = run.json()["tools"].as_array().unwrap().clone();
     let rts = tools
@@ -107,9 +103,7 @@ fn signatures_format_prints_one_line_per_tool() {
 
 #[test]
 fn toolsets_and_presets_shape_what_is_listed() {
-    let dir = tempfile::tempdir().unwrap();
-    let minimal = write_file(
-        &dir,
+    let (_dir, minimal) = temp_file(
         "m.toml",
         "[toolsets]\ndisabled = [\"basic\", \"terminal\"]\n",
     );

@@ -11,7 +11,7 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use paddock_tests::paddock_env;
+use paddock_tests::{Run, paddock_env, terminal_argv};
 use serde_json::{Value, json};
 
 struct Host {
@@ -64,29 +64,25 @@ impl Host {
         self.dir.path().join("state")
     }
 
+    /// `paddock call terminal --args ARGS` in the sandbox (session `h`), with `env` added to
+    /// the state directory's `PADDOCK_HOME`.
+    fn terminal(&self, args: &str, env: &[(&str, &str)]) -> Run {
+        let state = self.state();
+        let mut vars = vec![("PADDOCK_HOME", state.to_str().unwrap())];
+        vars.extend_from_slice(env);
+        paddock_env(
+            &terminal_argv(&self.policy, "h", args),
+            &vars,
+            None,
+            Duration::from_secs(60),
+        )
+    }
+
     /// Runs `command` in the sandbox; answers the terminal result.
     fn run(&self, command: &str) -> Value {
         let args = json!({"command": command, "timeout": 20}).to_string();
-        let run = paddock_env(
-            &[
-                "call",
-                "terminal",
-                "--policy",
-                &self.policy,
-                "--session",
-                "h",
-                "--args",
-                &args,
-            ],
-            &[
-                ("PADDOCK_HOME", self.state().to_str().unwrap()),
-                ("HOME", self.home.to_str().unwrap()),
-            ],
-            None,
-            Duration::from_secs(60),
-        );
-        assert!(run.code == 0 || run.code == 1, "{}", run.stderr);
-        run.json()
+        let run = self.terminal(&args, &[("HOME", self.home.to_str().unwrap())]);
+        run.answer()
     }
 
     fn output(&self, command: &str) -> String {
@@ -260,21 +256,7 @@ fn tiocsti_cannot_inject_into_the_terminal() {
         "import fcntl, termios, ctypes\ntry:\n fcntl.ioctl(0, termios.TIOCSTI, b\"x\"); print(\"INJECTED\")\nexcept OSError as e: print(\"refused\", e.errno)"
     ), "pty": true, "timeout": 20})
     .to_string();
-    let run = paddock_env(
-        &[
-            "call",
-            "terminal",
-            "--policy",
-            &h.policy,
-            "--session",
-            "h",
-            "--args",
-            &args,
-        ],
-        &[("PADDOCK_HOME", h.state().to_str().unwrap())],
-        None,
-        Duration::from_secs(60),
-    );
+    let run = h.terminal(&args, &[]);
     let out = run.json()["output"].as_str().unwrap_or_default().to_owned();
     assert!(out.contains("refused"), "{out}");
     assert!(!out.contains("INJECTED"), "{out}");
@@ -372,21 +354,7 @@ fn a_timeout_ends_everything_in_the_sandbox() {
     let h = Host::new();
     let args =
         json!({"command": "setsid sleep 300.6606 & sleep 60.6607", "timeout": 1}).to_string();
-    let run = paddock_env(
-        &[
-            "call",
-            "terminal",
-            "--policy",
-            &h.policy,
-            "--session",
-            "h",
-            "--args",
-            &args,
-        ],
-        &[("PADDOCK_HOME", h.state().to_str().unwrap())],
-        None,
-        Duration::from_secs(60),
-    );
+    let run = h.terminal(&args, &[]);
     assert_eq!(run.json()["exit_code"], json!(124));
     std::thread::sleep(Duration::from_millis(300));
     assert!(survivors("300.6606").is_empty() && survivors("60.6607").is_empty());
@@ -443,24 +411,7 @@ fn read_only_mode_cannot_write_the_workspace() {
 fn a_missing_kernel_feature_fails_closed() {
     let h = Host::new();
     let args = json!({"command": "echo RAN > /dev/null; echo ran"}).to_string();
-    let run = paddock_env(
-        &[
-            "call",
-            "terminal",
-            "--policy",
-            &h.policy,
-            "--session",
-            "h",
-            "--args",
-            &args,
-        ],
-        &[
-            ("PADDOCK_HOME", h.state().to_str().unwrap()),
-            ("PADDOCK_SANDBOX_SIMULATE_MISSING", "namespaces"),
-        ],
-        None,
-        Duration::from_secs(60),
-    );
+    let run = h.terminal(&args, &[("PADDOCK_SANDBOX_SIMULATE_MISSING", "namespaces")]);
     let v = run.json();
 
     // Through the session's agent the sandbox is made when the agent starts: its failure is
@@ -506,16 +457,7 @@ fn the_suite_holds_for_an_ordinary_user_too() {
         .arg(format!("PADDOCK_HOME={}", h.state().display()))
         .arg(format!("HOME={}", h.home.display()))
         .arg(paddock_tests::paddock_bin())
-        .args([
-            "call",
-            "terminal",
-            "--policy",
-            &h.policy,
-            "--session",
-            "h",
-            "--args",
-            &args,
-        ])
+        .args(terminal_argv(&h.policy, "h", &args))
         .output()
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout)

@@ -13,16 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use paddock_tests::{Run, paddock_at};
+use paddock_tests::{Run, backend_skipped, paddock_at, services_policy};
 use serde_json::{Value, json};
-
-/// Whether the test command was told to leave `backend` out.
-fn skipped(backend: &str) -> bool {
-    std::env::var("PADDOCK_SKIP_BACKENDS")
-        .unwrap_or_default()
-        .split(',')
-        .any(|b| b.trim() == backend)
-}
 
 /// A plain HTTP origin on 127.0.0.1: answers `origin saw <request line>`, counts connections.
 struct Origin {
@@ -1013,8 +1005,7 @@ fn closing_the_session_stops_serving_it_and_the_proxy_then_exits() {
 
 /// A backend section of the test services' policy (scripts/test-services.sh), made proxied.
 fn services_section(name: &str) -> String {
-    let services = std::env::var("PADDOCK_TEST_POLICY")
-        .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned());
+    let services = services_policy();
     let text = std::fs::read_to_string(services).unwrap_or_default();
     let header = format!("[backends.{name}]");
     let lines: Vec<&str> = text
@@ -1028,7 +1019,7 @@ fn services_section(name: &str) -> String {
 
 #[test]
 fn docker_with_the_proxy_reaches_allowed_names_only() {
-    if skipped("docker") {
+    if backend_skipped("docker") {
         return;
     }
     a_container_reaches_allowed_names_only(
@@ -1040,7 +1031,7 @@ fn docker_with_the_proxy_reaches_allowed_names_only() {
 
 #[test]
 fn apptainer_with_the_proxy_reaches_allowed_names_only() {
-    if skipped("apptainer") {
+    if backend_skipped("apptainer") {
         return;
     }
     a_container_reaches_allowed_names_only("apptainer", &services_section("apptainer"));
@@ -1048,7 +1039,7 @@ fn apptainer_with_the_proxy_reaches_allowed_names_only() {
 
 #[test]
 fn slurm_with_an_image_and_the_proxy_reaches_allowed_names_only() {
-    if skipped("slurm") || skipped("apptainer") {
+    if backend_skipped("slurm") || backend_skipped("apptainer") {
         return;
     }
     a_container_reaches_allowed_names_only("slurm_apptainer", &services_section("slurm_apptainer"));

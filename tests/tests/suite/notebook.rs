@@ -2,7 +2,7 @@
 //! session see the names earlier ones defined; a timeout, a memory blow-up or a dead child ends
 //! the state and the next script says so; every script keeps its own limits.
 
-use paddock_tests::{children_of, paddock, private_kb, write_file};
+use paddock_tests::{children_of, paddock, private_kb, temp_file, write_file};
 use serde_json::{Value, json};
 
 /// Runs `cells` in one `paddock run --keep-state` with `flags`; one result per cell.
@@ -216,8 +216,7 @@ fn each_cell_keeps_its_own_clock() {
 
 #[test]
 fn the_policy_turns_it_on_too() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = write_file(&dir, "p.toml", "[codemode]\nkeep_state = true\n");
+    let (dir, policy) = temp_file("p.toml", "[codemode]\nkeep_state = true\n");
     let first = write_file(&dir, "a.py", "n = 7");
     let second = write_file(&dir, "b.py", "n * 6");
     let run = paddock(&["run", "--policy", &policy, &first, &second]);
@@ -227,8 +226,7 @@ fn the_policy_turns_it_on_too() {
 
 #[test]
 fn without_it_scripts_share_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let first = write_file(&dir, "a.py", "n = 7");
+    let (dir, first) = temp_file("a.py", "n = 7");
     let second = write_file(&dir, "b.py", "n");
     let r = paddock(&["run", &first, &second]).json_lines();
     assert!(
@@ -241,10 +239,8 @@ fn without_it_scripts_share_nothing() {
 
 #[test]
 fn a_killed_child_ends_the_state_and_the_next_cell_starts_fresh() {
-    let dir = tempfile::tempdir().unwrap();
     // 24 MB of touched memory marks the notebook's child among the idle ones.
-    let first = write_file(
-        &dir,
+    let (dir, first) = temp_file(
         "a.py",
         "kept = 'x' * 24_000_000\nprint('waiting')\nawait tools.wait(milliseconds=20000)",
     );

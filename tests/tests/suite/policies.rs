@@ -1,7 +1,7 @@
 //! Every policy shipped in `policies/` loads and passes `paddock policy check`; broken ones fail
 //! with file:line:key.
 
-use paddock_tests::{paddock, write_file};
+use paddock_tests::{paddock, temp_file, write_file};
 
 fn policies_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies")
@@ -35,8 +35,7 @@ fn every_shipped_policy_checks() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     // And each runs a script (environment backends are not started for this).
     for file in &files {
-        let dir = tempfile::tempdir().unwrap();
-        let s = write_file(&dir, "s.py", "'ok'");
+        let (_dir, s) = temp_file("s.py", "'ok'");
         let run = paddock(&["run", "--policy", file, &s]);
         assert_eq!(
             run.json()["result"],

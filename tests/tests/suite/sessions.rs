@@ -55,6 +55,25 @@ fn list(home: &Path, policy: Option<&str>) -> Vec<Value> {
     out.json_lines()
 }
 
+/// The ids of the sessions `paddock sessions list` shows, in its order.
+fn listed_ids(home: &Path, policy: Option<&str>) -> Vec<Value> {
+    list(home, policy)
+        .into_iter()
+        .map(|s| s["id"].clone())
+        .collect()
+}
+
+/// Uses `session` (a command that does nothing): it is live again, or made.
+fn use_session(home: &Path, session: &str, policy: &str) {
+    call(
+        home,
+        session,
+        "terminal",
+        json!({"command": "true"}),
+        Some(policy),
+    );
+}
+
 /// The PID of a background process, while it is that process.
 fn alive(pid: i64) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
@@ -205,17 +224,8 @@ fn idle_sessions_are_closed_by_the_next_paddock() {
     let pid = background_sleep(home.path(), "old", policy);
     std::thread::sleep(Duration::from_millis(2200));
     // The next paddock of any session sweeps; its own answer is not delayed by it.
-    call(
-        home.path(),
-        "new",
-        "terminal",
-        json!({"command": "true"}),
-        Some(policy),
-    );
-    let ids: Vec<Value> = list(home.path(), Some(policy))
-        .into_iter()
-        .map(|s| s["id"].clone())
-        .collect();
+    use_session(home.path(), "new", policy);
+    let ids = listed_ids(home.path(), Some(policy));
     assert_eq!(ids, vec![json!("new")]);
     assert!(!home.path().join("sessions/old").exists());
     wait_until("the idle session's process ends", || !alive(pid));
@@ -230,13 +240,7 @@ fn sessions_list_never_shows_an_expired_session() {
     let policy = idle_policy(home.path(), 2);
     let policy = policy.as_str();
     let pid = background_sleep(home.path(), "old", policy);
-    call(
-        home.path(),
-        "default",
-        "terminal",
-        json!({"command": "true"}),
-        Some(policy),
-    );
+    use_session(home.path(), "default", policy);
     std::thread::sleep(Duration::from_millis(3200));
     let listed = list(home.path(), Some(policy));
     assert!(listed.is_empty(), "expired sessions listed: {listed:?}");
@@ -244,17 +248,8 @@ fn sessions_list_never_shows_an_expired_session() {
     assert!(!home.path().join("sessions/default").exists());
     wait_until("the expired session's process ends", || !alive(pid));
     // A live session is still listed.
-    call(
-        home.path(),
-        "fresh",
-        "terminal",
-        json!({"command": "true"}),
-        Some(policy),
-    );
-    let ids: Vec<Value> = list(home.path(), Some(policy))
-        .into_iter()
-        .map(|s| s["id"].clone())
-        .collect();
+    use_session(home.path(), "fresh", policy);
+    let ids = listed_ids(home.path(), Some(policy));
     assert_eq!(ids, vec![json!("fresh")]);
 }
 
@@ -306,10 +301,7 @@ fn a_sweep_spares_the_python_execute_of_a_live_session() {
         "survived the sweep",
         "{python}"
     );
-    let ids: Vec<Value> = list(home.path(), Some(&policy))
-        .into_iter()
-        .map(|s| s["id"].clone())
-        .collect();
+    let ids = listed_ids(home.path(), Some(&policy));
     assert_eq!(
         ids,
         vec![json!("live"), json!("new")],
@@ -495,11 +487,7 @@ fn a_paused_sandboxed_session_uses_no_cpu_until_its_next_command() {
 
 #[test]
 fn a_paused_docker_session_uses_no_cpu_until_its_next_command() {
-    if std::env::var("PADDOCK_SKIP_BACKENDS")
-        .unwrap_or_default()
-        .split(',')
-        .any(|b| b.trim() == "docker")
-    {
+    if paddock_tests::backend_skipped("docker") {
         return;
     }
     let home = tempfile::tempdir().unwrap();

@@ -7,24 +7,14 @@
 //! Evidence is Slurm's own: `squeue` and `scontrol show job` for the job, the host's /proc for
 //! the holder step's `srun` (the engine runs on the cluster's node).
 
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use paddock_tests::{Run, paddock_env};
+use paddock_tests::{
+    Run, backend_skipped, call_argv, paddock_policy, services_section, unique_session,
+};
 use serde_json::{Value, json};
-
-/// The policy written by scripts/test-services.sh.
-fn services_policy() -> String {
-    std::env::var("PADDOCK_TEST_POLICY")
-        .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned())
-}
-
-fn skipped() -> bool {
-    std::env::var("PADDOCK_SKIP_BACKENDS")
-        .unwrap_or_default()
-        .split(',')
-        .any(|b| b.trim() == "slurm")
-}
 
 /// One test's state directory and a policy with the services' `[backends.slurm]` changed by
 /// `overrides` (`key = value` lines replacing the section's own).
@@ -35,22 +25,12 @@ struct Cluster {
 
 impl Cluster {
     fn new(overrides: &[(&str, &str)]) -> Option<Self> {
-        if skipped() {
+        if backend_skipped("slurm") {
             eprintln!("SKIPPED: the slurm backend (PADDOCK_SKIP_BACKENDS)");
             return None;
         }
-        let path = services_policy();
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
         let header = "[backends.slurm]";
-        let start = text.find(header).unwrap_or_else(|| {
-            panic!(
-                "the slurm test service is not up ({path} has no {header}): run \
-                 scripts/test-services.sh as root first, or set PADDOCK_SKIP_BACKENDS=slurm to \
-                 leave it out"
-            )
-        });
-        let rest = &text[start + header.len()..];
-        let section = &rest[..rest.find("\n[").unwrap_or(rest.len())];
+        let section = services_section("slurm", "slurm");
         let mut lines: Vec<String> = section
             .lines()
             .filter(|l| !l.trim().is_empty())
@@ -73,14 +53,7 @@ impl Cluster {
 
     /// A session id unique to this test (it names the Slurm job).
     fn session(&self, name: &str) -> String {
-        let tag = self
-            .home
-            .path()
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .replace(['.', '_'], "");
-        format!("{name}-{tag}")
+        unique_session(self.home.path(), name)
     }
 
     fn job_name(&self, session: &str) -> String {
@@ -88,28 +61,17 @@ impl Cluster {
     }
 
     fn paddock(&self, args: &[&str]) -> Run {
-        let mut argv = args.to_vec();
-        argv.extend(["--policy", &self.policy]);
-        paddock_env(
-            &argv,
-            &[("PADDOCK_HOME", self.home.path().to_str().unwrap())],
-            None,
+        paddock_policy(
+            self.home.path(),
+            &self.policy,
+            args,
             Duration::from_secs(200),
         )
     }
 
     fn terminal(&self, session: &str, command: &str) -> (Run, Value) {
         let args = json!({ "command": command }).to_string();
-        let run = self.paddock(&[
-            "call",
-            "terminal",
-            "--args",
-            &args,
-            "--session",
-            session,
-            "--backend",
-            "slurm",
-        ]);
+        let run = self.paddock(&call_argv("terminal", &args, session, "slurm"));
         let value = run.json();
         (run, value)
     }
@@ -130,18 +92,22 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         // Whatever a failed test left: this test's jobs are named after its sessions.
-        let tag = self.session("");
-        let jobs = Command::new("squeue")
-            .args(["-h", "-o", "%i %j"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        for line in jobs.lines() {
-            if let Some((id, name)) = line.split_once(' ')
-                && name.ends_with(&tag)
-            {
-                let _ = Command::new("scancel").arg(id).output();
-            }
+        cancel_jobs_ending_with(&self.session(""));
+    }
+}
+
+/// Cancels every Slurm job whose name ends with `tag` (what a test's sessions left).
+pub(super) fn cancel_jobs_ending_with(tag: &str) {
+    let jobs = Command::new("squeue")
+        .args(["-h", "-o", "%i %j"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    for line in jobs.lines() {
+        if let Some((id, name)) = line.split_once(' ')
+            && name.ends_with(tag)
+        {
+            let _ = Command::new("scancel").arg(id).output();
         }
     }
 }
@@ -232,21 +198,10 @@ fn a_job_cancelled_during_a_command_fails_it_naming_the_job_and_the_next_gets_a_
         );
         std::thread::spawn(move || {
             let args = json!({"command": "echo started; sleep 60; echo finished"}).to_string();
-            paddock_env(
-                &[
-                    "call",
-                    "terminal",
-                    "--args",
-                    &args,
-                    "--session",
-                    &s,
-                    "--backend",
-                    "slurm",
-                    "--policy",
-                    &policy,
-                ],
-                &[("PADDOCK_HOME", &home)],
-                None,
+            paddock_policy(
+                Path::new(&home),
+                &policy,
+                &call_argv("terminal", &args, &s, "slurm"),
                 Duration::from_secs(120),
             )
         })
@@ -371,16 +326,7 @@ fn closing_the_session_cancels_its_job_and_its_steps() {
     let s = c.session("close");
     let job = c.job_of(&s);
     let args = json!({"command": "sleep 300", "background": true}).to_string();
-    let started = c.paddock(&[
-        "call",
-        "terminal",
-        "--args",
-        &args,
-        "--session",
-        &s,
-        "--backend",
-        "slurm",
-    ]);
+    let started = c.paddock(&call_argv("terminal", &args, &s, "slurm"));
     assert!(
         started.json()["session_id"].is_string(),
         "{}",

@@ -7,20 +7,18 @@
 //! the relay's faults (killed on the engine's side, mid-command), `scancel` from outside, a
 //! drained node, and two homes sharing session ids.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use paddock_tests::{Run, paddock_env};
+use paddock_tests::{
+    Run, backend_skipped, call_argv, paddock_env, paddock_policy, services_policy, unique_session,
+};
 use serde_json::{Value, json};
 
-use super::slurm::{job_state, scontrol_field};
+use super::slurm::{cancel_jobs_ending_with, job_state, scontrol_field};
 
 const BACKEND: &str = "slurm_nodes";
-
-fn services_policy() -> String {
-    std::env::var("PADDOCK_TEST_POLICY")
-        .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned())
-}
 
 /// The compute nodes' host names, from services.env beside the policy.
 pub(super) fn compute_nodes() -> Vec<String> {
@@ -43,26 +41,9 @@ pub(super) fn compute_nodes() -> Vec<String> {
     nodes
 }
 
-fn skipped() -> bool {
-    std::env::var("PADDOCK_SKIP_BACKENDS")
-        .unwrap_or_default()
-        .split(',')
-        .any(|b| b.trim() == "slurm")
-}
-
 /// The services' `[backends.NAME]` section, its lines, with `extra` lines added.
 pub(super) fn services_section(name: &str, extra: &[String]) -> String {
-    let path = services_policy();
-    let text = std::fs::read_to_string(&path).unwrap_or_default();
-    let header = format!("[backends.{name}]");
-    let start = text.find(&header).unwrap_or_else(|| {
-        panic!(
-            "the multi-node slurm test service is not up ({path} has no {header}): run \
-             scripts/test-services.sh as root first, or set PADDOCK_SKIP_BACKENDS=slurm"
-        )
-    });
-    let rest = &text[start + header.len()..];
-    let section = &rest[..rest.find("\n[").unwrap_or(rest.len())];
+    let section = paddock_tests::services_section(name, "slurm");
     let mut lines: Vec<String> = section
         .lines()
         .filter(|l| !l.trim().is_empty())
@@ -86,7 +67,7 @@ impl Cluster {
 
     /// [`Cluster::new`] with the services' `relay` replaced.
     fn with_relay(node: Option<&str>, relay: &str) -> Option<Self> {
-        if skipped() {
+        if backend_skipped("slurm") {
             eprintln!("SKIPPED: the slurm backend (PADDOCK_SKIP_BACKENDS)");
             return None;
         }
@@ -112,23 +93,14 @@ impl Cluster {
     }
 
     fn session(&self, name: &str) -> String {
-        let tag = self
-            .home
-            .path()
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .replace(['.', '_'], "");
-        format!("{name}-{tag}")
+        unique_session(self.home.path(), name)
     }
 
     fn paddock(&self, args: &[&str]) -> Run {
-        let mut argv = args.to_vec();
-        argv.extend(["--policy", &self.policy]);
-        paddock_env(
-            &argv,
-            &[("PADDOCK_HOME", self.home.path().to_str().unwrap())],
-            None,
+        paddock_policy(
+            self.home.path(),
+            &self.policy,
+            args,
             Duration::from_secs(200),
         )
     }
@@ -140,16 +112,7 @@ impl Cluster {
     /// A `terminal` call with these arguments.
     fn terminal_with(&self, session: &str, args: &Value) -> (Run, Value) {
         let args = args.to_string();
-        let run = self.paddock(&[
-            "call",
-            "terminal",
-            "--args",
-            &args,
-            "--session",
-            session,
-            "--backend",
-            BACKEND,
-        ]);
+        let run = self.paddock(&call_argv("terminal", &args, session, BACKEND));
         let value = run.json();
         (run, value)
     }
@@ -206,19 +169,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let tag = self.session("");
-        let jobs = Command::new("squeue")
-            .args(["-h", "-o", "%i %j"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        for line in jobs.lines() {
-            if let Some((id, name)) = line.split_once(' ')
-                && name.ends_with(&tag)
-            {
-                let _ = Command::new("scancel").arg(id).output();
-            }
-        }
+        cancel_jobs_ending_with(&self.session(""));
     }
 }
 
@@ -264,7 +215,11 @@ fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn each_node_runs_its_sessions_commands_out_of_the_engines_reach() {
-    let nodes = if skipped() { return } else { compute_nodes() };
+    let nodes = if backend_skipped("slurm") {
+        return;
+    } else {
+        compute_nodes()
+    };
     for node in &nodes {
         let Some(c) = Cluster::new(Some(node)) else {
             return;
@@ -431,7 +386,11 @@ fn a_job_cancelled_from_outside_is_named_then_replaced() {
 
 #[test]
 fn a_session_on_a_node_drained_while_idle_goes_on_and_its_next_job_goes_elsewhere() {
-    let nodes = if skipped() { return } else { compute_nodes() };
+    let nodes = if backend_skipped("slurm") {
+        return;
+    } else {
+        compute_nodes()
+    };
     let Some(c) = Cluster::new(None) else { return };
     let s = c.session("drain");
     let (job, node) = c.job_and_node(&s);
@@ -485,7 +444,11 @@ fn another_homes_engine_with_the_same_session_id_gets_its_own_job() {
 
 #[test]
 fn a_hundred_concurrent_commands_across_two_nodes_keep_their_output_apart() {
-    let nodes = if skipped() { return } else { compute_nodes() };
+    let nodes = if backend_skipped("slurm") {
+        return;
+    } else {
+        compute_nodes()
+    };
     let clusters: Vec<Cluster> = nodes
         .iter()
         .take(2)
@@ -509,21 +472,10 @@ fn a_hundred_concurrent_commands_across_two_nodes_keep_their_output_apart() {
             std::thread::spawn(move || {
                 let command = format!("for n in $(seq 1 50); do echo {i}:$n; done; hostname");
                 let args = json!({ "command": command }).to_string();
-                let run = paddock_env(
-                    &[
-                        "call",
-                        "terminal",
-                        "--args",
-                        &args,
-                        "--session",
-                        &session,
-                        "--backend",
-                        BACKEND,
-                        "--policy",
-                        &policy,
-                    ],
-                    &[("PADDOCK_HOME", &home)],
-                    None,
+                let run = paddock_policy(
+                    Path::new(&home),
+                    &policy,
+                    &call_argv("terminal", &args, &session, BACKEND),
                     Duration::from_secs(180),
                 );
                 (i, which, run)
@@ -630,7 +582,11 @@ fn node_init(node: &str) -> i32 {
 #[test]
 #[ignore = "kills a compute node: run alone, as scripts/test-all.sh does"]
 fn a_compute_node_that_dies_mid_command_is_named_and_the_next_job_goes_elsewhere() {
-    let nodes = if skipped() { return } else { compute_nodes() };
+    let nodes = if backend_skipped("slurm") {
+        return;
+    } else {
+        compute_nodes()
+    };
     let Some(c) = Cluster::new(None) else { return };
     let s = c.session("node-dies");
     let (job, node) = c.job_and_node(&s);
@@ -810,7 +766,11 @@ fn wait_for_nodes_back(nodes: &[&String], jobs: &[&String]) {
 #[test]
 #[ignore = "cuts a compute node off: run alone, as scripts/test-all.sh does"]
 fn a_compute_node_cut_off_mid_command_is_named_once_it_falls_silent() {
-    let nodes = if skipped() { return } else { compute_nodes() };
+    let nodes = if backend_skipped("slurm") {
+        return;
+    } else {
+        compute_nodes()
+    };
     let Some(c) = Cluster::new(None) else { return };
     let s = c.session("node-cut");
     let (job, node, next, on, cut) = cut_off_mid_command(&c, &s, &nodes);
@@ -859,7 +819,11 @@ fn a_compute_node_cut_off_mid_command_is_named_once_it_falls_silent() {
 #[test]
 #[ignore = "cuts a compute node off: run alone, as scripts/test-all.sh does"]
 fn a_compute_node_cut_off_under_a_relay_through_srun_is_named_once_its_stream_falls_silent() {
-    let nodes = if skipped() { return } else { compute_nodes() };
+    let nodes = if backend_skipped("slurm") {
+        return;
+    } else {
+        compute_nodes()
+    };
     let Some(c) = Cluster::with_relay(None, "srun") else {
         return;
     };

@@ -9,18 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use paddock_tests::{Run, paddock_at};
+use paddock_tests::{Run, backend_skipped, paddock_at, services_policy};
 use serde_json::{Value, json};
 
-fn skipped(backend: &str) -> bool {
-    std::env::var("PADDOCK_SKIP_BACKENDS")
-        .unwrap_or_default()
-        .split(',')
-        .any(|b| b.trim() == backend)
-}
-
 fn docker_skipped() -> bool {
-    skipped("docker")
+    backend_skipped("docker")
 }
 
 /// A home, a workspace the engine runs in, and a policy (none: the built-in sandboxed local
@@ -48,12 +41,11 @@ impl Target {
     /// Backend `backend` of the test services' policy; `None` when the test command skips
     /// it (`skip_as`: its name in PADDOCK_SKIP_BACKENDS).
     fn services(backend: &'static str, skip_as: &str) -> Option<Self> {
-        if skipped(skip_as) {
+        if backend_skipped(skip_as) {
             eprintln!("SKIPPED: {skip_as} (PADDOCK_SKIP_BACKENDS)");
             return None;
         }
-        let policy = std::env::var("PADDOCK_TEST_POLICY")
-            .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned());
+        let policy = services_policy();
         Some(Self {
             home: tempfile::tempdir().unwrap(),
             workspace: tempfile::tempdir().unwrap(),
@@ -324,13 +316,12 @@ fn a_slurm_session_with_an_image_is_snapshotted_and_forked() {
 fn reflink_dir() -> Option<PathBuf> {
     if ["docker", "ssh", "apptainer", "slurm"]
         .iter()
-        .all(|b| skipped(b))
+        .all(|b| backend_skipped(b))
     {
         eprintln!("SKIPPED: the reflink file system (no test services: PADDOCK_SKIP_BACKENDS)");
         return None;
     }
-    let policy = std::env::var("PADDOCK_TEST_POLICY")
-        .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned());
+    let policy = services_policy();
     let env = Path::new(&policy).with_file_name("services.env");
     let text = std::fs::read_to_string(&env).unwrap_or_default();
     let dir = text

@@ -7,17 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use paddock_tests::{Run, paddock_env, write_file};
+use paddock_tests::{Run, paddock_home, temp_file, write_file};
 use serde_json::{Value, json};
 
 /// `paddock ARGS` with its state in `home`.
 fn run(home: &Path, args: &[&str]) -> Run {
-    paddock_env(
-        args,
-        &[("PADDOCK_HOME", home.to_str().unwrap())],
-        None,
-        Duration::from_secs(120),
-    )
+    paddock_home(home, args, Duration::from_secs(120))
 }
 
 /// `paddock call TOOL` in `session`; its JSON (a failed call's too).
@@ -301,9 +296,7 @@ fn a_script_gets_the_whole_output_of_its_nested_call() {
 fn the_limit_is_the_policys_and_a_scripts_own_result_spills_too() {
     let home_dir = tempfile::tempdir().unwrap();
     let home = home_dir.path();
-    let dir = tempfile::tempdir().unwrap();
-    let policy = write_file(
-        &dir,
+    let (dir, policy) = temp_file(
         "p.toml",
         "[codemode]\nmax_output_chars = 100000\n\n[tools]\nmax_result_chars = 5000\n",
     );

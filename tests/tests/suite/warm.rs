@@ -1,31 +1,58 @@
 //! Warm pools (`[backends.NAME] warm = N`) on the real docker service: a new session claims a
 //! container that was made before it asked, and the pool is refilled.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use paddock_tests::{Run, environment_name, paddock_env};
+use paddock_tests::{
+    Run, backend_skipped, call_argv, environment_name, paddock_home, services_section,
+};
 use serde_json::json;
 
-fn services_policy() -> String {
-    std::env::var("PADDOCK_TEST_POLICY")
-        .unwrap_or_else(|_| "/tmp/paddock-services/policy.toml".to_owned())
-}
-
-fn skipped(backend: &str) -> bool {
-    std::env::var("PADDOCK_SKIP_BACKENDS")
-        .unwrap_or_default()
-        .split(',')
-        .any(|b| b.trim() == backend)
-}
-
 fn run(home: &Path, args: &[&str]) -> Run {
-    paddock_env(
-        args,
-        &[("PADDOCK_HOME", home.to_str().unwrap())],
-        None,
-        Duration::from_secs(120),
-    )
+    paddock_home(home, args, Duration::from_secs(120))
+}
+
+/// A state directory and a policy whose one backend is the services' docker with a warm pool.
+struct WarmDocker {
+    home: tempfile::TempDir,
+    /// `PREFIX` and a tag of the state directory's: the pool's containers are named after the
+    /// backend, so no two tests share one.
+    backend: String,
+    policy: PathBuf,
+}
+
+impl WarmDocker {
+    /// A pool of `warm` containers; `None` (SKIPPED) when the test command leaves docker out.
+    fn new(prefix: &str, warm: u32) -> Option<Self> {
+        if backend_skipped("docker") {
+            eprintln!("SKIPPED: the docker backend (PADDOCK_SKIP_BACKENDS)");
+            return None;
+        }
+        let section = services_section("docker", "docker");
+        let home = tempfile::tempdir().unwrap();
+        let tag: String = home
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<String>()
+            .to_lowercase();
+        let backend = format!("{prefix}{tag}");
+        let policy = home.path().join("policy.toml");
+        std::fs::write(
+            &policy,
+            format!("[backends.{backend}]{section}\nwarm = {warm}\n"),
+        )
+        .unwrap();
+        Some(Self {
+            home,
+            backend,
+            policy,
+        })
+    }
 }
 
 /// `docker ps` (running only): (id, name) of containers whose name starts with `prefix`.
@@ -52,52 +79,21 @@ fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn a_new_session_claims_a_warm_container_and_the_pool_is_refilled() {
-    if skipped("docker") {
-        eprintln!("SKIPPED: the docker backend (PADDOCK_SKIP_BACKENDS)");
+    let Some(WarmDocker {
+        home,
+        backend,
+        policy,
+    }) = WarmDocker::new("warm", 2)
+    else {
         return;
-    }
-    let text = std::fs::read_to_string(services_policy()).unwrap_or_default();
-    let start = text.find("[backends.docker]").unwrap_or_else(|| {
-        panic!("the docker test service is not up: run scripts/test-services.sh as root first")
-    });
-    let rest = &text[start + "[backends.docker]".len()..];
-    let section = &rest[..rest.find("\n[").unwrap_or(rest.len())];
-    let home = tempfile::tempdir().unwrap();
-    let tag: String = home
-        .path()
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .collect::<String>()
-        .to_lowercase();
-    let backend = format!("warm{tag}");
-    let policy = home.path().join("policy.toml");
-    std::fs::write(
-        &policy,
-        format!("[backends.{backend}]{section}\nwarm = 2\n"),
-    )
-    .unwrap();
+    };
     let policy = policy.to_str().unwrap();
     let warm_prefix = environment_name(&backend, home.path(), ".warm-");
     let terminal = |session: &str| {
         let args = json!({"command": "echo ready-$PADDOCK_SESSION"}).to_string();
-        let out = run(
-            home.path(),
-            &[
-                "call",
-                "terminal",
-                "--args",
-                &args,
-                "--session",
-                session,
-                "--backend",
-                &backend,
-                "--policy",
-                policy,
-            ],
-        );
+        let mut argv = call_argv("terminal", &args, session, &backend);
+        argv.extend(["--policy", policy]);
+        let out = run(home.path(), &argv);
         assert_eq!(out.code, 0, "stdout={} stderr={}", out.stdout, out.stderr);
         assert_eq!(out.json()["output"], json!(format!("ready-{session}\n")));
     };
@@ -149,33 +145,14 @@ fn a_new_session_claims_a_warm_container_and_the_pool_is_refilled() {
 /// session asks.
 #[test]
 fn paddock_serve_fills_the_pool_when_it_starts() {
-    if skipped("docker") {
-        eprintln!("SKIPPED: the docker backend (PADDOCK_SKIP_BACKENDS)");
+    let Some(WarmDocker {
+        home,
+        backend,
+        policy,
+    }) = WarmDocker::new("serve", 1)
+    else {
         return;
-    }
-    let text = std::fs::read_to_string(services_policy()).unwrap_or_default();
-    let start = text.find("[backends.docker]").unwrap_or_else(|| {
-        panic!("the docker test service is not up: run scripts/test-services.sh as root first")
-    });
-    let rest = &text[start + "[backends.docker]".len()..];
-    let section = &rest[..rest.find("\n[").unwrap_or(rest.len())];
-    let home = tempfile::tempdir().unwrap();
-    let tag: String = home
-        .path()
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .collect::<String>()
-        .to_lowercase();
-    let backend = format!("serve{tag}");
-    let policy = home.path().join("policy.toml");
-    std::fs::write(
-        &policy,
-        format!("[backends.{backend}]{section}\nwarm = 1\n"),
-    )
-    .unwrap();
+    };
     let mut serve = std::process::Command::new(paddock_tests::paddock_bin())
         .args(["serve", "--policy", policy.to_str().unwrap()])
         .env("PADDOCK_HOME", home.path())
