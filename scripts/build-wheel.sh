@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the Python package's wheel (python/) into target/wheels/ and prints its path: the
-# `paddock` binary of the workspace's release build (maturin finds every crate fresh: no second
-# compile once `cargo build --release --ignore-rust-version --locked --workspace` has run) and
-# the static `paddock-agent` (scripts/build-agent.sh, ~15 s cold, a freshness check after),
-# which pip installs beside `paddock`, where the engine looks for it.
+# `paddock` binary of the workspace's release build (it carries the static agent; maturin finds
+# every crate fresh: no second compile once `cargo build --release --ignore-rust-version
+# --locked --workspace` has run). It builds through python/'s own build backend, as
+# `pip install ./python` does on a fresh checkout, with a pinned maturin and no build isolation
+# (so no network after the first run).
 #
 #   scripts/build-wheel.sh        # then: pip install target/wheels/paddock-*.whl
 #
@@ -27,16 +28,15 @@ if [ ! -x "$maturin" ] || [ "$("$maturin" --version)" != "${MATURIN_PIN/==/ }" ]
     "$ENV_DIR/build-venv/bin/pip" install --quiet --disable-pip-version-check "$MATURIN_PIN"
 fi
 
-# pyproject's `data = "paddock.data"`: maturin refuses to build without it, so a wheel can never
-# quietly lack the agent.
-agent=$(scripts/build-agent.sh)
+# A wheel of an older layout shipped the agent beside the binary from here; it is carried inside
+# the binary now.
 rm -rf python/paddock.data
-mkdir -p python/paddock.data/scripts
-cp "$agent" python/paddock.data/scripts/paddock-agent
 
 log "building the wheel (no compile expected)"
 rm -rf target/wheels
 started=$EPOCHREALTIME
-(cd python && "$maturin" build --release --ignore-rust-version --locked --out ../target/wheels) >&2
+# maturin's hooks run `maturin` from PATH (an isolated build puts its environment there).
+PATH="$ENV_DIR/build-venv/bin:$PATH" "$ENV_DIR/build-venv/bin/pip" wheel --quiet --disable-pip-version-check --no-deps \
+    --no-build-isolation --wheel-dir target/wheels ./python >&2
 log "wheel built in $(awk "BEGIN { printf \"%.1f\", $EPOCHREALTIME - $started }") s"
 ls "$PWD"/target/wheels/paddock-*.whl

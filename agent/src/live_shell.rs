@@ -108,7 +108,13 @@ struct WrapperArgs<'a> {
 }
 
 fn wrapper_args(request: &RunRequest) -> Option<WrapperArgs<'_>> {
-    if request.pty || request.stdin || !request.renames.is_empty() {
+    // Variables of one command (`PADDOCK_CALL_ENV`) are the wrapper's to set aside and put
+    // back; the live shell restored the session's state once, without them.
+    if request.pty
+        || request.stdin
+        || !request.renames.is_empty()
+        || request.env.contains_key(crate::shell_state::CALL_ENV)
+    {
         return None;
     }
     match request.argv.as_slice() {

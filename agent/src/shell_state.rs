@@ -16,12 +16,22 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
+/// The variable that lists a command's own variables for [`WRAPPER`].
+pub const CALL_ENV: &str = "PADDOCK_CALL_ENV";
+
 /// `bash -c WRAPPER paddock STATE_DIR COMMAND WORKDIR TAG`: the new state is written as
 /// `env.sh.TAG` and `cwd.TAG` (a tag rather than `$$`: inside the sandbox's PID namespace every
 /// shell is PID 2), the state the command started from as `env.sh.start.TAG` and
 /// `cwd.start.TAG` (builtins only, after the restore: what [`commit_state`] merges against).
-pub const WRAPPER: &str = r#"__paddock_state=$1; __paddock_cmd=$2; __paddock_workdir=$3; __paddock_tag=${4:-$$}
-if [ -f "$__paddock_state/env.sh" ]; then . "$__paddock_state/env.sh" >/dev/null 2>&1; fi
+///
+/// `PADDOCK_CALL_ENV` (space-separated names, checked by the engine) lists variables of this
+/// command only: their values are set aside before the session's state is restored, put back
+/// over it after the start state is saved, and at the end each name gets the session's value
+/// again (or none), so that they win over the session's exports and never become part of its
+/// state. Everything stays on the lines it had: bash names the line of the `eval` (25) in its
+/// messages, and the live shell's script mirrors it.
+pub const WRAPPER: &str = r#"__paddock_state=$1; __paddock_cmd=$2; __paddock_workdir=$3; __paddock_tag=${4:-$$}; __paddock_call=${PADDOCK_CALL_ENV-}; unset PADDOCK_CALL_ENV; for __paddock_n in $__paddock_call; do eval "__paddock_c_$__paddock_n=\${$__paddock_n}"; unset "$__paddock_n"; done
+if [ -f "$__paddock_state/env.sh" ]; then . "$__paddock_state/env.sh" >/dev/null 2>&1; fi; for __paddock_n in $__paddock_call; do if [ -n "${!__paddock_n+set}" ]; then eval "__paddock_s_$__paddock_n=\${$__paddock_n}"; fi; done
 if [ -n "$__paddock_workdir" ]; then
     builtin cd -- "$__paddock_workdir" || { echo "paddock: cannot change into workdir $__paddock_workdir" >&2; exit 126; }
 elif [ -f "$__paddock_state/cwd" ]; then
@@ -30,7 +40,7 @@ elif [ -f "$__paddock_state/cwd" ]; then
 fi
 __paddock_save() {
     __paddock_status=$?
-    export -n PADDOCK_RUN 2>/dev/null
+    export -n PADDOCK_RUN 2>/dev/null; for __paddock_n in $__paddock_call; do unset "$__paddock_n"; eval "if [ -n \"\${__paddock_s_$__paddock_n+set}\" ]; then export $__paddock_n=\"\$__paddock_s_$__paddock_n\"; fi"; done
     { export -p; declare -f; alias -p; } > "$__paddock_state/env.sh.$__paddock_tag" 2>/dev/null
     if [ -z "$__paddock_workdir" ]; then
         pwd -P > "$__paddock_state/cwd.$__paddock_tag" 2>/dev/null
@@ -43,7 +53,7 @@ unset __paddock_cwd
 { export -p; declare -f; alias -p; } > "$__paddock_state/env.sh.start.$__paddock_tag" 2>/dev/null
 if [ -z "$__paddock_workdir" ]; then
     pwd -P > "$__paddock_state/cwd.start.$__paddock_tag" 2>/dev/null
-fi
+fi; for __paddock_n in $__paddock_call; do eval "export $__paddock_n=\"\$__paddock_c_$__paddock_n\""; done; unset __paddock_n
 eval "$__paddock_cmd""#;
 
 /// Puts the state a finished shell (run with `tag`) wrote in `state_dir` (`env.sh.TAG`,

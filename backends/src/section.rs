@@ -222,7 +222,7 @@ impl BuildContext<'_> {
         agent
             .as_ref()
             .is_none_or(|v| *v.get_ref())
-            .then(|| agent_binary::find(self.exe))
+            .then(|| agent_binary::find(self.exe, self.state_root))
     }
 
     /// Where a found agent binary is placed for environments to see it.

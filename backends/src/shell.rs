@@ -12,7 +12,7 @@ use crate::{BackendError, Result};
 
 /// The state-keeping wrapper ([`paddock_agent::shell_state::WRAPPER`]): the agent recognises
 /// it, to run the command in the session's live shell instead.
-pub use paddock_agent::shell_state::WRAPPER;
+pub use paddock_agent::shell_state::{CALL_ENV, WRAPPER};
 
 /// Where one session's shell state lives.
 pub fn session_dir(state_root: &Path, session: &str) -> Result<PathBuf> {

@@ -268,6 +268,10 @@ pub fn paddock_env(
     paddock_at(None, args, env, stdin, limit)
 }
 
+/// An environment value for [`paddock_env`] and [`paddock_at`] that removes the variable from
+/// what `paddock` inherits (a NUL can be no real value).
+pub const UNSET: &str = "\0unset";
+
 /// Runs `paddock ARGS` with extra environment variables in the directory `cwd` (the workspace
 /// of a local backend that declares none), or in this process's own directory.
 pub fn paddock_at(
@@ -288,10 +292,16 @@ pub fn paddock_at(
     if !has_home && std::env::var_os("PADDOCK_HOME").is_none() {
         command.env("PADDOCK_HOME", test_home());
     }
+    command.env_remove("PADDOCK_POLICY");
+    for (name, value) in env {
+        if *value == UNSET {
+            command.env_remove(name);
+        } else {
+            command.env(name, value);
+        }
+    }
     let mut child = command
         .args(args)
-        .env_remove("PADDOCK_POLICY")
-        .envs(env.iter().copied())
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {

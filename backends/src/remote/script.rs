@@ -23,7 +23,8 @@ const REAP_FUNCTION: &str = r#"__paddock_reap() {
 /// `env PADDOCK_RUN=ID bash -c COMMAND_SCRIPT paddock ROOT SESSION RUN COMMAND WORKDIR HOME [K=V]...`
 ///
 /// Like the local wrapper (`shell::WRAPPER`): restores the session's exports, functions,
-/// aliases and cwd, runs the command, saves the state on any exit. Differences: stderr is merged
+/// aliases and cwd, runs the command, saves the state on any exit; a command's own variables
+/// (`PADDOCK_CALL_ENV`) win over the session's and stay out of its state, as there. Differences: stderr is merged
 /// into stdout at the source (one ordered stream through any transport), the state directory is
 /// created on the target, the state is renamed into place here (the engine cannot reach it),
 /// and leftovers of the command are ended when it finishes.
@@ -42,7 +43,7 @@ __p_start=$PWD
 case $__p_root in /*) ;; *) __p_root=$__p_start/$__p_root ;; esac
 [ -n "$__p_home" ] || __p_home=$__p_start
 for __p_kv in "$@"; do export "$__p_kv"; done
-unset __p_kv
+unset __p_kv; __p_call=${{PADDOCK_CALL_ENV-}}; unset PADDOCK_CALL_ENV; for __p_n in $__p_call; do eval "__p_c_$__p_n=\${{$__p_n}}"; unset "$__p_n"; done
 # Where the environment holds the agent, a run outside it (a background command) commits its
 # state with `paddock-agent commit-state` (a merge, as the agent commits its own runs).
 __p_commit=${{PADDOCK_STATE_COMMIT:-}}; unset PADDOCK_STATE_COMMIT
@@ -50,7 +51,7 @@ case $__p_commit in '$HOME/'*) __p_commit=$HOME/${{__p_commit#'$HOME/'}} ;; esac
 [ -n "$__p_commit" ] && [ -x "$__p_commit" ] || __p_commit=
 __p_state=$__p_root/sessions/$__p_session
 [ -d "$__p_state" ] || mkdir -p "$__p_state" || {{ echo "paddock: cannot create the session state directory $__p_state"; exit 125; }}
-if [ -f "$__p_state/env.sh" ]; then . "$__p_state/env.sh" >/dev/null 2>&1; fi
+if [ -f "$__p_state/env.sh" ]; then . "$__p_state/env.sh" >/dev/null 2>&1; fi; for __p_n in $__p_call; do if [ -n "${{!__p_n+set}}" ]; then eval "__p_s_$__p_n=\${{$__p_n}}"; fi; done
 export PADDOCK_RUN=$__p_run
 if [ -n "$__p_workdir" ]; then
     builtin cd -- "$__p_workdir" 2>/dev/null || {{ echo "paddock: cannot change into workdir $__p_workdir"; exit 126; }}
@@ -62,7 +63,7 @@ else
 fi
 {REAP_FUNCTION}__paddock_save() {{
     __p_status=$?
-    export -n PADDOCK_RUN
+    export -n PADDOCK_RUN; for __p_n in $__p_call; do unset "$__p_n"; eval "if [ -n \"\${{__p_s_$__p_n+set}}\" ]; then export $__p_n=\"\$__p_s_$__p_n\"; fi"; done
     if [ -n "$__p_agent" ] || [ -n "$__p_commit" ]; then
         {{ export -p; declare -f; alias -p; }} > "$__p_state/env.sh.$__p_run" 2>/dev/null
         if [ -z "$__p_workdir" ]; then pwd -P > "$__p_state/cwd.$__p_run" 2>/dev/null; fi
@@ -94,7 +95,7 @@ unset __p_cwd
 if [ -n "$__p_agent" ] || [ -n "$__p_commit" ]; then
     {{ export -p; declare -f; alias -p; }} > "$__p_state/env.sh.start.$__p_run" 2>/dev/null
     if [ -z "$__p_workdir" ]; then pwd -P > "$__p_state/cwd.start.$__p_run" 2>/dev/null; fi
-fi
+fi; for __p_n in $__p_call; do eval "export $__p_n=\"\$__p_c_$__p_n\""; done; unset __p_n
 eval "$__p_cmd""#
     )
 }

@@ -278,6 +278,50 @@ struct TerminalArgs {
     pty: bool,
     #[serde(default)]
     notify_on_complete: bool,
+    /// Text fed to a foreground command's stdin, which is then closed.
+    stdin: Option<String>,
+    /// Variables of this command only, over the session's exports.
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+}
+
+/// `env` checked and made the request's: every name a shell variable's (not the engine's own
+/// `PADDOCK_*`, not the wrapper's `__paddock*`), no NUL in a value; the names listed in
+/// `PADDOCK_CALL_ENV` for the wrapper, which keeps them out of the session's state.
+fn call_env(env: BTreeMap<String, String>) -> Result<BTreeMap<String, String>, ToolError> {
+    let invalid = |why: String| {
+        ToolError::invalid_arguments(format!("invalid arguments for 'terminal': {why}"))
+    };
+    for (name, value) in &env {
+        let mut chars = name.chars();
+        let shell_name = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !shell_name {
+            return Err(invalid(format!(
+                "env: {name:?} is not a variable name (letters, digits and _, not starting with \
+                 a digit)"
+            )));
+        }
+        if name.starts_with("PADDOCK_") || name.starts_with("__paddock") {
+            return Err(invalid(format!(
+                "env: {name} is Paddock's own; choose another name"
+            )));
+        }
+        if value.contains('\0') {
+            return Err(invalid(format!(
+                "env: the value of {name} contains a NUL byte"
+            )));
+        }
+    }
+    let mut env = env;
+    if !env.is_empty() {
+        let names: Vec<&str> = env.keys().map(String::as_str).collect();
+        let listed = names.join(" ");
+        env.insert(paddock_backends::shell::CALL_ENV.to_owned(), listed);
+    }
+    Ok(env)
 }
 
 impl Tool for Terminal {
@@ -285,7 +329,9 @@ impl Tool for Terminal {
         ToolSpec::new("terminal", "environment",
             "Run a shell command (bash). cwd, exported variables, functions and aliases persist \
              between commands of a session. stdout and stderr are merged; output too long to \
-             show is spilled to a file (read it with read_output). `background: true` starts \
+             show is spilled to a file (read it with read_output). `stdin` is text fed to the \
+             command, then closed (otherwise its stdin is empty); `env` sets variables for \
+             this command only. `background: true` starts \
              it detached and returns a session_id for the `process` tool; `pty: true` gives it \
              a terminal.",
             json!({
@@ -296,7 +342,9 @@ impl Tool for Terminal {
                     "timeout": {"type": "number", "description": "Seconds (foreground only)", "default": DEFAULT_TIMEOUT_S, "minimum": 0, "maximum": MAX_TIMEOUT_S},
                     "workdir": {"type": "string", "description": "Directory for this command only"},
                     "pty": {"type": "boolean", "default": false},
-                    "notify_on_complete": {"type": "boolean", "default": false}
+                    "notify_on_complete": {"type": "boolean", "default": false},
+                    "stdin": {"type": "string", "description": "Text fed to the command's stdin, then closed (foreground only)"},
+                    "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Variables for this command only, over the session's exports"}
                 },
                 "required": ["command"],
                 "additionalProperties": false
@@ -317,14 +365,28 @@ impl Tool for Terminal {
                 envs.approvals
                     .check_command("terminal", &args.command, args.workdir.as_deref(), &ctx)
                     .await?;
+                // A shell or an interpreter reads its stdin as commands (`bash` fed
+                // `rm -rf /`): the text is judged as a command line too.
+                if let Some(input) = &args.stdin {
+                    envs.approvals
+                        .check_command("terminal", input, args.workdir.as_deref(), &ctx)
+                        .await?;
+                }
             }
+            if args.background && args.stdin.is_some() {
+                return Err(ToolError::invalid_arguments(
+                    "invalid arguments for 'terminal': `stdin` applies to a foreground command; \
+                     feed a background one with the process tool (write, submit, close)",
+                ));
+            }
+            let call_env = call_env(args.env)?;
             if args.background {
                 let record = env
                     .spawn_background(BackgroundRequest {
                         command: args.command,
                         session: ctx.session.clone(),
                         workdir: args.workdir.map(PathBuf::from),
-                        env: BTreeMap::new(),
+                        env: call_env,
                         pty: args.pty,
                         notify_on_complete: args.notify_on_complete,
                     })
@@ -345,8 +407,8 @@ impl Tool for Terminal {
                     command: args.command,
                     session: ctx.session.clone(),
                     workdir: args.workdir.map(PathBuf::from),
-                    env: BTreeMap::new(),
-                    stdin: None,
+                    env: call_env,
+                    stdin: args.stdin.map(String::into_bytes),
                     timeout: timeout_of(args.timeout),
                     pty: args.pty,
                     max_output_chars: MAX_OUTPUT_CHARS,

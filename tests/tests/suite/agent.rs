@@ -872,7 +872,7 @@ fn an_agent_that_cannot_run_there_is_a_named_error_not_a_fallback() {
                 .unwrap()
                 .parent()
                 .unwrap()
-                .join("x86_64-unknown-linux-gnu/release/paddock-agent")
+                .join("agent-static/x86_64-unknown-linux-gnu/release/paddock-agent")
         },
         PathBuf::from,
     );
@@ -924,6 +924,54 @@ fn an_agent_that_cannot_run_there_is_a_named_error_not_a_fallback() {
     assert!(
         error.contains("static paddock-agent") && error.contains("scripts/build-agent.sh"),
         "{error}"
+    );
+    t.close(&session);
+}
+
+/// A `paddock` built from the workspace carries its agent: with no `PADDOCK_AGENT_BIN` and no
+/// static agent beside the binary, a docker session still runs through an agent, the one the binary
+/// wrote into its state directory (`agent-bin/`), bound into the container.
+#[test]
+fn the_binary_carries_its_agent() {
+    let Some(t) = Target::new(&["docker"], "") else {
+        return;
+    };
+    // Cargo leaves the agent's own dynamic build beside the binary: not a static agent, so the
+    // engine passes it over.
+    let session = t.session("carried");
+    t.used
+        .lock()
+        .unwrap()
+        .insert(("docker".to_owned(), session.clone()));
+    let args = json!({"command": "echo carried"}).to_string();
+    let mut argv = call_argv("terminal", &args, &session, "docker");
+    argv.extend(["--policy", &t.policy]);
+    let out = paddock_env(
+        &argv,
+        &[
+            ("PADDOCK_HOME", t.home.path().to_str().unwrap()),
+            ("PADDOCK_AGENT_BIN", paddock_tests::UNSET),
+        ],
+        None,
+        Duration::from_secs(120),
+    );
+    assert_eq!(out.code, 0, "stdout={} stderr={}", out.stdout, out.stderr);
+    assert_eq!(out.json()["output"], json!("carried\n"));
+    let written: Vec<PathBuf> = std::fs::read_dir(t.home.path().join("agent-bin"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(written.len(), 1, "{written:?}");
+    let container = environment_name("docker", t.home.path(), &session);
+    let mounts = std::process::Command::new("docker")
+        .args(["inspect", "--format", "{{json .Mounts}}", &container])
+        .output()
+        .unwrap();
+    let mounts = String::from_utf8_lossy(&mounts.stdout);
+    assert!(
+        mounts.contains(written[0].to_str().unwrap()),
+        "{container} does not bind {}: {mounts}",
+        written[0].display()
     );
     t.close(&session);
 }

@@ -91,12 +91,13 @@ fn a_denial_reaches_the_script_as_tool_approval_denied() {
     );
 }
 
-#[test]
-fn with_no_approver_a_dangerous_command_is_denied_and_not_run() {
+/// `terminal` with the arguments `args_for(marker)` and nobody to ask: denied (the answer is
+/// checked), and `marker`, which the arguments would have created, is not there.
+fn denied_with_nobody_to_ask(args_for: impl Fn(&str) -> Value) {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("ran");
     let home = dir.path().join("home").display().to_string();
-    let args = json!({"command": format!("touch {}; history -c", marker.display())}).to_string();
+    let args = args_for(marker.to_str().unwrap()).to_string();
     let run = paddock_env(
         &["call", "terminal", "--args", &args],
         &[("PADDOCK_HOME", &home)],
@@ -104,13 +105,28 @@ fn with_no_approver_a_dangerous_command_is_denied_and_not_run() {
         Duration::from_secs(30),
     );
     let v = run.json();
-    assert_eq!(run.code, 1);
+    assert_eq!(run.code, 1, "{v}");
     assert_eq!(v["error_code"], json!("tool_approval:denied"), "{v}");
     assert!(
         v["error"].as_str().unwrap().contains("nobody is available"),
         "{v}"
     );
-    assert!(!marker.exists(), "the command ran although it was denied");
+    assert!(!marker.exists(), "it ran although it was denied: {v}");
+}
+
+#[test]
+fn with_no_approver_a_dangerous_command_is_denied_and_not_run() {
+    denied_with_nobody_to_ask(|marker| json!({"command": format!("touch {marker}; history -c")}));
+}
+
+/// Text fed to a command's stdin is judged as a command line too: `bash` reads it as one, so
+/// `terminal(command="bash", stdin="...; history -c")` is denied with nobody to ask, and runs
+/// nothing of it.
+#[test]
+fn a_dangerous_stdin_is_judged_as_a_command() {
+    denied_with_nobody_to_ask(
+        |marker| json!({"command": "bash", "stdin": format!("touch {marker}; history -c\n")}),
+    );
 }
 
 /// `paddock policy explain --command CMD [--policy P]`.

@@ -592,6 +592,89 @@ fn stdin_is_closed_for_foreground_commands_and_nul_bytes_are_refused(t: &Target)
     assert!(bad["error"].as_str().unwrap().contains("NUL"), "{bad}");
 }
 
+/// `stdin` is fed to a foreground command whole and then closed (`cat` ends); the command's
+/// own stdin is otherwise empty. A background command takes its input through `process`.
+fn stdin_is_fed_then_closed(t: &Target) {
+    let session = t.session("s");
+    let v = t.sh(
+        &session,
+        json!({"command": "cat; echo end", "stdin": "one\ntwo \u{e9}\n"}),
+    );
+    assert_eq!(v["output"], json!("one\ntwo \u{e9}\nend\n"), "{v}");
+    assert_eq!(v["exit_code"], json!(0));
+    let v = t.sh(
+        &session,
+        json!({"command": "wc -c", "stdin": "x".repeat(100_000)}),
+    );
+    assert_eq!(v["output"].as_str().map(str::trim), Some("100000"), "{v}");
+    let bad = t
+        .call(
+            &session,
+            "terminal",
+            json!({"command": "cat", "stdin": "x", "background": true}),
+        )
+        .json();
+    assert_eq!(bad["error_code"], json!("tool:invalid_arguments"), "{bad}");
+    assert!(
+        bad["error"].as_str().unwrap().contains("process tool"),
+        "{bad}"
+    );
+}
+
+/// `env` sets variables for one command, over the session's own exports, credential-looking
+/// names included (the caller chose them); they reach the command's children, never become
+/// part of the session's state (not even as a session's first command's), and reach a
+/// background command too. Names that are not shell variables, or Paddock's own, are refused.
+fn env_applies_to_one_command_over_the_sessions_exports(t: &Target) {
+    let session = t.session("s");
+    t.sh(&session, json!({"command": "export KEEP=session"}));
+    let v = t.sh(
+        &session,
+        json!({
+            "command": "echo \"$ONE $KEEP $GITHUB_TOKEN\"; bash -c 'echo child:$ONE:$KEEP'",
+            "env": {"ONE": "1 two", "KEEP": "override", "GITHUB_TOKEN": "t0k"},
+        }),
+    );
+    assert_eq!(
+        v["output"],
+        json!("1 two override t0k\nchild:1 two:override\n"),
+        "{v}"
+    );
+    let v = t.sh(
+        &session,
+        json!({"command": "echo \"${ONE:-unset} $KEEP ${GITHUB_TOKEN:-none}\""}),
+    );
+    assert_eq!(v["output"], json!("unset session none\n"), "{v}");
+
+    let first = t.session("first");
+    t.sh(
+        &first,
+        json!({"command": "cd /; export MINE=1", "env": {"TWO": "2"}}),
+    );
+    let v = t.sh(&first, json!({"command": "echo ${TWO:-unset} $MINE; pwd"}));
+    assert_eq!(v["output"], json!("unset 1\n/\n"), "{v}");
+
+    let v = t.sh(
+        &session,
+        json!({"command": "echo bg:$ONE", "background": true, "env": {"ONE": "b"}}),
+    );
+    let id = v["session_id"].as_str().unwrap().to_owned();
+    wait_for_log(t, &session, &id, "bg:b");
+
+    for (env, says) in [
+        (json!({"1X": "a"}), "not a variable name"),
+        (json!({"A-B": "a"}), "not a variable name"),
+        (json!({"PADDOCK_SESSION": "other"}), "Paddock's own"),
+        (json!({"A": "a\u{0}b"}), "NUL"),
+    ] {
+        let bad = t
+            .call(&session, "terminal", json!({"command": "true", "env": env}))
+            .json();
+        assert_eq!(bad["error_code"], json!("tool:invalid_arguments"), "{bad}");
+        assert!(bad["error"].as_str().unwrap().contains(says), "{bad}");
+    }
+}
+
 fn start_background(t: &Target, session: &str, command: &str, pty: bool) -> String {
     let v = t.sh(
         session,
@@ -884,6 +967,8 @@ conformance!([
     pty_mode_gives_a_terminal,
     floods_are_capped_keeping_start_and_end,
     stdin_is_closed_for_foreground_commands_and_nul_bytes_are_refused,
+    stdin_is_fed_then_closed,
+    env_applies_to_one_command_over_the_sessions_exports,
     background_stdin_without_a_pty,
     background_stdin_with_a_pty_and_close,
     background_processes_survive_the_engine_and_stay_in_their_session,
