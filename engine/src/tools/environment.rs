@@ -358,6 +358,14 @@ impl Tool for Terminal {
         let progress = ctx.progress.clone();
         Box::pin(paddock_backends::progress::scope(progress, async move {
             let args: TerminalArgs = super::parse_args("terminal", args)?;
+            // Arguments first: nobody is asked about a call that would be refused anyway.
+            if args.background && args.stdin.is_some() {
+                return Err(ToolError::invalid_arguments(
+                    "invalid arguments for 'terminal': `stdin` applies to a foreground command; \
+                     feed a background one with the process tool (write, submit, close)",
+                ));
+            }
+            let call_env = call_env(args.env)?;
             let env = envs.backend_for("terminal")?;
             let _active = envs.call_activity(&ctx, Some(env)).await?;
             let container = env.is_container();
@@ -373,13 +381,6 @@ impl Tool for Terminal {
                         .await?;
                 }
             }
-            if args.background && args.stdin.is_some() {
-                return Err(ToolError::invalid_arguments(
-                    "invalid arguments for 'terminal': `stdin` applies to a foreground command; \
-                     feed a background one with the process tool (write, submit, close)",
-                ));
-            }
-            let call_env = call_env(args.env)?;
             if args.background {
                 let record = env
                     .spawn_background(BackgroundRequest {
