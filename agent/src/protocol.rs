@@ -8,7 +8,10 @@
 //! [`Request::Run`] streams [`FrameKind::Output`] frames and ends with [`Reply::Exit`]; closing
 //! the connection before that ends the run's whole process tree. A [`Request::Files`] (since
 //! protocol 4) is one file operation done by the agent itself, answered by [`Reply::Files`] or
-//! [`Reply::FileFailed`]: no shell, no process.
+//! [`Reply::FileFailed`]: no shell, no process. Since protocol 6 a run may ask for its stderr
+//! apart ([`RunRequest::split_stderr`]: [`FrameKind::Stderr`] frames beside the output ones),
+//! and a [`Request::Context`] drives one of the session's long-lived CPython contexts
+//! (`crate::contexts`): its output streams as for a run, [`Reply::Context`] answers.
 //!
 //! Frames: one byte of kind, a big-endian `u32` length, the payload. Control messages are JSON
 //! ([`FrameKind::Message`]); output and stdin are raw bytes, so a megabyte of output costs a
@@ -20,7 +23,7 @@ use std::io::{Read, Write};
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever a message changes shape. The engine replaces an agent that answers another.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Frames larger than this are refused (a corrupt or hostile peer cannot make us allocate more).
 pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
@@ -34,10 +37,13 @@ pub const SOCKET_NAME: &str = "agent.sock";
 pub enum FrameKind {
     /// A JSON [`Request`] or [`Reply`].
     Message = 0,
-    /// Bytes the command printed (stdout and stderr merged, or the terminal's output).
+    /// Bytes the command printed on stdout (with stderr merged unless the run split it, or
+    /// the terminal's output).
     Output = 1,
     /// Bytes for the command's stdin; an empty frame ends stdin.
     Stdin = 2,
+    /// Bytes the command printed on stderr, when the run asked for them apart (since 6).
+    Stderr = 3,
 }
 
 impl FrameKind {
@@ -46,6 +52,7 @@ impl FrameKind {
             0 => Some(Self::Message),
             1 => Some(Self::Output),
             2 => Some(Self::Stdin),
+            3 => Some(Self::Stderr),
             _ => None,
         }
     }
@@ -80,6 +87,10 @@ pub enum Request {
     /// Which run opened the connection from `127.0.0.1:port` to the agent's egress port
     /// (asked by the egress proxy for a refusal's log line; since protocol 5).
     ConnectionOwner { port: u16 },
+    /// One action on the session's CPython contexts (since protocol 6): an execution streams
+    /// its stdout and stderr as [`FrameKind::Output`] and [`FrameKind::Stderr`] frames, then
+    /// [`Reply::Context`] answers; closing the connection first interrupts the execution.
+    Context(ContextRequest),
     /// Frozen: the agent ends its runs and exits.
     Shutdown,
 }
@@ -116,6 +127,44 @@ pub struct RunRequest {
     /// with the run when the connection drops early.
     #[serde(default)]
     pub run_id: Option<String>,
+    /// Stderr apart from stdout, in [`FrameKind::Stderr`] frames (pipes only: a terminal has
+    /// one stream). Without it both share one pipe and keep their order (since protocol 6).
+    #[serde(default)]
+    pub split_stderr: bool,
+}
+
+/// One action on the session's CPython contexts ([`crate::contexts`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum ContextRequest {
+    /// Runs `code` in context `id` (made on first use, in `cwd` with `env`).
+    Execute {
+        id: String,
+        code: String,
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+        /// Where a context made by this execution starts (default: the agent's directory).
+        #[serde(default)]
+        cwd: Option<String>,
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+    },
+    /// Makes context `id`; an id that exists is an error.
+    Create {
+        id: String,
+        #[serde(default)]
+        cwd: Option<String>,
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+    },
+    List,
+    /// A new interpreter for `id`: its names are gone.
+    Restart {
+        id: String,
+    },
+    Remove {
+        id: String,
+    },
 }
 
 /// One file operation and where its relative paths resolve.
@@ -159,6 +208,13 @@ pub enum Reply {
     FileFailed { error: paddock_files::FileError },
     /// The answer of a [`Request::ConnectionOwner`]: the run, when found.
     Owner { run_id: Option<String> },
+    /// The answer of a [`Request::Context`], as JSON text; `failed` carries a context error
+    /// (`context:not_found`, ...) as `{"code", "message"}` instead.
+    Context {
+        answer: String,
+        #[serde(default)]
+        failed: bool,
+    },
     /// `Shutdown` accepted.
     Bye,
 }

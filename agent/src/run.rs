@@ -48,7 +48,8 @@ pub fn serve_run(
     spares: &Arc<SparePool>,
     live: &Arc<LiveShells>,
 ) -> Result<(), AgentError> {
-    if let Some(job) = live.take(&request) {
+    // A live shell and the spares have one pipe for both streams: a split run is spawned.
+    if let Some(job) = live.take(&request).filter(|_| !request.split_stderr) {
         return serve_live(stream, &request, job);
     }
     let Some((program, args)) = request.argv.split_first() else {
@@ -85,9 +86,12 @@ pub fn serve_run(
     };
     // A spare shell when one waits (its boot file goes when `_boot` does, after the run).
     let mut _boot = None;
-    let spawned = if let Some((spare, boot)) = spares.take(&request) {
+    let spare = (!request.split_stderr)
+        .then(|| spares.take(&request))
+        .flatten();
+    let spawned = if let Some((spare, boot)) = spare {
         _boot = Some(boot);
-        let output: Box<dyn Read + Send> = Box::new(spare.output);
+        let output: Outputs = vec![(FrameKind::Output, Box::new(spare.output))];
         match spare.stdin {
             Some(stdin) => Ok((spare.child, output, Input::Pipe(stdin))),
             None => Err(std::io::Error::other("the spare shell has no stdin")),
@@ -216,10 +220,14 @@ fn commit_renames(renames: &[(String, String)]) -> Vec<String> {
         .collect()
 }
 
+/// What a program's output is read from: one reader per frame kind (stdout, or both streams
+/// merged, as `Output`; stderr apart as `Stderr` when the run split them).
+type Outputs = Vec<(FrameKind, Box<dyn Read + Send>)>;
+
 /// The threads of one run, waiting for its program: the output pump, the input (stdin frames
 /// and the engine's hang-up) and the deadline.
 struct Helpers {
-    output: mpsc::Sender<Box<dyn Read + Send>>,
+    output: mpsc::Sender<Outputs>,
     input: mpsc::Sender<(Input, u32)>,
     deadline: Option<mpsc::Sender<u32>>,
     drained: mpsc::Receiver<()>,
@@ -232,7 +240,7 @@ impl Helpers {
     fn go(
         self,
         pgid: u32,
-        output: Box<dyn Read + Send>,
+        output: Outputs,
         input: Input,
     ) -> (mpsc::Receiver<()>, Option<mpsc::Sender<u32>>) {
         let _ = self.output.send(output);
@@ -253,29 +261,35 @@ fn start_helpers(
     finished: &Arc<AtomicBool>,
     timed_out: &Arc<AtomicBool>,
 ) -> std::io::Result<Helpers> {
-    // Output: frames until the program and everything holding its output are gone.
-    let (output_tx, output_rx) = mpsc::channel::<Box<dyn Read + Send>>();
+    // Output: frames until the program and everything holding its output are gone. A split
+    // run's stderr gets a thread of its own, started with the program (a thread started
+    // before it would count against a session at its ceiling for every run).
+    let (output_tx, output_rx) = mpsc::channel::<Outputs>();
     let (drained_tx, drained_rx) = mpsc::channel::<()>();
     let pump_writer = writer.clone();
     std::thread::Builder::new()
         .name("run-output".into())
         .spawn(move || {
-            let Ok(mut output) = output_rx.recv() else {
+            let Ok(outputs) = output_rx.recv() else {
                 return;
             };
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                match output.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        if send(&pump_writer, FrameKind::Output, &buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    // A terminal answers EIO once its last writer is gone.
-                    Err(_) => break,
-                }
+            let mut outputs = outputs.into_iter();
+            let Some((kind, first)) = outputs.next() else {
+                let _ = drained_tx.send(());
+                return;
+            };
+            let others: Vec<_> = outputs
+                .filter_map(|(kind, reader)| {
+                    let writer = pump_writer.clone();
+                    std::thread::Builder::new()
+                        .name("run-stderr".into())
+                        .spawn(move || pump(reader, kind, &writer))
+                        .ok()
+                })
+                .collect();
+            pump(first, kind, &pump_writer);
+            for other in others {
+                let _ = other.join();
             }
             let _ = drained_tx.send(());
         })?;
@@ -368,7 +382,25 @@ fn start_helpers(
     })
 }
 
-type Spawned = (Child, Box<dyn Read + Send>, Input);
+/// Sends what `reader` gives as `kind` frames until its end (or the engine's).
+fn pump(mut reader: Box<dyn Read + Send>, kind: FrameKind, writer: &SharedWriter) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if send(writer, kind, &buf[..n]).is_err() {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // A terminal answers EIO once its last writer is gone.
+            Err(_) => break,
+        }
+    }
+}
+
+type Spawned = (Child, Outputs, Input);
 
 fn spawn_pipes(program: &str, args: &[String], request: &RunRequest) -> std::io::Result<Spawned> {
     let mut command = Command::new(program);
@@ -379,9 +411,48 @@ fn spawn_pipes(program: &str, args: &[String], request: &RunRequest) -> std::io:
         command.current_dir(cwd);
     }
     command.args(args).envs(&request.env);
+    if request.split_stderr {
+        let (child, stdin, stdout, stderr) = spawn_split(command)?;
+        return Ok((
+            child,
+            vec![
+                (FrameKind::Output, Box::new(stdout)),
+                (FrameKind::Stderr, Box::new(stderr)),
+            ],
+            Input::Pipe(stdin),
+        ));
+    }
     // One pipe for stdout and stderr: the caller gets them merged, in order.
     let (child, stdin, reader) = spawn_merged(command, "the program")?;
-    Ok((child, Box::new(reader), Input::Pipe(stdin)))
+    Ok((
+        child,
+        vec![(FrameKind::Output, Box::new(reader))],
+        Input::Pipe(stdin),
+    ))
+}
+
+/// `command` with a pipe for each of stdout and stderr, in a process group of its own.
+fn spawn_split(
+    mut command: Command,
+) -> std::io::Result<(
+    Child,
+    std::process::ChildStdin,
+    std::process::ChildStdout,
+    std::process::ChildStderr,
+)> {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = command.spawn()?;
+    let piped = || std::io::Error::other("the program's pipes were not made");
+    let stdin = child.stdin.take().ok_or_else(piped)?;
+    let stdout = child.stdout.take().ok_or_else(piped)?;
+    let stderr = child.stderr.take().ok_or_else(piped)?;
+    Ok((child, stdin, stdout, stderr))
 }
 
 fn spawn_terminal(
@@ -408,7 +479,11 @@ fn spawn_terminal(
         .map_err(std::io::Error::other)?;
     let pty = Arc::new(pty);
     let output = TerminalReader(pty.clone());
-    Ok((child, Box::new(output), Input::Terminal(pty)))
+    Ok((
+        child,
+        vec![(FrameKind::Output, Box::new(output))],
+        Input::Terminal(pty),
+    ))
 }
 
 struct TerminalReader(Arc<pty_process::blocking::Pty>);

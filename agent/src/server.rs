@@ -230,6 +230,10 @@ fn conversation(
             write_message(&mut stream, &Reply::Owner { run_id })?;
             Ok(Next::Continue)
         }
+        Request::Context(_) => {
+            reply_error(&mut stream, "contexts are not served by this agent yet".into())?;
+            Ok(Next::Continue)
+        }
         Request::Hello { .. } => {
             reply_error(&mut stream, "hello was already said".into())?;
             Ok(Next::Continue)

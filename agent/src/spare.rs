@@ -228,6 +228,7 @@ mod tests {
             pty: false,
             stdin: false,
             run_id: None,
+            split_stderr: false,
         }
     }
 

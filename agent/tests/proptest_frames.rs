@@ -61,6 +61,7 @@ fn run_request() -> impl Strategy<Value = RunRequest> {
                 pty,
                 stdin,
                 run_id,
+                split_stderr: false,
             },
         )
 }
@@ -575,6 +576,7 @@ fn a_frame_at_the_cap_round_trips_and_one_byte_more_is_refused_before_writing() 
         pty: false,
         stdin: false,
         run_id: None,
+        split_stderr: false,
     });
     let mut out = Vec::new();
     let err = write_message(&mut out, &huge).unwrap_err();

@@ -6,6 +6,7 @@
 //! [`processes::ProcessRegistry`], so they survive an engine restart.
 //!
 //! - [`output`] — capping text keeping start and end;
+//! - [`stream`] — a command's output as it is written (chunks by stream) and the sink it goes to;
 //! - [`local`] — the local backend (process groups, timeouts, PTY, shell state);
 //! - [`remote`] — what docker, ssh and apptainer share: the wrapper run on the target, tree
 //!   kills by run id, background processes through the transport's client;
@@ -50,6 +51,7 @@ pub mod shell;
 pub mod slurm;
 pub mod snapshot;
 pub mod ssh;
+pub mod stream;
 pub mod supervisor;
 mod tmp_mount;
 
@@ -60,6 +62,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+pub use stream::{ChunkSender, OutputChunk, OutputStream};
 
 /// Errors of an environment.
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +124,9 @@ pub struct ExecRequest {
     pub pty: bool,
     /// Output cap (characters), keeping start and end.
     pub max_output_chars: usize,
+    /// Where the command's stdout and stderr go, apart and chunk by chunk, as they are
+    /// written (the merged `output` is answered as well).
+    pub chunks: Option<ChunkSender>,
 }
 
 /// What a foreground command produced. stdout and stderr are merged, in order.
@@ -171,7 +178,9 @@ pub struct RemoteFile {
 /// - a command runs in its own process group; a timeout ends the whole group (TERM, a short
 ///   grace, KILL) and answers exit code 124 saying so; nothing the command started outlives a
 ///   foreground call;
-/// - stdout and stderr are merged in order and capped keeping start and end;
+/// - stdout and stderr are merged in order and capped keeping start and end; with
+///   [`ExecRequest::chunks`] each chunk also goes there as it is written, stderr apart where
+///   the transport can keep it apart (pipes through the agent or on this machine);
 /// - cwd, exported variables, functions and aliases persist between commands of one session;
 /// - a backend that is down is an error, never a quiet fallback to another backend.
 pub trait Environment: Send + Sync {

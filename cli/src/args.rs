@@ -47,6 +47,10 @@ pub(crate) enum Command {
         /// Backend for an environment tool (terminal, process, python_execute).
         #[arg(long, value_name = "NAME")]
         backend: Option<String>,
+        /// Print the command's output as it is written, one JSON line per chunk
+        /// (`{"stream": "stdout"|"stderr", "text": ...}`), then the result as the last line.
+        #[arg(long)]
+        stream: bool,
     },
     /// List the tools a caller sees.
     Tools {

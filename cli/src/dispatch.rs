@@ -89,7 +89,8 @@ async fn dispatch(command: Command) -> ExitCode {
             args,
             common,
             backend,
-        } => call(tool, args, common, backend).await,
+            stream,
+        } => call(tool, args, common, backend, stream).await,
         Command::Tools { policy, format } => tools(policy, format).await,
         Command::Serve {
             common,

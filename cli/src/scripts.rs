@@ -202,6 +202,7 @@ pub(crate) async fn call(
     args: String,
     common: Common,
     backend: Option<String>,
+    stream: bool,
 ) -> ExitCode {
     progress_to_stderr();
     let policy = match load_policy(common.policy.as_deref()) {
@@ -226,7 +227,17 @@ pub(crate) async fn call(
         Err(e) => return usage_error(&e.to_string()),
     };
     engine.start_sweep();
-    let code = match engine.call_tool(&tool, args).await {
+    let answer = if stream {
+        let print_chunk = |stream: paddock_backends::OutputStream, text: &str| {
+            print_line(&serde_json::json!({"stream": stream.as_str(), "text": text}));
+        };
+        engine
+            .call_tool_streaming(&tool, args, Default::default(), print_chunk)
+            .await
+    } else {
+        engine.call_tool(&tool, args).await
+    };
+    let code = match answer {
         Ok(value) => {
             let failed = value.get("ok").and_then(Value::as_bool) == Some(false);
             print_line(&value);

@@ -53,6 +53,8 @@ pub struct CallExtras {
     pub progress: Option<crate::registry::ProgressSink>,
     /// The session of this call instead of the engine's (an HTTP MCP session's own).
     pub session: Option<String>,
+    /// Where a command tool's output goes as it is written ([`CallContext::output`]).
+    pub output: Option<paddock_backends::ChunkSender>,
 }
 
 /// Registry + code mode + policy.
@@ -265,8 +267,18 @@ impl Engine {
         local: &std::path::Path,
         remote: &str,
     ) -> Result<serde_json::Value, EngineError> {
+        self.upload_to(&self.session, local, remote).await
+    }
+
+    /// [`Engine::upload`] into session `session`.
+    pub async fn upload_to(
+        &self,
+        session: &str,
+        local: &std::path::Path,
+        remote: &str,
+    ) -> Result<serde_json::Value, EngineError> {
         let envs = self.environments.as_ref().ok_or(EngineError::NoSessions)?;
-        envs.upload(&self.session, local, remote)
+        envs.upload(session, local, remote)
             .await
             .map_err(|e| EngineError::Backends(e.to_string()))
     }
@@ -278,10 +290,26 @@ impl Engine {
         remote: &str,
         local: &std::path::Path,
     ) -> Result<serde_json::Value, EngineError> {
+        self.download_from(&self.session, remote, local).await
+    }
+
+    /// [`Engine::download`] out of session `session`.
+    pub async fn download_from(
+        &self,
+        session: &str,
+        remote: &str,
+        local: &std::path::Path,
+    ) -> Result<serde_json::Value, EngineError> {
         let envs = self.environments.as_ref().ok_or(EngineError::NoSessions)?;
-        envs.download(&self.session, remote, local)
+        envs.download(session, remote, local)
             .await
             .map_err(|e| EngineError::Backends(e.to_string()))
+    }
+
+    /// Whether session `id` is live: it has run something and was not closed since (as
+    /// `paddock sessions list` shows it).
+    pub fn session_is_live(&self, id: &str) -> Result<bool, EngineError> {
+        Ok(self.sessions()?.list_live().iter().any(|s| s.id == id))
     }
 
     pub async fn list_sessions(&self) -> Result<Vec<SessionSummary>, EngineError> {
@@ -450,6 +478,7 @@ impl Engine {
             deadline: None,
             approver: extras.approver,
             progress: extras.progress,
+            output: None,
         };
         self.run_script_as(code, limits, ctx).await
     }
@@ -509,6 +538,44 @@ impl Engine {
         result.map(|value| self.spiller.spill(&session, name, value))
     }
 
+    /// [`Engine::call_tool_with`], handing `on_text` the command's output as it is written
+    /// (each stream decoded apart, a character never split), for a front end that prints or
+    /// forwards it; every piece is handed over before the answer is returned.
+    pub async fn call_tool_streaming(
+        &self,
+        name: &str,
+        args: Value,
+        mut extras: CallExtras,
+        mut on_text: impl FnMut(paddock_backends::OutputStream, &str),
+    ) -> Result<Value, ToolError> {
+        let (chunks, mut received) = tokio::sync::mpsc::unbounded_channel();
+        extras.output = Some(chunks);
+        let mut decoders = paddock_backends::stream::StreamDecoders::default();
+        let mut hand_over = |chunk: paddock_backends::OutputChunk| {
+            let text = decoders.push(&chunk);
+            if !text.is_empty() {
+                on_text(chunk.stream, &text);
+            }
+        };
+        let call = self.call_tool_with(name, args, extras);
+        tokio::pin!(call);
+        let answer = loop {
+            tokio::select! {
+                biased;
+                Some(chunk) = received.recv() => hand_over(chunk),
+                answer = &mut call => break answer,
+            }
+        };
+        // What was sent before the answer is queued: nothing is lost at the end.
+        while let Ok(chunk) = received.try_recv() {
+            hand_over(chunk);
+        }
+        for (stream, rest) in decoders.finish() {
+            on_text(stream, &rest);
+        }
+        answer
+    }
+
     async fn call_direct(
         &self,
         name: &str,
@@ -563,6 +630,7 @@ impl Engine {
             deadline: None,
             approver: extras.approver,
             progress: extras.progress,
+            output: extras.output,
         };
         self.registry().dispatch(name, args, ctx).await
     }

@@ -52,3 +52,23 @@ impl ProgressRelay {
         })
     }
 }
+
+/// Where a command's output goes for a client that asked for progress: each piece of text,
+/// decoded per stream (a character never split), becomes one notification's message, in
+/// order behind the call's other progress.
+pub fn forward_output(sink: ProgressSink) -> paddock_backends::ChunkSender {
+    let (tx, mut rx) = mpsc::unbounded_channel::<paddock_backends::OutputChunk>();
+    tokio::spawn(async move {
+        let mut decoders = paddock_backends::stream::StreamDecoders::default();
+        while let Some(chunk) = rx.recv().await {
+            let text = decoders.push(&chunk);
+            if !text.is_empty() {
+                sink(text);
+            }
+        }
+        for (_, rest) in decoders.finish() {
+            sink(rest);
+        }
+    });
+    tx
+}

@@ -239,10 +239,18 @@ impl PaddockServer {
         };
         let progress = Arc::new(ProgressRelay::default());
         let sink = progress.sink();
+        // A client that asked for progress gets a command's output as it is written, each
+        // notification's message the new text. Without one, nothing is streamed (and the
+        // command keeps the faster one-pipe path).
+        let output = context
+            .meta
+            .get_progress_token()
+            .map(|_| crate::progress::forward_output(sink.clone()));
         let extras = CallExtras {
             approver: Some(approver),
             progress: Some(sink.clone()),
             session: self.session_of(context),
+            output,
         };
         let shared = self.shared.clone();
         let name = name.to_owned();

@@ -282,26 +282,8 @@ pub fn paddock_at(
     limit: Duration,
 ) -> Run {
     let started = Instant::now();
-    let mut command = Command::new(paddock_bin());
-    if let Some(dir) = cwd {
-        command.current_dir(dir);
-    }
-    let has_home = env
-        .iter()
-        .any(|(k, _)| matches!(*k, "PADDOCK_HOME" | "XDG_STATE_HOME" | "HOME"));
-    if !has_home && std::env::var_os("PADDOCK_HOME").is_none() {
-        command.env("PADDOCK_HOME", test_home());
-    }
-    command.env_remove("PADDOCK_POLICY");
-    for (name, value) in env {
-        if *value == UNSET {
-            command.env_remove(name);
-        } else {
-            command.env(name, value);
-        }
-    }
+    let mut command = paddock_command(cwd, args, env);
     let mut child = command
-        .args(args)
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -336,6 +318,80 @@ pub fn paddock_at(
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
         elapsed: started.elapsed(),
+    }
+}
+
+/// `paddock ARGS` as [`paddock_at`] starts it: the test home unless `env` names one, no
+/// inherited `PADDOCK_POLICY`, `env` applied ([`UNSET`] removes a variable).
+fn paddock_command(cwd: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(paddock_bin());
+    if let Some(dir) = cwd {
+        command.current_dir(dir);
+    }
+    let has_home = env
+        .iter()
+        .any(|(k, _)| matches!(*k, "PADDOCK_HOME" | "XDG_STATE_HOME" | "HOME"));
+    if !has_home && std::env::var_os("PADDOCK_HOME").is_none() {
+        command.env("PADDOCK_HOME", test_home());
+    }
+    command.env_remove("PADDOCK_POLICY");
+    for (name, value) in env {
+        if *value == UNSET {
+            command.env_remove(name);
+        } else {
+            command.env(name, value);
+        }
+    }
+    command.args(args);
+    command
+}
+
+/// A run whose stdout lines were timed as they arrived.
+pub struct TimedLines {
+    /// Each line of stdout with when it arrived, from the start.
+    pub lines: Vec<(Duration, serde_json::Value)>,
+    pub code: i32,
+    pub stderr: String,
+}
+
+/// Runs `paddock ARGS` (as [`paddock_env`]) reading its stdout line by line as it is written:
+/// for output that must arrive before the command ends. Each line must be JSON.
+pub fn paddock_timed_lines(args: &[&str], env: &[(&str, &str)], limit: Duration) -> TimedLines {
+    use std::io::BufRead;
+    let started = Instant::now();
+    let mut child = paddock_command(None, args, env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn paddock");
+    let mut stderr = child.stderr.take().expect("stderr pipe");
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
+    let pid = child.id();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let killer = std::thread::spawn(move || {
+        if done_rx.recv_timeout(limit).is_err() {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    });
+    let mut lines = Vec::new();
+    for line in std::io::BufReader::new(child.stdout.take().expect("stdout pipe")).lines() {
+        let line = line.expect("read stdout");
+        let value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        lines.push((started.elapsed(), value));
+    }
+    let status = child.wait().expect("wait paddock");
+    let _ = done_tx.send(());
+    let _ = killer.join();
+    TimedLines {
+        lines,
+        code: status.code().unwrap_or(-1),
+        stderr: errors.join().unwrap_or_default(),
     }
 }
 

@@ -40,5 +40,6 @@ pub fn plain_run(argv: Vec<String>, timeout_ms: Option<u64>) -> RunRequest {
         run_id: None,
         pty: false,
         stdin: false,
+        split_stderr: false,
     }
 }

@@ -183,7 +183,7 @@ impl Link {
     }
 
     /// Runs `request` (with `stdin` when given; `request.stdin` is set from it); its output
-    /// goes into `sink`. Dropping the future closes the connection, which makes the agent end
+    /// goes into `sink`, stderr apart when the sink has a listener and the run has pipes. Dropping the future closes the connection, which makes the agent end
     /// the run's tree.
     pub async fn run(
         mut self,
@@ -192,6 +192,13 @@ impl Link {
         sink: &OutputSink,
     ) -> Result<RunEnd, LinkError> {
         request.stdin = stdin.is_some();
+        if sink.splits() && !request.pty {
+            request.split_stderr = true;
+            // The remote command script merges stderr into stdout unless told not to.
+            request
+                .env
+                .insert(crate::remote::script::SPLIT_STDERR_VAR.into(), "1".into());
+        }
         let request = Request::Run(request);
         send_message(&mut self.stream, &request).await?;
         if let Some(data) = stdin {
@@ -202,10 +209,9 @@ impl Link {
         }
         loop {
             match read_frame(&mut self.stream).await? {
-                Some((FrameKind::Output, bytes)) => {
-                    if let Ok(mut out) = sink.lock() {
-                        out.push(&bytes);
-                    }
+                Some((FrameKind::Output, bytes)) => sink.push(&bytes),
+                Some((FrameKind::Stderr, bytes)) => {
+                    sink.push_from(crate::stream::OutputStream::Stderr, &bytes);
                 }
                 Some((FrameKind::Message, payload)) => {
                     let reply: Reply =

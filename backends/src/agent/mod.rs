@@ -21,12 +21,11 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use crate::output::Utf8Capped;
 use crate::remote::{ClientArgv, ExitFuture, OutputSink, TargetRun, Transport};
 use crate::{BackendError, BackendFuture, Result};
 use binary::{AgentBinary, NotFound};
@@ -249,6 +248,7 @@ fn agent_request(argv: Vec<String>, pty: bool) -> RunRequest {
         renames: Vec::new(),
         pty,
         stdin: false,
+        split_stderr: false,
     };
     if let Some(wrapper) = crate::remote::script::wrapper_run(&request.argv) {
         request.argv.drain(..2);
@@ -461,9 +461,9 @@ pub async fn run_collecting<T: Transport + ?Sized>(
     session: &str,
     run: TargetRun,
 ) -> Result<(i32, String)> {
-    let sink: OutputSink = Arc::new(Mutex::new(Utf8Capped::new(16 * 1024)));
+    let sink = OutputSink::new(16 * 1024);
     let status = transport.run(session, run, sink.clone()).await?;
-    let output = sink.lock().map(|mut s| s.finish()).unwrap_or_default();
+    let output = sink.finish().0;
     Ok((status, output))
 }
 

@@ -175,16 +175,14 @@ impl ApptainerTransport {
                 &self.config.name,
             )?;
         }
-        let sink = std::sync::Arc::new(std::sync::Mutex::new(crate::output::Utf8Capped::new(
-            16 * 1024,
-        )));
+        let sink = crate::stream::OutputSink::new(16 * 1024);
         let exit = run_client(binary, &self.start_args(session), None, false, sink.clone())
             .await
             .map_err(|e| self.unavailable(e.to_string()))?;
         if exit.status == 0 || exit.stderr.contains("already exists") {
             return Ok(());
         }
-        let stdout = sink.lock().map(|mut s| s.finish()).unwrap_or_default();
+        let stdout = sink.finish().0;
         Err(self.unavailable(format!(
             "starting instance {} from {} failed (exit {}): {} {}",
             self.instance_name(session),
@@ -357,11 +355,9 @@ impl Transport for ApptainerTransport {
                 // With a terminal, apptainer's complaint is in the output, not on stderr.
                 let missing = exit.status != 0
                     && (is_missing_instance(&exit.stderr)
-                        || (run.pty && sink.lock().is_ok_and(|s| is_missing_instance(&s.peek()))));
+                        || (run.pty && is_missing_instance(&sink.peek())));
                 if missing && attempt == 0 {
-                    if let Ok(mut out) = sink.lock() {
-                        out.clear();
-                    }
+                    sink.clear();
                     self.start_instance(session).await?;
                     continue;
                 }

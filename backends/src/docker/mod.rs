@@ -177,13 +177,27 @@ async fn labelled_containers(
 
 /// An exec of `argv` in a container, its output attached; on a terminal when `tty`, its input
 /// attached when `stdin`.
-fn exec_options(argv: &[String], tty: bool, stdin: bool) -> CreateExecOptions<String> {
+/// A `docker exec` of `argv`. `split_stderr`: the daemon keeps the streams apart anyway; the
+/// command script is told not to merge them.
+fn exec_options(
+    argv: &[String],
+    tty: bool,
+    stdin: bool,
+    split_stderr: bool,
+) -> CreateExecOptions<String> {
+    let mut env = Vec::new();
+    if tty {
+        env.push("TERM=xterm-256color".to_owned());
+    }
+    if split_stderr {
+        env.push(format!("{}=1", crate::remote::script::SPLIT_STDERR_VAR));
+    }
     CreateExecOptions {
         attach_stdin: Some(stdin),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
         tty: Some(tty),
-        env: tty.then(|| vec!["TERM=xterm-256color".to_owned()]),
+        env: (!env.is_empty()).then_some(env),
         cmd: Some(argv.to_vec()),
         ..Default::default()
     }
@@ -479,7 +493,15 @@ impl DockerTransport {
             err: std::io::Error::other("not connected"),
         })?;
         let exec = docker
-            .create_exec(name, exec_options(&run.argv, run.pty, run.stdin.is_some()))
+            .create_exec(
+                name,
+                exec_options(
+                    &run.argv,
+                    run.pty,
+                    run.stdin.is_some(),
+                    sink.splits() && !run.pty,
+                ),
+            )
             .await?;
         let started = docker
             .start_exec(
@@ -503,9 +525,11 @@ impl DockerTransport {
                 });
             }
             while let Some(item) = output.next().await {
-                let message = item?.into_bytes();
-                if let Ok(mut out) = sink.lock() {
-                    out.push(&message);
+                match item? {
+                    bollard::container::LogOutput::StdErr { message } => {
+                        sink.push_from(crate::stream::OutputStream::Stderr, &message);
+                    }
+                    other => sink.push(&other.into_bytes()),
                 }
             }
         }
@@ -784,7 +808,10 @@ async fn attach(spec: AttachSpec) -> std::result::Result<i32, String> {
         .await
         .map_err(|e| format!("cannot reach dockerd at {}: {e}", spec.socket))?;
     let exec = docker
-        .create_exec(&spec.container, exec_options(&spec.argv, spec.tty, true))
+        .create_exec(
+            &spec.container,
+            exec_options(&spec.argv, spec.tty, true, false),
+        )
         .await
         .map_err(|e| format!("exec in {}: {e}", spec.container))?;
     let started = docker

@@ -13,7 +13,6 @@
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
-use std::sync::{Arc, Mutex};
 
 use bollard::Docker;
 use bollard::query_parameters::RenameContainerOptions;
@@ -21,7 +20,6 @@ use serde::{Deserialize, Serialize};
 
 use super::{DockerConfig, DockerTransport, status_of};
 use crate::agent::{AgentHost, agent_dir};
-use crate::output::Utf8Capped;
 use crate::remote::TargetRun;
 use crate::{BackendError, Result};
 
@@ -197,7 +195,7 @@ impl DockerTransport {
             let session = crate::ids::new_run_id(WARM_MARK);
             let name = self.container_name(&session);
             self.create(docker, &session, &name).await?;
-            let sink = Arc::new(Mutex::new(Utf8Capped::new(4096)));
+            let sink = crate::stream::OutputSink::new(4096);
             let run = TargetRun {
                 argv: self.agent_start_argv(&session),
                 stdin: None,
@@ -208,7 +206,7 @@ impl DockerTransport {
                 .await
                 .map_err(|e| self.lost(e))?;
             if status != 0 {
-                let said = sink.lock().map(|mut s| s.finish()).unwrap_or_default();
+                let said = sink.finish().0;
                 let _ = super::force_remove(docker, &name).await;
                 return Err(self.unavailable(format!(
                     "a warm container's agent did not start (exit {status}): {}",

@@ -13,7 +13,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::agent::RunRequest;
 use crate::agent::detached::DetachedAgent;
@@ -21,8 +21,8 @@ use crate::agent::link::LinkError;
 use crate::kill::{TIMEOUT_EXIT_CODE, terminate_group};
 use crate::output::Utf8Capped;
 use crate::processes::{ProcessRecord, ProcessRegistry, ProcessSpec};
-use crate::remote::OutputSink;
 use crate::shell::{WRAPPER, check_command, session_dir};
+use crate::stream::{OutputSink, OutputStream};
 use crate::{
     BackendError, BackendFuture, BackgroundRequest, Environment, ExecOutput, ExecRequest,
     RemoteFile, Result,
@@ -909,8 +909,9 @@ impl LocalEnvironment {
             run_id: Some(tag.clone()),
             pty: request.pty,
             stdin: false,
+            split_stderr: false,
         };
-        let sink: OutputSink = Arc::new(Mutex::new(Utf8Capped::new(request.max_output_chars)));
+        let sink = OutputSink::streaming(request.max_output_chars, request.chunks.clone());
         // The agent ends the command at its timeout; the engine bounds its own wait as well, so
         // that an agent that cannot act (a stopped or starved agent) never holds the caller.
         let bound = request.timeout.saturating_add(AGENT_ANSWER_GRACE);
@@ -946,18 +947,12 @@ impl LocalEnvironment {
                 ),
             },
         })?;
-        let (text, chars) = {
-            let mut out = sink
-                .lock()
-                .map_err(|_| BackendError::Io(std::io::Error::other("output buffer poisoned")))?;
-            let text = out.finish();
-            // A terminal ends lines with \r\n; the result reads as plain lines either way.
-            let text = if request.pty {
-                text.replace("\r\n", "\n")
-            } else {
-                text
-            };
-            (text, out.total_chars())
+        let (text, chars) = sink.finish();
+        // A terminal ends lines with \r\n; the result reads as plain lines either way.
+        let text = if request.pty {
+            text.replace("\r\n", "\n")
+        } else {
+            text
         };
         let ended = Ended {
             pgid: None,
@@ -980,7 +975,13 @@ impl LocalEnvironment {
             env,
         } = *shell;
         let (reader, writer) = std::io::pipe()?;
-        let writer_err = writer.try_clone()?;
+        // A caller listening to the output gets stderr apart: a pipe of its own.
+        let (stderr_reader, writer_err) = if request.chunks.is_some() {
+            let (reader, writer) = std::io::pipe()?;
+            (Some(OwnedFd::from(reader)), writer)
+        } else {
+            (None, writer.try_clone()?)
+        };
         let (program, args) =
             self.shell_argv(state, &request.session, &request.command, workdir, tag)?;
         let mut command = tokio::process::Command::new(program);
@@ -1004,7 +1005,7 @@ impl LocalEnvironment {
             });
         }
         let exit = tokio::spawn(async move { child.wait().await });
-        Ok((pgid, exit, OwnedFd::from(reader)))
+        Ok((pgid, exit, OwnedFd::from(reader), stderr_reader))
     }
 
     /// The same on a spare shell started ahead of need (unconfined backend only: a sandboxed
@@ -1013,8 +1014,9 @@ impl LocalEnvironment {
     fn take_spare(&self, shell: &ForegroundShell<'_>) -> Option<StartedShell> {
         let request = shell.request;
         let spares = self.spares.as_ref()?;
-        // A spare started before its session was known: outside the session's cgroups.
-        if self.ceilings.any_process_ceiling() {
+        // A spare started before its session was known: outside the session's cgroups. Its
+        // one pipe carries both streams: a listener's command gets a shell of its own.
+        if self.ceilings.any_process_ceiling() || request.chunks.is_some() {
             return None;
         }
         let run = self.wrapper_request(shell, shell.env.clone(), None);
@@ -1035,7 +1037,7 @@ impl LocalEnvironment {
             drop(boot);
             status
         });
-        Some((pgid, exit, OwnedFd::from(spare.output)))
+        Some((pgid, exit, OwnedFd::from(spare.output), None))
     }
 
     /// The command as a job of its session's live shell (unconfined backend only, under the
@@ -1046,7 +1048,10 @@ impl LocalEnvironment {
         } = *shell;
         let live = self.live.as_ref()?;
         // A shell started before its session's cgroups existed would be outside them.
-        if self.ceilings.any_process_ceiling() || request.stdin.is_some() {
+        if self.ceilings.any_process_ceiling()
+            || request.stdin.is_some()
+            || request.chunks.is_some()
+        {
             return None;
         }
         let mut env = env.clone();
@@ -1082,6 +1087,7 @@ impl LocalEnvironment {
             run_id: run_id.map(str::to_owned),
             pty: false,
             stdin: false,
+            split_stderr: false,
         }
     }
 
@@ -1205,17 +1211,21 @@ impl LocalEnvironment {
         if let Some(job) = self.take_live(&shell) {
             return run_live(job, &request, &state, tag, started).await;
         }
-        let (pgid, mut exit, reader) = match self.take_spare(&shell) {
+        let (pgid, mut exit, reader, stderr_reader) = match self.take_spare(&shell) {
             Some(spare) => spare,
             None => self.spawn_shell(&shell)?,
         };
         // A caller that stops waiting (an MCP client cancelled the call) ends the command.
         let mut cancel_guard = GroupGuard { pgid };
         let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(reader)?;
-        let mut output = Utf8Capped::new(request.max_output_chars);
+        let mut stderr_pipe = stderr_reader
+            .map(tokio::net::unix::pipe::Receiver::from_owned_fd)
+            .transpose()?;
+        let output = OutputSink::streaming(request.max_output_chars, request.chunks.clone());
         let deadline = tokio::time::sleep(request.timeout);
         tokio::pin!(deadline);
         let mut buf = vec![0u8; 64 * 1024];
+        let mut err_buf = vec![0u8; 64 * 1024];
         let mut timed_out = false;
         let joined = |j: std::result::Result<
             std::io::Result<std::process::ExitStatus>,
@@ -1231,6 +1241,13 @@ impl LocalEnvironment {
                     Ok(n) => output.push(&buf[..n]),
                     Err(e) => return Err(e.into()),
                 },
+                read = read_some(stderr_pipe.as_mut(), &mut err_buf), if stderr_pipe.is_some() => {
+                    match read {
+                        Ok(n) if n > 0 => output.push_from(OutputStream::Stderr, &err_buf[..n]),
+                        // Its end (or a failed read): stdout and the exit say when it is over.
+                        _ => stderr_pipe = None,
+                    }
+                }
                 status = &mut exit => break joined(status)?,
                 () = &mut deadline, if !timed_out => {
                     timed_out = true;
@@ -1246,6 +1263,13 @@ impl LocalEnvironment {
                 _ => break,
             }
         }
+        while let Some(stderr) = stderr_pipe.as_mut() {
+            match tokio::time::timeout_at(drain_until, stderr.read(&mut err_buf)).await {
+                Ok(Ok(n)) if n > 0 => output.push_from(OutputStream::Stderr, &err_buf[..n]),
+                _ => stderr_pipe = None,
+            }
+        }
+        let (text, chars) = output.finish();
         cancel_guard.pgid = None;
         let ended = Ended {
             pgid,
@@ -1254,7 +1278,18 @@ impl LocalEnvironment {
             timed_out,
             started,
         };
-        Ok(ended.finish(&request, &state, output.finish(), output.total_chars()))
+        Ok(ended.finish(&request, &state, text, chars))
+    }
+}
+
+/// One read of an optional pipe (`select!` only polls it while it is there).
+async fn read_some(
+    pipe: Option<&mut tokio::net::unix::pipe::Receiver>,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    match pipe {
+        Some(pipe) => pipe.read(buf).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -1354,11 +1389,13 @@ struct ForegroundShell<'a> {
     env: &'a BTreeMap<String, String>,
 }
 
-/// A started foreground shell: its process group, its exit, its merged output.
+/// A started foreground shell: its process group, its exit, its output (merged, or stdout
+/// with stderr apart).
 type StartedShell = (
     Option<i32>,
     tokio::task::JoinHandle<std::io::Result<std::process::ExitStatus>>,
     OwnedFd,
+    Option<OwnedFd>,
 );
 
 /// Kills a foreground command's process group, and what escaped it, when the future running
@@ -1531,7 +1568,7 @@ async fn run_pty(
     if let Some(data) = &request.stdin {
         pty.write_all(data).await?;
     }
-    let mut output = Utf8Capped::new(request.max_output_chars);
+    let output = OutputSink::streaming(request.max_output_chars, request.chunks.clone());
     let deadline = tokio::time::sleep(request.timeout);
     tokio::pin!(deadline);
     let mut buf = vec![0u8; 64 * 1024];
@@ -1564,7 +1601,8 @@ async fn run_pty(
         None => child.wait().await?,
     };
     cancel_guard.pgid = None;
-    let text = output.finish().replace("\r\n", "\n");
+    let (text, chars) = output.finish();
+    let text = text.replace("\r\n", "\n");
     let ended = Ended {
         pgid,
         tag: tag.to_owned(),
@@ -1572,7 +1610,7 @@ async fn run_pty(
         timed_out,
         started,
     };
-    Ok(ended.finish(request, state, text, output.total_chars()))
+    Ok(ended.finish(request, state, text, chars))
 }
 
 impl Environment for LocalEnvironment {

@@ -176,11 +176,11 @@ impl FakeTransport {
         loop {
             match answer {
                 Answer::Exit { status, output } => {
-                    sink.lock().unwrap().push(output.as_bytes());
+                    sink.push(output.as_bytes());
                     return Ok(status);
                 }
                 Answer::UntilKilled { output } => {
-                    sink.lock().unwrap().push(output.as_bytes());
+                    sink.push(output.as_bytes());
                     let mut killed = self.killed.subscribe();
                     match run_id {
                         Some(id) => {

@@ -22,13 +22,12 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::ids::new_run_id;
 use crate::kill::TIMEOUT_EXIT_CODE;
 use crate::launch::RemoteLaunch;
-use crate::output::Utf8Capped;
 use crate::processes::{ProcessRecord, ProcessRegistry, ProcessSpec};
 use crate::shell::check_command;
 use crate::snapshot::SavedEnvironment;
@@ -37,8 +36,7 @@ use crate::{
     RemoteFile, Result,
 };
 
-/// Output of a command on a target, shared so a timed-out command keeps what it printed.
-pub type OutputSink = Arc<Mutex<Utf8Capped>>;
+pub use crate::stream::OutputSink;
 
 /// How long the kill command may take before the engine gives up on it.
 const KILL_COMMAND_TIMEOUT: Duration = Duration::from_secs(15);
@@ -230,7 +228,7 @@ impl<T: Transport> RemoteEnvironment<T> {
         session: &str,
         run_id: &str,
     ) -> std::result::Result<(), String> {
-        let sink = Arc::new(Mutex::new(Utf8Capped::new(4096)));
+        let sink = OutputSink::new(4096);
         let run = TargetRun {
             argv: Self::kill_argv(run_id),
             stdin: None,
@@ -264,7 +262,7 @@ impl<T: Transport> RemoteEnvironment<T> {
             &workdir,
             &request.env,
         );
-        let sink: OutputSink = Arc::new(Mutex::new(Utf8Capped::new(request.max_output_chars)));
+        let sink = OutputSink::streaming(request.max_output_chars, request.chunks.clone());
         let run = TargetRun {
             argv,
             stdin: request.stdin.clone(),
@@ -322,12 +320,7 @@ impl<T: Transport> RemoteEnvironment<T> {
             }
         };
         cancel_guard.armed = None;
-        let (mut text, chars) = {
-            let mut out = sink
-                .lock()
-                .map_err(|_| BackendError::Io(std::io::Error::other("output buffer poisoned")))?;
-            (out.finish(), out.total_chars())
-        };
+        let (mut text, chars) = sink.finish();
         if request.pty {
             text = text.replace("\r\n", "\n");
         }
@@ -497,6 +490,7 @@ impl<T: Transport> RemoteEnvironment<T> {
                 timeout: Duration::from_secs(120),
                 pty: false,
                 max_output_chars,
+                chunks: None,
             })
             .await?;
         if out.exit_code != 0 {

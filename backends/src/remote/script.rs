@@ -20,17 +20,22 @@ const REAP_FUNCTION: &str = r#"__paddock_reap() {
 }
 "#;
 
+/// Set in a command script's environment (by the agent link, for a caller that listens to the
+/// output as it comes): the script keeps stderr apart instead of merging it into stdout.
+pub const SPLIT_STDERR_VAR: &str = "PADDOCK_SPLIT_STDERR";
+
 /// `env PADDOCK_RUN=ID bash -c COMMAND_SCRIPT paddock ROOT SESSION RUN COMMAND WORKDIR HOME [K=V]...`
 ///
 /// Like the local wrapper (`shell::WRAPPER`): restores the session's exports, functions,
 /// aliases and cwd, runs the command, saves the state on any exit; a command's own variables
 /// (`PADDOCK_CALL_ENV`) win over the session's and stay out of its state, as there. Differences: stderr is merged
-/// into stdout at the source (one ordered stream through any transport), the state directory is
+/// into stdout at the source (one ordered stream through any transport; kept apart when
+/// [`SPLIT_STDERR_VAR`] is set, for the agent's stderr frames), the state directory is
 /// created on the target, the state is renamed into place here (the engine cannot reach it),
 /// and leftovers of the command are ended when it finishes.
 pub fn command_script() -> String {
     format!(
-        r#"exec 2>&1
+        r#"__p_split=${{PADDOCK_SPLIT_STDERR:-}}; unset PADDOCK_SPLIT_STDERR; [ -n "$__p_split" ] || exec 2>&1; unset __p_split
 # Under the agent, the state is written under run-tagged names the agent renames, and the agent
 # ends the run's leftovers: no mv, no /proc scan in bash.
 __p_agent=${{PADDOCK_AGENT_COMMIT:-}}; unset PADDOCK_AGENT_COMMIT

@@ -40,6 +40,7 @@ fn request(command: &str) -> ExecRequest {
         timeout: Duration::from_secs(10),
         pty: false,
         max_output_chars: 10_000,
+        chunks: None,
     }
 }
 

@@ -422,8 +422,7 @@ impl Transport for SshTransport {
             if alive {
                 return Ok(());
             }
-            let sink =
-                std::sync::Arc::new(std::sync::Mutex::new(crate::output::Utf8Capped::new(4096)));
+            let sink = crate::stream::OutputSink::new(4096);
             let run = TargetRun {
                 argv: vec!["true".into()],
                 stdin: None,
@@ -435,15 +434,14 @@ impl Transport for SshTransport {
 
     fn health(&self) -> BackendFuture<'_, ()> {
         Box::pin(async move {
-            let sink =
-                std::sync::Arc::new(std::sync::Mutex::new(crate::output::Utf8Capped::new(4096)));
+            let sink = crate::stream::OutputSink::new(4096);
             let run = TargetRun {
                 argv: vec!["bash".into(), "-c".into(), "echo paddock-ok".into()],
                 stdin: None,
                 pty: false,
             };
             let status = self.run("health", run, sink.clone()).await?;
-            let text = sink.lock().map(|mut s| s.finish()).unwrap_or_default();
+            let text = sink.finish().0;
             if status == 0 && text.contains("paddock-ok") {
                 Ok(())
             } else {
@@ -458,8 +456,7 @@ impl Transport for SshTransport {
     fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {
         Box::pin(async move {
             crate::shell::check_session(session)?;
-            let sink =
-                std::sync::Arc::new(std::sync::Mutex::new(crate::output::Utf8Capped::new(4096)));
+            let sink = crate::stream::OutputSink::new(4096);
             let dir = format!("{}/sessions/{session}", self.state_root());
             let run = TargetRun {
                 argv: vec!["rm".into(), "-rf".into(), "--".into(), dir],

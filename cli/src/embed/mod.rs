@@ -177,7 +177,7 @@ async fn start(hello: Hello, link: &Arc<HostLink>, out: &Outbox) -> Result<Embed
     };
     let options = EngineOptions {
         session: hello.session.clone().or_else(|| own_session.clone()),
-        backend: None,
+        backend: hello.backend.clone(),
         exe: None,
     };
     let engine = Engine::with_options(policy, registry, Arc::new(events), options)
@@ -222,23 +222,52 @@ impl Embedded {
                 Inbound::Message(ClientMessage::RunToolsScript { id, code, limits }) => {
                     (id, Job::Script { code, limits })
                 }
-                Inbound::Message(ClientMessage::Call { id, tool, args }) => {
-                    (id, Job::Call { tool, args })
-                }
-                Inbound::Message(ClientMessage::Upload { id, local, remote }) => (
+                Inbound::Message(ClientMessage::Call {
+                    id,
+                    tool,
+                    args,
+                    session,
+                    stream,
+                }) => (
+                    id,
+                    Job::Call {
+                        tool,
+                        args,
+                        session,
+                        stream,
+                    },
+                ),
+                Inbound::Message(ClientMessage::Upload {
+                    id,
+                    local,
+                    remote,
+                    session,
+                }) => (
                     id,
                     Job::Upload {
                         local: local.into(),
                         remote,
+                        session,
                     },
                 ),
-                Inbound::Message(ClientMessage::Download { id, remote, local }) => (
+                Inbound::Message(ClientMessage::Download {
+                    id,
+                    remote,
+                    local,
+                    session,
+                }) => (
                     id,
                     Job::Download {
                         remote,
                         local: local.into(),
+                        session,
                     },
                 ),
+                Inbound::Message(ClientMessage::Session {
+                    id,
+                    action,
+                    session,
+                }) => (id, Job::Session { action, session }),
                 Inbound::Message(ClientMessage::Snapshot { id, session, name }) => {
                     (id, Job::Snapshot { session, name })
                 }
@@ -345,14 +374,22 @@ enum Job {
     Call {
         tool: String,
         args: Value,
+        session: Option<String>,
+        stream: bool,
     },
     Upload {
         local: std::path::PathBuf,
         remote: String,
+        session: Option<String>,
     },
     Download {
         remote: String,
         local: std::path::PathBuf,
+        session: Option<String>,
+    },
+    Session {
+        action: protocol::SessionAction,
+        session: String,
     },
     Snapshot {
         session: Option<String>,
@@ -391,7 +428,7 @@ impl RequestContext {
                     Err(paddock_engine::registry::ToolError::invalid_arguments(message).to_json())
                 }
             },
-            Job::Call { tool, args } if tool == RUN_TOOLS_SCRIPT => {
+            Job::Call { tool, args, .. } if tool == RUN_TOOLS_SCRIPT => {
                 match args.get("code").and_then(Value::as_str) {
                     Some(code) if args.as_object().is_some_and(|a| a.len() == 1) => {
                         self.script(id, code, &self.engine.limits()).await
@@ -402,26 +439,60 @@ impl RequestContext {
                     .to_json()),
                 }
             }
-            Job::Call { tool, args } => {
+            Job::Call {
+                tool,
+                args,
+                session,
+                stream,
+            } => {
                 let extras = CallExtras {
                     approver: self.approver.clone(),
+                    session,
                     ..CallExtras::default()
                 };
-                self.engine
-                    .call_tool_with(&tool, args, extras)
-                    .await
-                    .map_err(|e| e.to_json())
+                let answer = if stream {
+                    let out = &self.out;
+                    let forward = |stream: paddock_backends::OutputStream, text: &str| {
+                        send(
+                            out,
+                            &ServerMessage::Output {
+                                id,
+                                stream: stream.as_str(),
+                                text: text.to_owned(),
+                            },
+                        );
+                    };
+                    self.engine
+                        .call_tool_streaming(&tool, args, extras, forward)
+                        .await
+                } else {
+                    self.engine.call_tool_with(&tool, args, extras).await
+                };
+                answer.map_err(|e| e.to_json())
             }
-            Job::Upload { local, remote } => self
-                .engine
-                .upload(&local, &remote)
-                .await
-                .map_err(transfer_error),
-            Job::Download { remote, local } => self
-                .engine
-                .download(&remote, &local)
-                .await
-                .map_err(transfer_error),
+            Job::Upload {
+                local,
+                remote,
+                session,
+            } => {
+                let session = session.unwrap_or_else(|| self.engine.session().to_owned());
+                self.engine
+                    .upload_to(&session, &local, &remote)
+                    .await
+                    .map_err(transfer_error)
+            }
+            Job::Download {
+                remote,
+                local,
+                session,
+            } => {
+                let session = session.unwrap_or_else(|| self.engine.session().to_owned());
+                self.engine
+                    .download_from(&session, &remote, &local)
+                    .await
+                    .map_err(transfer_error)
+            }
+            Job::Session { action, session } => self.session_action(action, &session).await,
             Job::Snapshot { session, name } => {
                 let session = session.unwrap_or_else(|| self.engine.session().to_owned());
                 self.engine
@@ -463,6 +534,60 @@ impl RequestContext {
         send(&self.out, &message);
     }
 
+    /// One `session` request.
+    async fn session_action(
+        &self,
+        action: protocol::SessionAction,
+        session: &str,
+    ) -> Result<Value, Value> {
+        use protocol::SessionAction;
+        let failed = |code: &str, err: paddock_engine::engine::EngineError| serde_json::json!({"error": err.to_string(), "error_code": code});
+        let as_json = |value: Result<Value, serde_json::Error>| {
+            value.map_err(
+                |e| serde_json::json!({"error": e.to_string(), "error_code": "tool:failed"}),
+            )
+        };
+        match action {
+            SessionAction::Exists => self
+                .engine
+                .session_is_live(session)
+                .map(|live| serde_json::json!({"live": live}))
+                .map_err(|e| failed("sessions:failed", e)),
+            SessionAction::Close => {
+                let live = self
+                    .engine
+                    .session_is_live(session)
+                    .map_err(|e| failed("sessions:failed", e))?;
+                if !live {
+                    return Err(serde_json::json!({
+                        "error": format!("no live session '{session}' (closed, or it never ran anything)"),
+                        "error_code": "sessions:not_found"
+                    }));
+                }
+                let report = self
+                    .engine
+                    .close_session(session)
+                    .await
+                    .map_err(|e| failed("sessions:close_failed", e))?;
+                as_json(serde_json::to_value(report))
+            }
+            SessionAction::Pause => {
+                let report = self
+                    .engine
+                    .pause_session(session)
+                    .await
+                    .map_err(|e| failed("sessions:pause_failed", e))?;
+                as_json(serde_json::to_value(report))
+            }
+            SessionAction::Resume => self
+                .engine
+                .resume_session(session)
+                .await
+                .map(|()| serde_json::json!({"id": session, "resumed": true}))
+                .map_err(|e| failed("sessions:resume_failed", e)),
+        }
+    }
+
     /// One script, as the call whose id maps to the client's request `id`: its host calls
     /// name that request, so the client runs them where the request was made.
     async fn script(&self, id: u64, code: &str, limits: &Limits) -> Result<Value, Value> {
@@ -473,6 +598,7 @@ impl RequestContext {
             deadline: None,
             approver: self.approver.clone(),
             progress: None,
+            output: None,
         };
         let call_id = ctx.call_id.clone();
         self.link.script_started(&call_id, id);

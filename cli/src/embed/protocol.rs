@@ -29,12 +29,18 @@ pub enum ClientMessage {
         #[serde(default)]
         limits: LimitOverrides,
     },
-    /// Calls any tool by name (`run_tools_script` included); answered by one `result`.
+    /// Calls any tool by name (`run_tools_script` included); answered by one `result`. In
+    /// `session` instead of the engine's when given; with `stream`, a command's output comes
+    /// as `output` messages while it runs.
     Call {
         id: u64,
         tool: String,
         #[serde(default = "empty_object")]
         args: Value,
+        #[serde(default)]
+        session: Option<String>,
+        #[serde(default)]
+        stream: bool,
     },
     /// Copies a file or directory of this machine into the session's environment; answered
     /// by one `result` (`{"from", "to", "kind", "bytes"}`).
@@ -42,12 +48,23 @@ pub enum ClientMessage {
         id: u64,
         local: String,
         remote: String,
+        #[serde(default)]
+        session: Option<String>,
     },
     /// Copies a file or directory out of the session's environment to this machine.
     Download {
         id: u64,
         remote: String,
         local: String,
+        #[serde(default)]
+        session: Option<String>,
+    },
+    /// One action on a session: `exists`, `close`, `pause`, `resume`; answered by one
+    /// `result`.
+    Session {
+        id: u64,
+        action: SessionAction,
+        session: String,
     },
     /// Saves a session (default: the engine's) as a snapshot; answered by one `result` (what
     /// `paddock sessions snapshot` prints).
@@ -89,6 +106,19 @@ pub enum ClientMessage {
     Close,
 }
 
+/// What a `session` request does.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionAction {
+    /// `{"live": bool}`: whether the session has run something and was not closed.
+    Exists,
+    /// Ends it (environments, processes, contexts): what `paddock sessions close` prints.
+    Close,
+    /// Freezes it: what `paddock sessions pause` prints.
+    Pause,
+    Resume,
+}
+
 fn one() -> usize {
     1
 }
@@ -109,6 +139,10 @@ pub struct Hello {
     /// when the engine ends.
     #[serde(default)]
     pub session: Option<String>,
+    /// The backend environment tools run on instead of the policy's route (as
+    /// `paddock call --backend`).
+    #[serde(default)]
+    pub backend: Option<String>,
     #[serde(default)]
     pub tools: Vec<HostToolSpec>,
     /// The client answers `approval_request`s.
@@ -202,6 +236,12 @@ pub enum ServerMessage {
     ApprovalRequest { id: u64, request: ApprovalRequest },
     /// One ToolCallEvent (when `hello` asked for them).
     Event { event: ToolCallEvent },
+    /// Output of streamed call `id` as it was written (each stream decoded apart).
+    Output {
+        id: u64,
+        stream: &'static str,
+        text: String,
+    },
     /// A message the engine could not read, or a fatal start-up error (then the engine exits).
     Error {
         #[serde(skip_serializing_if = "Option::is_none")]

@@ -589,6 +589,7 @@ impl CodeMode {
                             deadline: Some(deadline.clone()),
                             approver: ctx.approver.clone(),
                             progress: None,
+                            output: None,
                         };
                         let permitted = allowed.contains(&tool);
                         let progress = ctx.progress.clone();

@@ -413,6 +413,7 @@ impl Tool for Terminal {
                     timeout: timeout_of(args.timeout),
                     pty: args.pty,
                     max_output_chars: MAX_OUTPUT_CHARS,
+                    chunks: ctx.output.clone(),
                 })
                 .await
                 .map_err(backend_error)?;
@@ -427,7 +428,7 @@ impl Tool for Terminal {
                 )),
                 (None, false) => None,
             };
-            let mut answer = json!({"output": out.output, "exit_code": out.exit_code, "error": error, "duration_ms": out.duration_ms});
+            let mut answer = json!({"output": out.output, "exit_code": out.exit_code, "error": error, "duration_ms": out.duration_ms, "timed_out": out.timed_out});
             if let Some(cut) = output_cut(out.output_chars) {
                 answer["output_cut"] = json!(cut);
             }
@@ -666,6 +667,7 @@ async fn python_on_backend(
             timeout: timeout_of(args.timeout),
             pty: false,
             max_output_chars: MAX_OUTPUT_CHARS,
+            chunks: ctx.output.clone(),
         })
         .await
         .map_err(backend_error)?;
@@ -796,6 +798,7 @@ impl Tool for PythonEnvironmentInfo {
                     timeout: Duration::from_secs(60),
                     pty: false,
                     max_output_chars: 1_000_000,
+                    chunks: None,
                 })
                 .await
                 .map_err(backend_error)?;

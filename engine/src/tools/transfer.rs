@@ -102,6 +102,7 @@ impl Environments {
                 timeout: TRANSFER_TIMEOUT,
                 pty: false,
                 max_output_chars,
+                chunks: None,
             })
             .await?;
         if out.exit_code != 0 {

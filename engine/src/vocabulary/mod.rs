@@ -105,6 +105,9 @@ pub struct CallContext {
     pub approver: Option<Arc<dyn approver::Approver>>,
     /// Where a running script reports its nested calls (MCP progress notifications).
     pub progress: Option<ProgressSink>,
+    /// Where a command tool sends its output as it is written (`terminal`, `python_execute`):
+    /// the caller streams it (MCP progress, `paddock call --stream`, the Python callbacks).
+    pub output: Option<paddock_backends::ChunkSender>,
 }
 
 /// Receives one progress message (`"<tool> started"`, `"<tool> finished"`).

@@ -197,6 +197,19 @@ impl Target {
         paddock_home(self.home.path(), &argv, limit)
     }
 
+    /// `paddock call terminal --stream` of this target: each stdout line timed as it came.
+    fn stream(&self, session: &str, args: Value) -> paddock_tests::TimedLines {
+        let invocation = self.invocation(session, "terminal", args, &[]);
+        let mut argv: Vec<&str> = invocation.argv.iter().map(String::as_str).collect();
+        argv.push("--stream");
+        let vars: Vec<(&str, &str)> = invocation
+            .vars
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        paddock_tests::paddock_timed_lines(&argv, &vars, Duration::from_secs(120))
+    }
+
     pub(super) fn sh(&self, session: &str, args: Value) -> Value {
         let run = self.call(session, "terminal", args);
         run.answer()
@@ -621,6 +634,77 @@ fn stdin_is_fed_then_closed(t: &Target) {
     );
 }
 
+/// The text each stream carried in a `--stream` run's chunk lines, and the result line.
+fn streamed(run: &paddock_tests::TimedLines) -> (String, String, Value) {
+    let (chunks, result) = run.lines.split_at(run.lines.len().saturating_sub(1));
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    for (_, chunk) in chunks {
+        let text = chunk["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a chunk line: {chunk}"));
+        match chunk["stream"].as_str() {
+            Some("stdout") => stdout.push_str(text),
+            Some("stderr") => stderr.push_str(text),
+            other => panic!("stream {other:?} in {chunk}"),
+        }
+    }
+    let result = result.first().map(|(_, v)| v.clone()).unwrap_or_default();
+    (stdout, stderr, result)
+}
+
+/// With `--stream`, a command's output arrives while it runs (the first line a second before
+/// the end), stdout and stderr apart, a character split between two writes whole; the result
+/// still carries the merged output, last (written by two pipes: lines of the two streams
+/// written at the same moment may be merged in either order). A terminal streams its one stream as stdout.
+fn output_streams_as_it_is_written_stdout_and_stderr_apart(t: &Target) {
+    let session = t.session("s");
+    let run = t.stream(
+        &session,
+        json!({"command": "echo first; echo oops >&2; sleep 2; printf '\\xe4\\xb8'; sleep 0.3; printf '\\x96\\n'; echo last"}),
+    );
+    assert_eq!(run.code, 0, "stderr: {}", run.stderr);
+    let (stdout, stderr, result) = streamed(&run);
+    assert_eq!(stdout, "first\n\u{4e16}\nlast\n", "{:?}", run.lines);
+    assert_eq!(stderr, "oops\n", "{:?}", run.lines);
+    assert_eq!(result["exit_code"], json!(0), "{result}");
+    // Two pipes: lines written at the same moment to stdout and stderr may be merged in
+    // either order; what came a while later comes after them.
+    let merged = result["output"].as_str().unwrap_or_default();
+    assert!(
+        [
+            "first\noops\n\u{4e16}\nlast\n",
+            "oops\nfirst\n\u{4e16}\nlast\n"
+        ]
+        .contains(&merged),
+        "{result}"
+    );
+    let first_at = run.lines[0].0;
+    let end_at = run.lines.last().map(|(at, _)| *at).unwrap_or_default();
+    assert!(
+        end_at.saturating_sub(first_at) >= Duration::from_millis(1500),
+        "the first chunk came at {first_at:?}, the result at {end_at:?}: {:?}",
+        run.lines
+    );
+    // A timed-out command has streamed what it wrote before the end.
+    let run = t.stream(
+        &session,
+        json!({"command": "echo before; sleep 30", "timeout": 2}),
+    );
+    let (stdout, _, result) = streamed(&run);
+    assert_eq!(stdout, "before\n", "{:?}", run.lines);
+    assert_eq!(result["exit_code"], json!(124), "{result}");
+    assert_eq!(result["timed_out"], json!(true), "{result}");
+    // A terminal: one stream, as stdout.
+    let run = t.stream(
+        &session,
+        json!({"command": "echo tty; echo err >&2", "pty": true}),
+    );
+    let (stdout, stderr, result) = streamed(&run);
+    assert_eq!(stdout.replace("\r\n", "\n"), "tty\nerr\n", "{result}");
+    assert_eq!(stderr, "", "{result}");
+}
+
 /// `env` sets variables for one command, over the session's own exports, credential-looking
 /// names included (the caller chose them); they reach the command's children, never become
 /// part of the session's state (not even as a session's first command's), and reach a
@@ -968,6 +1052,7 @@ conformance!([
     floods_are_capped_keeping_start_and_end,
     stdin_is_closed_for_foreground_commands_and_nul_bytes_are_refused,
     stdin_is_fed_then_closed,
+    output_streams_as_it_is_written_stdout_and_stderr_apart,
     env_applies_to_one_command_over_the_sessions_exports,
     background_stdin_without_a_pty,
     background_stdin_with_a_pty_and_close,
