@@ -147,7 +147,6 @@ impl Session {
             cwd: Some(self.start.display().to_string()),
             run_id: Some(tag.to_owned()),
             ..plain_run(argv, timeout_ms)
-            split_stderr: false,
         }
     }
 

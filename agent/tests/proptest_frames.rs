@@ -143,6 +143,7 @@ fn read_item(reader: &mut impl Read, like: &Item) -> Result<Option<Item>, Protoc
         (FrameKind::Message, Item::Reply(_)) => Item::Reply(serde_json::from_slice(&payload)?),
         (FrameKind::Output, _) => Item::Output(payload),
         (FrameKind::Stdin, _) => Item::Stdin(payload),
+        (FrameKind::Stderr, _) => panic!("no stderr frame is written here"),
         (FrameKind::Message, _) => panic!("a message frame where {like:?} was written"),
     }))
 }

@@ -301,6 +301,101 @@ impl ProcessRegistry {
         self.write_fifo(record, "control", b"close\n")
     }
 
+    /// Gives a terminal process's terminal a new size (its programs get SIGWINCH). A process
+    /// started without `pty`, or whose terminal is on the far side of a remote client, has
+    /// none here to resize: said so.
+    pub fn resize(&self, record: &ProcessRecord, rows: u16, cols: u16) -> Result<()> {
+        if rows == 0 || cols == 0 {
+            return Err(BackendError::Process {
+                id: record.id.clone(),
+                reason: format!(
+                    "a terminal of {rows} rows and {cols} columns: both must be at least 1"
+                ),
+            });
+        }
+        let spec: Option<ProcessSpec> = read_json(&self.dir(&record.id)?.join("spec.json"));
+        let local_terminal = spec.is_some_and(|s| s.remote.as_ref().is_none_or(|r| r.resizable));
+        if !record.pty || !local_terminal {
+            return Err(BackendError::Process {
+                id: record.id.clone(),
+                reason: "has no terminal to resize: start it with `pty: true` (a remote \
+                         process's terminal is resized only where its client holds one)"
+                    .into(),
+            });
+        }
+        self.write_fifo(
+            record,
+            "control",
+            format!("resize {rows} {cols}\n").as_bytes(),
+        )
+    }
+
+    /// Sends `signal` to the process and what it started (its group here; on a remote
+    /// backend, every process of its run on the target). Answers false when it had ended.
+    pub async fn signal(
+        &self,
+        record: &ProcessRecord,
+        signal: nix::sys::signal::Signal,
+    ) -> Result<bool> {
+        if !crate::procfs::is_same_process(record.pid, record.start_time)
+            || self.status_of(record).state != ProcessState::Running
+        {
+            return Ok(false);
+        }
+        let spec: Option<ProcessSpec> = read_json(&self.dir(&record.id)?.join("spec.json"));
+        if let Some(launch) = spec.and_then(|s| s.remote) {
+            let argv: Vec<String> = launch
+                .signal_argv
+                .iter()
+                .map(|a| a.replace(crate::launch::SIGNAL_PLACEHOLDER, signal.as_str()))
+                .collect();
+            let Some((program, args)) = argv.split_first() else {
+                return Err(BackendError::Process {
+                    id: record.id.clone(),
+                    reason: "it was started by an engine without `process signal` (its launch \
+                             names no way to signal it on the target); `kill` still ends it"
+                        .into(),
+                });
+            };
+            let out = tokio::time::timeout(
+                Duration::from_secs(15),
+                tokio::process::Command::new(program)
+                    .args(args)
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .kill_on_drop(true)
+                    .output(),
+            )
+            .await;
+            return match out {
+                Ok(Ok(out)) if out.status.success() => Ok(true),
+                Ok(Ok(out)) => Err(BackendError::Process {
+                    id: record.id.clone(),
+                    reason: format!(
+                        "signalling it on the target failed: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ),
+                }),
+                Ok(Err(err)) => Err(BackendError::Process {
+                    id: record.id.clone(),
+                    reason: format!("could not run the signal command: {err}"),
+                }),
+                Err(_) => Err(BackendError::Process {
+                    id: record.id.clone(),
+                    reason: "the signal command got no answer within 15 s".into(),
+                }),
+            };
+        }
+        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(record.pid), signal).map_err(|e| {
+            BackendError::Process {
+                id: record.id.clone(),
+                reason: format!("signalling its process group: {e}"),
+            }
+        })?;
+        Ok(true)
+    }
+
     fn write_fifo(&self, record: &ProcessRecord, name: &str, data: &[u8]) -> Result<()> {
         if self.status_of(record).state != ProcessState::Running {
             return Err(BackendError::Process {
@@ -891,7 +986,9 @@ pub(crate) mod tests {
                     marker.display()
                 ),
             ],
+            signal_argv: Vec::new(),
             local_pty: false,
+            resizable: false,
         };
         write_json_atomic(&dir.join("spec.json"), &spec("p_1", Some(launch))).unwrap();
         assert!(r.registry.kill(&record).await.unwrap());
@@ -912,7 +1009,9 @@ pub(crate) mod tests {
         let launch = crate::launch::RemoteLaunch {
             argv: vec!["unused".into()],
             kill_argv: vec!["touch".into(), marker.display().to_string()],
+            signal_argv: Vec::new(),
             local_pty: false,
+            resizable: false,
         };
         write_json_atomic(&dir.join("spec.json"), &spec("p_1", Some(launch))).unwrap();
         assert!(!r.registry.kill(&recycled).await.unwrap());

@@ -97,6 +97,8 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
         }
     };
     shell.env_clear().envs(&spec.env).current_dir(&home);
+    // The terminal the command (or its client) runs on, for `process resize`.
+    let mut terminal = None;
     let (pid, output, stdin, mut waiter): Started = if local_pty {
         let (pty, pts) = pty_process::blocking::open().map_err(std::io::Error::other)?;
         pty.resize(pty_process::Size::new(40, 120))
@@ -107,6 +109,7 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
             .map_err(std::io::Error::other)?;
         let pid = child.id() as i32;
         let pty = Arc::new(pty);
+        terminal = Some(pty.clone());
         let reader = PtyReader(pty.clone());
         let writer: Box<dyn Write + Send> = Box::new(PtyWriter(pty));
         (
@@ -223,9 +226,21 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
     spawn_fifo_reader(control_fifo, {
         let stdin = stdin.clone();
         move |bytes: &[u8]| {
-            if String::from_utf8_lossy(bytes)
+            let text = String::from_utf8_lossy(bytes);
+            // `resize ROWS COLS`: the terminal's new size (the kernel tells its programs with
+            // SIGWINCH).
+            for size in text
                 .lines()
-                .any(|l| l.trim() == "close")
+                .filter_map(|l| l.trim().strip_prefix("resize "))
+            {
+                let mut numbers = size.split_whitespace().map(str::parse::<u16>);
+                if let (Some(Ok(rows)), Some(Ok(cols)), Some(pty)) =
+                    (numbers.next(), numbers.next(), terminal.as_ref())
+                {
+                    let _ = pty.resize(pty_process::Size::new(rows, cols));
+                }
+            }
+            if text.lines().any(|l| l.trim() == "close")
                 && let Ok(mut guard) = stdin.lock()
             {
                 if request_is_pty(&guard) {
@@ -595,7 +610,9 @@ mod tests {
                 .map(str::to_owned)
                 .to_vec(),
             kill_argv: Vec::new(),
+            signal_argv: Vec::new(),
             local_pty: false,
+            resizable: false,
         });
         s.write_spec(&spec);
         assert_eq!(s.run().code, Some(0));
@@ -643,7 +660,9 @@ mod tests {
         spec.remote = Some(RemoteLaunch {
             argv: Vec::new(),
             kill_argv: Vec::new(),
+            signal_argv: Vec::new(),
             local_pty: false,
+            resizable: false,
         });
         s.write_spec(&spec);
         let ended = s.run();

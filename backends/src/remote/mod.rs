@@ -100,6 +100,11 @@ pub trait Transport: Send + Sync + 'static {
             })
         })
     }
+    /// Whether the command sees a new size of the terminal a background client runs on here
+    /// ([`ClientArgv`]'s `true`): the client forwards it to the command's own terminal.
+    fn terminal_follows_resize(&self) -> bool {
+        false
+    }
     /// The host program a background supervisor runs for `argv` on the session's target.
     fn attach_argv(&self, session: &str, argv: &[String], pty: bool) -> Result<ClientArgv>;
     fn health(&self) -> BackendFuture<'_, ()>;
@@ -372,10 +377,17 @@ impl<T: Transport> RemoteEnvironment<T> {
         let (kill_argv, _) =
             self.transport
                 .attach_argv(&request.session, &Self::kill_argv(&id), false)?;
+        let (signal_argv, _) = self.transport.attach_argv(
+            &request.session,
+            &script::signal_argv(&id, crate::launch::SIGNAL_PLACEHOLDER),
+            false,
+        )?;
         let launch = RemoteLaunch {
             argv,
             kill_argv,
+            signal_argv,
             local_pty,
+            resizable: local_pty && self.transport.terminal_follows_resize(),
         };
         // The client runs on this machine with a minimal environment; the command's own
         // environment travels in argv.

@@ -153,6 +153,28 @@ exit 0"#
     )
 }
 
+/// `bash -c SIGNAL_SCRIPT paddock RUN_ID SIGNAL`: `SIGNAL` (a name: INT, TERM...) to every
+/// process of the run on the target.
+pub fn signal_script() -> String {
+    format!(
+        r#"__p_run=$1
+{REAP_FUNCTION}__paddock_reap "${{2#SIG}}"
+exit 0"#
+    )
+}
+
+/// `bash -c SIGNAL_SCRIPT paddock RUN_ID SIGNAL` on the target.
+pub fn signal_argv(run_id: &str, signal: &str) -> Vec<String> {
+    vec![
+        "bash".to_owned(),
+        "-c".to_owned(),
+        signal_script(),
+        "paddock".to_owned(),
+        run_id.to_owned(),
+        signal.to_owned(),
+    ]
+}
+
 /// `bash -c FILES_SCRIPT paddock DIR MAX_FILES INLINE_BYTES`: every regular file under DIR as
 /// one JSON object per line (path, size, sha256, base64 content), read by the engine to bring
 /// python_execute's artifacts back. Python is on the target anyway (python_execute needs it).

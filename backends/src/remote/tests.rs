@@ -508,9 +508,18 @@ async fn a_background_command_hands_its_supervisor_the_wrapper_and_kill_through_
     let mut kill_argv = strings(&["fake-client", "s1", "bash", "-c"]);
     kill_argv.push(script::kill_script());
     kill_argv.extend(strings(&["paddock", &id]));
+    let mut signal_argv = strings(&["fake-client", "s1", "bash", "-c"]);
+    signal_argv.push(script::signal_script());
+    signal_argv.extend(strings(&["paddock", &id, crate::launch::SIGNAL_PLACEHOLDER]));
     assert_eq!(
         spec["remote"],
-        serde_json::json!({ "argv": argv, "kill_argv": kill_argv, "local_pty": false })
+        serde_json::json!({
+            "argv": argv,
+            "kill_argv": kill_argv,
+            "signal_argv": signal_argv,
+            "local_pty": false,
+            "resizable": false,
+        })
     );
     assert_eq!(
         spec["shell_state"],

@@ -804,6 +804,12 @@ impl Transport for SlurmTransport {
         })
     }
 
+    fn terminal_follows_resize(&self) -> bool {
+        // srun --pty forwards a window change to the node's terminal; in an instance the
+        // command has a terminal of its own, which does not hear of it.
+        self.apptainer.is_none()
+    }
+
     fn attach_argv(&self, session: &str, argv: &[String], pty: bool) -> Result<ClientArgv> {
         let job = self.recorded(session).ok_or_else(|| {
             self.unavailable(format!(

@@ -447,6 +447,31 @@ struct ProcessArgs {
     offset: Option<i64>,
     limit: Option<usize>,
     timeout: Option<f64>,
+    /// `signal`: INT, TERM, KILL, HUP, USR1, ... (with or without `SIG`).
+    name: Option<String>,
+    /// `resize`: the terminal's new size.
+    rows: Option<u16>,
+    cols: Option<u16>,
+}
+
+/// The signal a `process signal` names.
+fn signal_named(name: Option<&str>) -> Result<nix::sys::signal::Signal, ToolError> {
+    let name = name.ok_or_else(|| {
+        ToolError::invalid_arguments(
+            "process signal: field `name` is required (INT, TERM, KILL, HUP, USR1, ...)",
+        )
+    })?;
+    let upper = name.trim().to_ascii_uppercase();
+    let full = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    full.parse().map_err(|_| {
+        ToolError::invalid_arguments(format!(
+            "process signal: '{name}' is not a signal name (INT, TERM, KILL, HUP, QUIT, USR1, USR2, STOP, CONT, WINCH, ...)"
+        ))
+    })
 }
 
 fn status_json(status: &ProcessStatus) -> Value {
@@ -468,17 +493,21 @@ impl Tool for Process {
         ToolSpec::new("process", "environment",
             "Manage background commands started with terminal(background=true): list, poll (state \
              and recent output), log (lines with offset/limit), wait (until done or timeout), \
-             kill, write (to stdin), submit (write a line), close (end stdin). Processes survive \
-             an engine restart; only the session that started one can see it.",
+             kill, write (to stdin), submit (write a line), close (end stdin), signal (`name`: \
+             INT, TERM, KILL, HUP, USR1, ...), resize (`rows`, `cols` of a pty process). \
+             Processes survive an engine restart; only the session that started one can see it.",
             json!({
                 "type": "object",
                 "properties": {
-                    "action": {"enum": ["list", "poll", "log", "wait", "kill", "write", "submit", "close"]},
+                    "action": {"enum": ["list", "poll", "log", "wait", "kill", "write", "submit", "close", "signal", "resize"]},
                     "session_id": {"type": "string", "description": "The id terminal returned"},
                     "data": {"type": "string"},
                     "offset": {"type": "integer", "description": "First log line; negative counts from the end", "default": 0},
                     "limit": {"type": "integer", "minimum": 1, "default": 200},
-                    "timeout": {"type": "number", "minimum": 0, "description": "Seconds, for wait", "default": 30}
+                    "timeout": {"type": "number", "minimum": 0, "description": "Seconds, for wait", "default": 30},
+                    "name": {"type": "string", "description": "For signal: INT, TERM, KILL, HUP, USR1, ..."},
+                    "rows": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "For resize (a pty process)"},
+                    "cols": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "For resize (a pty process)"}
                 },
                 "required": ["action"],
                 "additionalProperties": false
@@ -574,6 +603,30 @@ impl Tool for Process {
                 "close" => {
                     registry.close_stdin(&record).map_err(backend_error)?;
                     Ok(json!({"session_id": id, "stdin": "closed"}))
+                }
+                "signal" => {
+                    let signal = signal_named(args.name.as_deref())?;
+                    let sent = registry
+                        .signal(&record, signal)
+                        .await
+                        .map_err(backend_error)?;
+                    let mut answer =
+                        json!({"session_id": id, "signal": signal.as_str(), "sent": sent});
+                    if !sent {
+                        answer["note"] = json!("the process had already ended");
+                    }
+                    Ok(answer)
+                }
+                "resize" => {
+                    let (Some(rows), Some(cols)) = (args.rows, args.cols) else {
+                        return Err(ToolError::invalid_arguments(
+                            "process resize: fields `rows` and `cols` are required",
+                        ));
+                    };
+                    registry
+                        .resize(&record, rows, cols)
+                        .map_err(backend_error)?;
+                    Ok(json!({"session_id": id, "rows": rows, "cols": cols}))
                 }
                 other => Err(ToolError::invalid_arguments(format!(
                     "unknown process action '{other}'"

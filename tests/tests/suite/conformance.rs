@@ -634,6 +634,118 @@ fn stdin_is_fed_then_closed(t: &Target) {
     );
 }
 
+/// Polls `process log` of `id` until its text holds `needle` (a background command's output
+/// arrives when it arrives); answers the text.
+fn log_until(t: &Target, session: &str, id: &str, needle: &str) -> String {
+    let mut text = String::new();
+    for _ in 0..100 {
+        let log = t.process(session, json!({"action": "log", "session_id": id}));
+        text = log["lines"]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("'{needle}' never reached the log of {id}: {text}");
+}
+
+/// `process signal` delivers the named signal to a background command (a trap sees INT and
+/// the command goes on; KILL ends it); a bad name is refused. `process resize` gives a pty
+/// process's terminal a new size (its programs see SIGWINCH) where the terminal is held on
+/// this side, and refuses a process without one.
+fn background_processes_take_signals_and_a_terminal_resizes(t: &Target) {
+    let session = t.session("s");
+    let started = t.sh(
+        &session,
+        json!({"command": "trap 'echo got-int' INT; echo ready; while :; do sleep 0.1; done", "background": true}),
+    );
+    let id = started["session_id"].as_str().unwrap().to_owned();
+    log_until(t, &session, &id, "ready");
+    let sent = t.process(
+        &session,
+        json!({"action": "signal", "session_id": id, "name": "int"}),
+    );
+    assert_eq!(sent["sent"], json!(true), "{sent}");
+    assert_eq!(sent["signal"], json!("SIGINT"), "{sent}");
+    log_until(t, &session, &id, "got-int");
+    let poll = t.process(&session, json!({"action": "poll", "session_id": id}));
+    assert_eq!(
+        poll["state"],
+        json!("running"),
+        "an INT the command traps does not end it: {poll}"
+    );
+    let bad = t
+        .call(
+            &session,
+            "process",
+            json!({"action": "signal", "session_id": id, "name": "NOPE"}),
+        )
+        .json();
+    assert_eq!(bad["error_code"], json!("tool:invalid_arguments"), "{bad}");
+    let not_pty = t
+        .call(
+            &session,
+            "process",
+            json!({"action": "resize", "session_id": id, "rows": 50, "cols": 200}),
+        )
+        .json();
+    assert!(
+        not_pty["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no terminal"),
+        "{not_pty}"
+    );
+    t.process(
+        &session,
+        json!({"action": "signal", "session_id": id, "name": "KILL"}),
+    );
+    let waited = t.process(
+        &session,
+        json!({"action": "wait", "session_id": id, "timeout": 20}),
+    );
+    assert_ne!(waited["state"], json!("running"), "KILL ends it: {waited}");
+
+    let started = t.sh(
+        &session,
+        json!({"command": "trap 'stty size' WINCH; stty size; while :; do sleep 0.1; done", "background": true, "pty": true}),
+    );
+    let id = started["session_id"].as_str().unwrap().to_owned();
+    log_until(t, &session, &id, "40 120");
+    let resized = t
+        .call(
+            &session,
+            "process",
+            json!({"action": "resize", "session_id": id, "rows": 50, "cols": 200}),
+        )
+        .json();
+    // Where the terminal is held on this side (local, sandboxed, slurm's srun --pty client)
+    // the command sees its new size; where it is the far side's (docker, ssh, apptainer) the
+    // resize is refused, saying so.
+    let local = matches!(t.backend, "local" | "sandboxed");
+    if local || resized.get("error").is_none() {
+        assert_eq!(resized["rows"], json!(50), "{resized}");
+        log_until(t, &session, &id, "50 200");
+    } else {
+        assert!(
+            resized["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("no terminal"),
+            "{resized}"
+        );
+    }
+    t.process(&session, json!({"action": "kill", "session_id": id}));
+}
+
 /// The text each stream carried in a `--stream` run's chunk lines, and the result line.
 fn streamed(run: &paddock_tests::TimedLines) -> (String, String, Value) {
     let (chunks, result) = run.lines.split_at(run.lines.len().saturating_sub(1));
@@ -1053,6 +1165,7 @@ conformance!([
     stdin_is_closed_for_foreground_commands_and_nul_bytes_are_refused,
     stdin_is_fed_then_closed,
     output_streams_as_it_is_written_stdout_and_stderr_apart,
+    background_processes_take_signals_and_a_terminal_resizes,
     env_applies_to_one_command_over_the_sessions_exports,
     background_stdin_without_a_pty,
     background_stdin_with_a_pty_and_close,
