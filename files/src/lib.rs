@@ -1,5 +1,6 @@
 //! The file tools of DESIGN §7 (read, write, edit, apply_patch, move, delete, grep, glob,
-//! list, info), shared by the in-environment agent and the engine. Plain std, no async
+//! list, info, and watching a directory: [`watch`]), shared by the in-environment agent and the
+//! engine. Plain std, no async
 //! runtime: the agent is a small static binary.
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
@@ -16,6 +17,7 @@ mod patch;
 mod paths;
 mod read;
 mod search;
+pub mod watch;
 
 pub use error::{FileError, FileErrorKind};
 pub use patch::{PatchAction, PatchTarget};
@@ -70,6 +72,17 @@ pub fn execute(request: &FileRequest, base: &Path) -> Result<serde_json::Value, 
         FileRequest::Glob { pattern, path } => search::glob(base, pattern, path.as_deref()),
         FileRequest::List { path, depth } => ops::list(base, path.as_deref(), *depth),
         FileRequest::Info { path } => ops::info(base, path),
+        FileRequest::Watch {
+            path,
+            recursive,
+            timeout_ms,
+            max_events,
+        } => watch::watch_answer(
+            &paths::checked("watch", base, path)?,
+            *recursive,
+            *timeout_ms,
+            *max_events,
+        ),
     }
 }
 

@@ -70,6 +70,16 @@ pub enum FileRequest {
     Info {
         path: String,
     },
+    /// Changes under a directory for `timeout_ms` ([`crate::watch`]).
+    Watch {
+        path: String,
+        #[serde(default)]
+        recursive: bool,
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+        #[serde(default)]
+        max_events: Option<usize>,
+    },
 }
 
 /// What `grep` answers with.

@@ -1,5 +1,6 @@
 //! The file tools (toolset `files`): read_file, write_file, edit_file, apply_patch, move_file,
-//! delete_file, grep, glob_files, list_files, file_info, and `code_read` (read_file's old name).
+//! delete_file, grep, glob_files, list_files, file_info, watch_files, and `code_read`
+//! (read_file's old name).
 //!
 //! Thin on purpose: each tool checks its arguments, asks the approval gate what a command
 //! doing the same would need, and hands one `paddock_files::FileRequest` to the routed backend,
@@ -185,6 +186,24 @@ pub fn file_tools(envs: Arc<Environments>) -> Vec<Arc<dyn Tool>> {
             read_only: true,
         },
         FileTool {
+            envs: envs.clone(),
+            name: "watch_files",
+            op: "watch",
+            description: "Watch a directory (inotify, in the environment) for `timeout_ms` and \
+                          answer what changed: events [{path (absolute), kind: created, \
+                          modified, removed or renamed}] in order. A move is `renamed` at its \
+                          old path and `created` at its new one. `recursive` covers every \
+                          directory under it, new ones included.",
+            properties: json!({
+                "path": path("Directory to watch"),
+                "recursive": {"type": "boolean", "default": false},
+                "timeout_ms": {"type": "integer", "minimum": 0, "maximum": paddock_files::watch::MAX_WATCH_MS, "default": paddock_files::watch::DEFAULT_WATCH_MS},
+                "max_events": {"type": "integer", "minimum": 1, "maximum": paddock_files::watch::MAX_EVENTS, "description": "Answer as soon as this many events came"}
+            }),
+            required: &["path"],
+            read_only: true,
+        },
+        FileTool {
             envs,
             name: "file_info",
             op: "info",
@@ -321,7 +340,10 @@ fn equivalent_command(
             }
             lines.join("; ")
         }
-        FileRequest::Glob { .. } | FileRequest::List { .. } | FileRequest::Info { .. } => {
+        FileRequest::Glob { .. }
+        | FileRequest::List { .. }
+        | FileRequest::Info { .. }
+        | FileRequest::Watch { .. } => {
             return Ok(None);
         }
     };

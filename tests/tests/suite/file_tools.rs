@@ -4,6 +4,8 @@
 //! nested calls a code-mode script makes). Evidence is read back through the environment's own
 //! shell (`terminal`), so a tool that wrote somewhere else than the session's commands see fails.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use super::conformance::{Target, conformance};
@@ -655,6 +657,67 @@ fn without_an_agent_file_tools_say_how_to_get_them(t: &Target) {
     assert!(v["error"].as_str().unwrap().contains("agent"), "{v}");
 }
 
+/// `watch_files` reports, from inside the environment, what changes under a directory while
+/// it watches (recursively: in a subdirectory too), with absolute paths; a missing directory
+/// is `file:not_found` and a file is `file:not_directory`.
+fn watch_files_reports_changes_in_the_environment(t: &Target) {
+    let session = t.session("s");
+    // Under /tmp: a Slurm job starts in the directory it was submitted from (the test's).
+    let dir = format!("/tmp/{session}-watched");
+    let made = t.sh(&session, json!({"command": format!("mkdir -p {dir}/sub")}));
+    assert_eq!(made["exit_code"], json!(0), "{made}");
+    let watch = t.invocation(
+        &session,
+        "watch_files",
+        json!({"path": dir, "recursive": true, "timeout_ms": 8000}),
+        &[],
+    );
+    let watcher = std::thread::spawn(move || watch.run());
+    // Changes until the watch answers: whenever it was established, some come after.
+    let mut round = 0;
+    while !watcher.is_finished() && round < 40 {
+        t.sh(
+            &session,
+            json!({"command": format!(
+                "echo {round} > {dir}/sub/f{round}; rm -f {dir}/sub/f{}",
+                round.max(1) - 1
+            )}),
+        );
+        round += 1;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let answer = watcher.join().unwrap().json();
+    let events = answer["events"].as_array().cloned().unwrap_or_default();
+    let seen = |kind: &str| {
+        events.iter().any(|e| {
+            e["kind"] == json!(kind)
+                && e["path"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with(&format!("{dir}/sub/f")))
+        })
+    };
+    assert!(seen("created"), "{answer}");
+    assert!(seen("removed"), "{answer}");
+    assert_eq!(answer["timed_out"], json!(true), "{answer}");
+    let missing = t
+        .call(
+            &session,
+            "watch_files",
+            json!({"path": format!("{dir}/nope"), "timeout_ms": 100}),
+        )
+        .json();
+    assert_eq!(missing["error_code"], json!("file:not_found"), "{missing}");
+    let file = t
+        .call(
+            &session,
+            "watch_files",
+            json!({"path": format!("{dir}/sub/f{}", round - 1), "timeout_ms": 100}),
+        )
+        .json();
+    assert_eq!(file["error_code"], json!("file:not_directory"), "{file}");
+    t.sh(&session, json!({"command": format!("rm -rf {dir}")}));
+}
+
 conformance!([
     files_resolve_in_the_sessions_directory_and_commands_see_them,
     edits_replace_exactly_and_change_nothing_on_error,
@@ -662,6 +725,7 @@ conformance!([
     grep_and_glob_follow_ripgrep_rules,
     concurrent_edits_lose_no_write,
     files_go_in_and_out_of_the_environment,
+    watch_files_reports_changes_in_the_environment,
 ];
     local, sandboxed, docker, ssh, apptainer, slurm, slurm_apptainer, slurm_node1,
     slurm_node2_apptainer);
