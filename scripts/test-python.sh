@@ -29,6 +29,18 @@ if [ ! -f "$ENV_DIR/stamp" ] || [ "$(cat "$ENV_DIR/stamp")" != "$STAMP_TEXT" ]; 
     echo "$STAMP_TEXT" >"$ENV_DIR/stamp"
 fi
 
+# The session API's contexts run the local backend's `python3` (the first on PATH, which
+# the sandbox shares): a figure test needs matplotlib there. pip where that Python is its own
+# (pyenv, a venv), apt where Debian manages it (PEP 668).
+if ! python3 -c 'import matplotlib' 2>/dev/null; then
+    log "installing matplotlib for $(command -v python3) (the sessions' python3)"
+    if [ -f "$(python3 -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-matplotlib >&2
+    else
+        python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore matplotlib >&2
+    fi
+fi
+
 fresh=$(mktemp -d)
 trap 'rm -rf "$fresh"' EXIT
 python3 -m venv "$fresh/venv"

@@ -9,6 +9,7 @@
 //! - [`live_shell`] — a session's shell kept alive with its state restored, forking a subshell
 //!   per command (no exec, no restore, nothing written when the command changed nothing);
 //! - [`files`] — file operations (`paddock-files`) served in the environment, no process;
+//! - [`contexts`] — the session's long-lived CPython contexts (persistent globals, rich results);
 //! - [`daemon`] — `serve --daemon`: start detached, answer once listening;
 //! - [`egress`] — `serve --egress-port PORT`: the environment's way to the egress proxy (and
 //!   `egress-forward ... -- PROGRAM`, the same for one program in a namespace of its own);
@@ -26,6 +27,7 @@
 #![deny(clippy::print_stdout)]
 
 pub mod changes;
+pub mod contexts;
 pub mod daemon;
 pub mod egress;
 pub mod files;

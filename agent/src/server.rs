@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::AgentError;
+use crate::contexts::{ContextHost, ContextOptions};
 use crate::live_shell::LiveShells;
 use crate::protocol::{PROTOCOL_VERSION, Reply, Request, read_message, write_message};
 use crate::run::{discard_stdin, reply_error, serve_run};
@@ -100,6 +101,8 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
             .parent()
             .map_or_else(|| PathBuf::from("/tmp"), Path::to_path_buf),
     );
+    // The session's Python contexts live as long as the agent, and end with it.
+    let contexts = Arc::new(ContextHost::new(ContextOptions::default()));
     let activity = Arc::new(Activity::default());
     activity.last.store(now_secs(), Ordering::SeqCst);
     // The watchdog: an agent whose socket was removed (its session closed, its state
@@ -108,10 +111,12 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
         let activity = activity.clone();
         let socket = options.socket.clone();
         let idle_exit = options.idle_exit;
+        let contexts = contexts.clone();
         std::thread::Builder::new().spawn(move || {
             loop {
                 std::thread::sleep(Duration::from_secs(1));
                 if std::fs::symlink_metadata(&socket).is_err() {
+                    contexts.close_all();
                     std::process::exit(0);
                 }
                 let idle_for = now_secs().saturating_sub(activity.last.load(Ordering::SeqCst));
@@ -119,6 +124,7 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
                     && activity.open.load(Ordering::SeqCst) == 0
                     && idle_for >= idle.as_secs()
                 {
+                    contexts.close_all();
                     let _ = std::fs::remove_file(&socket);
                     std::process::exit(0);
                 }
@@ -129,16 +135,20 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
         let stream = match stream {
             Ok(s) => s,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(AgentError::Io(e)),
+            Err(e) => {
+                contexts.close_all();
+                return Err(AgentError::Io(e));
+            }
         };
         activity.open.fetch_add(1, Ordering::SeqCst);
         let counted = activity.clone();
         let activity = activity.clone();
         let spares = spares.clone();
         let live = live.clone();
+        let contexts = contexts.clone();
         let socket = options.socket.clone();
         let conversation_thread = std::thread::Builder::new().spawn(move || {
-            let outcome = conversation(stream, &spares, &live);
+            let outcome = conversation(stream, &spares, &live, &contexts);
             activity.last.store(now_secs(), Ordering::SeqCst);
             activity.open.fetch_sub(1, Ordering::SeqCst);
             match outcome {
@@ -146,6 +156,7 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
                 Ok(Next::Exit) => {
                     spares.drain();
                     live.drain();
+                    contexts.close_all();
                     let _ = std::fs::remove_file(&socket);
                     std::process::exit(0);
                 }
@@ -159,6 +170,7 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
             counted.open.fetch_sub(1, Ordering::SeqCst);
         }
     }
+    contexts.close_all();
     Ok(())
 }
 
@@ -172,6 +184,7 @@ fn conversation(
     mut stream: UnixStream,
     spares: &Arc<SparePool>,
     live: &Arc<LiveShells>,
+    contexts: &ContextHost,
 ) -> Result<Next, AgentError> {
     let hello: Request = read_message(&mut stream, "hello")?;
     let Request::Hello { version } = hello else {
@@ -199,6 +212,7 @@ fn conversation(
         Request::Run(_)
         | Request::Files(_)
         | Request::ConnectionOwner { .. }
+        | Request::Context(_)
         | Request::Hello { .. }
             if version != PROTOCOL_VERSION =>
         {
@@ -230,8 +244,8 @@ fn conversation(
             write_message(&mut stream, &Reply::Owner { run_id })?;
             Ok(Next::Continue)
         }
-        Request::Context(_) => {
-            reply_error(&mut stream, "contexts are not served by this agent yet".into())?;
+        Request::Context(request) => {
+            crate::contexts::serve_context(stream, request, contexts)?;
             Ok(Next::Continue)
         }
         Request::Hello { .. } => {

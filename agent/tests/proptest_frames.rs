@@ -226,6 +226,7 @@ fn reference(stream: &[u8]) -> Vec<Expected> {
             0 => FrameKind::Message,
             1 => FrameKind::Output,
             2 => FrameKind::Stdin,
+            3 => FrameKind::Stderr,
             other => {
                 out.push(Expected::UnknownKind(other));
                 return out;
@@ -288,7 +289,7 @@ fn decode_all(reader: &mut impl Read) -> Vec<Expected> {
 fn hostile_stream() -> impl Strategy<Value = Vec<u8>> {
     let piece = prop_oneof![
         // A well-formed frame.
-        (0u8..3, proptest::collection::vec(any::<u8>(), 0..32)).prop_map(|(k, p)| {
+        (0u8..4, proptest::collection::vec(any::<u8>(), 0..32)).prop_map(|(k, p)| {
             let mut v = vec![k];
             v.extend_from_slice(&(p.len() as u32).to_be_bytes());
             v.extend(p);
@@ -301,7 +302,7 @@ fn hostile_stream() -> impl Strategy<Value = Vec<u8>> {
             v
         }),
         // A header just over, at or under the cap.
-        (0u8..3, -2i64..=2).prop_map(|(k, d)| {
+        (0u8..4, -2i64..=2).prop_map(|(k, d)| {
             let len = (MAX_FRAME_BYTES as i64 + d) as u32;
             let mut v = vec![k];
             v.extend_from_slice(&len.to_be_bytes());

@@ -107,6 +107,17 @@ pub fn pause_not_offered(kind: &str, name: &str) -> BackendError {
 /// (`file:not_found`, `file:no_match`, ...). A backend fault is the future's own error.
 pub type FileAnswer = std::result::Result<serde_json::Value, paddock_files::FileError>;
 
+/// What a context action answers: its JSON, or the context error the tool reports
+/// (`context:not_found`, ...). A backend fault is the future's own error.
+pub type ContextAnswer = std::result::Result<serde_json::Value, ContextFailure>;
+
+/// A context action the agent refused: its code and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContextFailure {
+    pub code: String,
+    pub message: String,
+}
+
 /// The boxed future every trait method returns (dyn-compatible).
 pub type BackendFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 
@@ -228,6 +239,27 @@ pub trait Environment: Send + Sync {
     fn current_dir(&self, session: &str) -> Option<PathBuf> {
         let _ = session;
         None
+    }
+
+    /// One action on the session's long-lived CPython contexts, served by the agent in its
+    /// environment (`python_execute` with `context`, `python_contexts`): an execution's output
+    /// goes to `chunks` as it is written. The default: not offered by this backend.
+    fn python_context<'a>(
+        &'a self,
+        session: &'a str,
+        request: paddock_agent::protocol::ContextRequest,
+        chunks: Option<ChunkSender>,
+    ) -> BackendFuture<'a, ContextAnswer> {
+        let _ = (session, request, chunks);
+        Box::pin(async move {
+            Err(BackendError::Unavailable {
+                kind: self.kind().to_owned(),
+                name: self.name().to_owned(),
+                reason: "this backend has no agent in its environment to keep Python contexts \
+                         (docker with `agent = false`): run python_execute without `context`"
+                    .into(),
+            })
+        })
     }
 
     /// Writes a file where the backend's commands see it.

@@ -16,9 +16,11 @@ import inspect
 import itertools
 import json
 import os
+import secrets
 import subprocess
 import threading
 import time
+from queue import SimpleQueue
 from typing import (
     Any,
     AsyncIterator,
@@ -34,7 +36,15 @@ from typing import (
 )
 
 from ._binary import find_paddock_bin
+
+# ToolError stays importable from here, as before the errors had a module of their own.
+from ._errors import EngineClosed, EngineStartError, PaddockError, SessionNotFound, ToolError, error_from  # noqa: F401
 from ._schema import signature_schema
+from ._session import AsyncSession, Session
+
+#: What `_request`'s `on_output` gets: each `output` message of the request, in order; an async
+#: request awaits what it returns when that is awaitable.
+OutputHandler = Callable[[Dict[str, Any]], Any]
 
 PROTOCOL_VERSION = 1
 
@@ -42,28 +52,6 @@ PROTOCOL_VERSION = 1
 ApprovalAnswer = Union[bool, str]
 Approver = Callable[[Dict[str, Any]], Union[ApprovalAnswer, Awaitable[ApprovalAnswer]]]
 EventCallback = Callable[[Dict[str, Any]], Union[None, Awaitable[None]]]
-
-
-class PaddockError(Exception):
-    """Base class of this package's errors."""
-
-
-class ToolError(PaddockError):
-    """A tool call (or a request) the engine refused or that failed: `code` is the
-    `error_code` (e.g. `tool:invalid_arguments`, `tool_approval:denied`)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-
-class EngineClosed(PaddockError):
-    """The engine process is gone (closed, or it exited); the message says why."""
-
-
-class EngineStartError(PaddockError):
-    """`paddock embed` refused to start (a bad policy, a bad host tool); the message is its."""
 
 
 class HostTool:
@@ -191,6 +179,59 @@ class _Waiter:
         except RuntimeError:
             pass
 
+    def output(self, message: Dict[str, Any]) -> None:
+        """A request that did not ask for a stream has nobody to give output to."""
+
+
+class _Channel:
+    """Where a streamed request's messages go, in the order the engine sent them: its `output`
+    messages, then its `result` (or the failure that ended it). One queue for all three keeps
+    that order, which a future plus a callback could not: the caller's thread (or task) takes
+    them out and runs the callbacks itself, never the reader thread, so a callback may be slow
+    or call the engine again."""
+
+    __slots__ = ("loop", "queue")
+
+    def __init__(self, loop: Optional[asyncio.AbstractEventLoop], queue_: Any) -> None:
+        self.loop = loop
+        self.queue = queue_
+
+    def _put(self, item: Tuple[str, Any]) -> None:
+        if self.loop is None:
+            self.queue.put(item)
+            return
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    def deliver(self, message: Dict[str, Any]) -> None:
+        self._put(("result", message))
+
+    def fail(self, error: BaseException) -> None:
+        self._put(("error", error))
+
+    def output(self, message: Dict[str, Any]) -> None:
+        self._put(("output", message))
+
+
+def _new_session_id() -> str:
+    """A session id no one else has (the engine accepts [A-Za-z0-9_.-], at most 128)."""
+    return f"py-{secrets.token_hex(6)}"
+
+
+def _no_id_with_snapshot(id: Optional[str]) -> None:
+    if id is not None:
+        raise ValueError(
+            "from_snapshot starts a new session whose id the engine chooses: leave `id` out "
+            "(or `paddock sessions start --from SNAPSHOT --session ID` for a chosen one)"
+        )
+
+
+def _require_live(id: str, answer: Any) -> None:
+    if not (isinstance(answer, dict) and answer.get("live")):
+        raise SessionNotFound("sessions:not_found", f"session {id!r} is not live")
+
 
 class Engine:
     """A Paddock engine: scripts (`run_tools_script`), any tool (`call`), and your own
@@ -204,6 +245,12 @@ class Engine:
     `keep_state=True` makes the session a notebook (as `[codemode] keep_state` in a policy):
     each script sees the variables, functions and imports earlier scripts of the session
     defined, and its result says so in `notebook` (cell number, `fresh`, why a state ended).
+
+    Sessions (DESIGN.md 8.1): `engine.session(...)` / `engine.connect(id)` give a `Session`
+    (`asession` / `aconnect`: an `AsyncSession`); `engine.session_id` is the default
+    session's, the one scripts and `call` use. `backend=NAME` routes the environment tools
+    (terminal, process, python_execute, the file tools) of this engine to that backend of the
+    policy, as `paddock call --backend` does.
     """
 
     def __init__(
@@ -214,6 +261,7 @@ class Engine:
         on_event: Optional[EventCallback] = None,
         *,
         session: Optional[str] = None,
+        backend: Optional[str] = None,
         keep_state: bool = False,
         events: bool = False,
         binary: Optional[str] = None,
@@ -233,7 +281,7 @@ class Engine:
         self._on_event = on_event
         self._subscribers: List[Tuple[asyncio.AbstractEventLoop, "asyncio.Queue[Dict[str, Any]]"]] = []
         self._ids = itertools.count(1)
-        self._pending: Dict[int, _Waiter] = {}
+        self._pending: Dict[int, Union[_Waiter, _Channel]] = {}
         self._request_loops: Dict[int, asyncio.AbstractEventLoop] = {}
         self._host_tasks: Dict[int, Any] = {}
         self._write_lock = threading.Lock()
@@ -245,6 +293,23 @@ class Engine:
         )
         self._closed_reason = "the engine was closed"
         self.binary = find_paddock_bin(binary)
+        self.backend = backend
+        # What an engine for another backend is made with (`session(backend=...)`): the same
+        # policy, tools, approver and events, so a session there is asked and reported alike.
+        self._config: Dict[str, Any] = {
+            "policy": policy,
+            "tools": host,
+            "approver": approver,
+            "on_event": on_event,
+            "events": events,
+            "binary": self.binary,
+            "env": env,
+            "max_host_threads": max_host_threads,
+            "startup_timeout": startup_timeout,
+        }
+        self._backend_engines: Dict[str, "Engine"] = {}
+        self._backend_lock = threading.Lock()
+        self._sessions_known = False
         process_env = dict(os.environ if env is None else env)
         self._proc = subprocess.Popen(
             [self.binary, "embed"],
@@ -279,6 +344,9 @@ class Engine:
             "events": bool(events or on_event is not None),
             "keep_state": bool(keep_state),
         }
+        if backend is not None:
+            # Only when given: an engine that predates the field refuses a hello naming it.
+            hello["backend"] = backend
         self._events_on = hello["events"]
         try:
             self._send(hello)
@@ -289,7 +357,9 @@ class Engine:
         except BaseException:
             self._kill()
             raise
-        self.session: str = ready["session"]
+        #: The default session's id: where scripts and `call` run (was `engine.session`,
+        #: which is now the method that makes a `Session`).
+        self.session_id: str = ready["session"]
         self.version: str = ready["version"]
         self.tool_names: List[str] = list(ready["tools"])
 
@@ -331,28 +401,46 @@ class Engine:
         """`call`, blocking."""
         return self._unwrap(self._request_sync({"type": "call", "tool": tool, "args": args}))
 
-    async def upload(self, local: Union[str, os.PathLike], remote: str) -> Dict[str, Any]:
+    async def upload(
+        self, local: Union[str, os.PathLike], remote: str, *, session: Optional[str] = None
+    ) -> Dict[str, Any]:
         """Copies `local` (a file, or a directory's contents as a tar stream) into the session's
         environment at `remote` (parents made), on the backend the `files` route names:
-        `{"from", "to", "kind", "bytes"}`, or `ToolError` (`files:transfer_failed`)."""
-        message = {"type": "upload", "local": os.path.abspath(os.fspath(local)), "remote": remote}
-        return self._unwrap(await self._request(message))
+        `{"from", "to", "kind", "bytes"}`, or `ToolError` (`files:transfer_failed`).
+        `session`: that session's environment instead of the default one."""
+        return self._unwrap(await self._request(self._transfer_message("upload", local, remote, session)))
 
-    def upload_sync(self, local: Union[str, os.PathLike], remote: str) -> Dict[str, Any]:
+    def upload_sync(
+        self, local: Union[str, os.PathLike], remote: str, *, session: Optional[str] = None
+    ) -> Dict[str, Any]:
         """`upload`, blocking."""
-        message = {"type": "upload", "local": os.path.abspath(os.fspath(local)), "remote": remote}
-        return self._unwrap(self._request_sync(message))
+        return self._unwrap(self._request_sync(self._transfer_message("upload", local, remote, session)))
 
-    async def download(self, remote: str, local: Union[str, os.PathLike]) -> Dict[str, Any]:
+    async def download(
+        self, remote: str, local: Union[str, os.PathLike], *, session: Optional[str] = None
+    ) -> Dict[str, Any]:
         """Copies `remote` (a file, or a directory's contents) out of the session's environment
         to `local` (parents made): `{"from", "to", "kind", "bytes"}`."""
-        message = {"type": "download", "remote": remote, "local": os.path.abspath(os.fspath(local))}
-        return self._unwrap(await self._request(message))
+        return self._unwrap(await self._request(self._transfer_message("download", local, remote, session)))
 
-    def download_sync(self, remote: str, local: Union[str, os.PathLike]) -> Dict[str, Any]:
+    def download_sync(
+        self, remote: str, local: Union[str, os.PathLike], *, session: Optional[str] = None
+    ) -> Dict[str, Any]:
         """`download`, blocking."""
-        message = {"type": "download", "remote": remote, "local": os.path.abspath(os.fspath(local))}
-        return self._unwrap(self._request_sync(message))
+        return self._unwrap(self._request_sync(self._transfer_message("download", local, remote, session)))
+
+    def _transfer_message(
+        self, kind: str, local: Union[str, os.PathLike], remote: str, session: Optional[str]
+    ) -> Dict[str, Any]:
+        message: Dict[str, Any] = {"type": kind, "local": os.path.abspath(os.fspath(local)), "remote": remote}
+        return self._in_session(message, session)
+
+    def _in_session(self, message: Dict[str, Any], session: Optional[str]) -> Dict[str, Any]:
+        """`message` for `session`. The default session is left unnamed, so that an engine
+        older than the `session` field (which ignores it) still answers for the right one."""
+        if session is not None and session != self.session_id:
+            message["session"] = session
+        return message
 
     async def snapshot(self, session: Optional[str] = None, *, name: Optional[str] = None) -> Dict[str, Any]:
         """Saves `session` (default: this engine's) as a snapshot: its files and shell state,
@@ -395,6 +483,107 @@ class Engine:
             if entry in self._subscribers:
                 self._subscribers.remove(entry)
 
+    # ----------------------------------------------------------------- sessions
+
+    def session(
+        self,
+        id: Optional[str] = None,
+        *,
+        backend: Optional[str] = None,
+        from_snapshot: Optional[str] = None,
+    ) -> Session:
+        """A `Session`: `id`'s (attached when it is live, started on first use otherwise), a
+        new one with an id of its own when `id` is None, or a new one started from snapshot
+        `from_snapshot` (then leave `id` out: a fork gets a fresh id). `backend`: the
+        environment tools of this session run on that backend of the policy (one more
+        `paddock embed` process per backend, kept by this engine and closed with it)."""
+        engine = self._engine_for(backend)
+        if from_snapshot is not None:
+            _no_id_with_snapshot(id)
+            return Session(engine, engine.fork_sync(from_snapshot, 1)[0])
+        sid = id if id is not None else _new_session_id()
+        if sid != engine.session_id and not engine._sessions_known:
+            engine._session_answer(engine._request_sync(engine._session_message("exists", sid)))
+        return Session(engine, sid)
+
+    def connect(self, id: str, *, backend: Optional[str] = None) -> Session:
+        """The live session `id`, attached; `SessionNotFound` when it is not live (never
+        started, closed, swept). Unlike `session(id)` it never starts one."""
+        engine = self._engine_for(backend)
+        if id != engine.session_id:
+            answer = engine._session_answer(engine._request_sync(engine._session_message("exists", id)))
+            _require_live(id, answer)
+        return Session(engine, id)
+
+    async def asession(
+        self,
+        id: Optional[str] = None,
+        *,
+        backend: Optional[str] = None,
+        from_snapshot: Optional[str] = None,
+    ) -> AsyncSession:
+        """`session(...)` as an `AsyncSession` (awaitable methods, async callbacks welcome)."""
+        engine = await self._aengine_for(backend)
+        if from_snapshot is not None:
+            _no_id_with_snapshot(id)
+            return AsyncSession(engine, (await engine.fork(from_snapshot, 1))[0])
+        sid = id if id is not None else _new_session_id()
+        if sid != engine.session_id and not engine._sessions_known:
+            engine._session_answer(await engine._request(engine._session_message("exists", sid)))
+        return AsyncSession(engine, sid)
+
+    async def aconnect(self, id: str, *, backend: Optional[str] = None) -> AsyncSession:
+        """`connect(id)` as an `AsyncSession`."""
+        engine = await self._aengine_for(backend)
+        if id != engine.session_id:
+            answer = engine._session_answer(await engine._request(engine._session_message("exists", id)))
+            _require_live(id, answer)
+        return AsyncSession(engine, id)
+
+    def _engine_for(self, backend: Optional[str]) -> "Engine":
+        """This engine, or the one routing to `backend` (made on first use, once)."""
+        if self._closed:
+            raise EngineClosed(self._closed_reason)
+        if backend is None or backend == self.backend:
+            return self
+        with self._backend_lock:
+            if self._closed:
+                raise EngineClosed(self._closed_reason)
+            engine = self._backend_engines.get(backend)
+            if engine is None or engine._closed:
+                engine = Engine(**self._config, backend=backend)
+                self._backend_engines[backend] = engine
+            return engine
+
+    async def _aengine_for(self, backend: Optional[str]) -> "Engine":
+        if backend is None or backend == self.backend or backend in self._backend_engines:
+            return self._engine_for(backend)
+        # Starting `paddock embed` takes a few hundred milliseconds: not on the event loop.
+        return await asyncio.get_running_loop().run_in_executor(None, self._engine_for, backend)
+
+    @staticmethod
+    def _session_message(action: str, session: str) -> Dict[str, Any]:
+        return {"type": "session", "action": action, "session": session}
+
+    def _session_answer(self, message: Dict[str, Any]) -> Any:
+        """The value of a `session` request's answer. An engine that does not know the request
+        is too old to run calls in other sessions (it would ignore their `session` and run
+        them in its own): that is said plainly rather than done wrongly."""
+        error = message.get("error") or {}
+        if (
+            not message.get("ok")
+            and error.get("error_code") == "embed:protocol"
+            and "session" in str(error.get("error", ""))
+        ):
+            raise PaddockError(
+                f"this paddock binary ({self.binary}, version {self.version}) predates sessions "
+                "other than the engine's own (the embedding protocol's `session` request): "
+                "install a newer one, or use engine.session(engine.session_id)"
+            )
+        value = self._unwrap(message)
+        self._sessions_known = True
+        return value
+
     @staticmethod
     def _script_message(
         code: str,
@@ -420,34 +609,98 @@ class Engine:
         if message.get("ok"):
             return message.get("value")
         error = message.get("error") or {}
-        raise ToolError(error.get("error_code", "tool:failed"), error.get("error", "the request failed"))
+        raise error_from(error.get("error_code", "tool:failed"), error.get("error", "the request failed"))
 
-    async def _request(self, message: Dict[str, Any]) -> Dict[str, Any]:
+    def _call_message(self, tool: str, args: Dict[str, Any], session: Optional[str], stream: bool) -> Dict[str, Any]:
+        message: Dict[str, Any] = {"type": "call", "tool": tool, "args": args}
+        if stream:
+            message["stream"] = True
+        return self._in_session(message, session)
+
+    def _call_sync(
+        self,
+        tool: str,
+        args: Dict[str, Any],
+        *,
+        session: Optional[str] = None,
+        on_output: Optional[OutputHandler] = None,
+    ) -> Any:
+        """`call_sync` in `session`; with `on_output`, the call streams its output to it."""
+        message = self._call_message(tool, args, session, on_output is not None)
+        return self._unwrap(self._request_sync(message, on_output))
+
+    async def _call(
+        self,
+        tool: str,
+        args: Dict[str, Any],
+        *,
+        session: Optional[str] = None,
+        on_output: Optional[OutputHandler] = None,
+    ) -> Any:
+        """`call` in `session`; with `on_output`, the call streams its output to it."""
+        message = self._call_message(tool, args, session, on_output is not None)
+        return self._unwrap(await self._request(message, on_output))
+
+    async def _request(self, message: Dict[str, Any], on_output: Optional[OutputHandler] = None) -> Dict[str, Any]:
         loop = asyncio.get_running_loop()
-        fut: "asyncio.Future[Dict[str, Any]]" = loop.create_future()
         request_id = next(self._ids)
         message["id"] = request_id
-        self._pending[request_id] = _Waiter(loop, fut)
+        if on_output is None:
+            fut: "asyncio.Future[Dict[str, Any]]" = loop.create_future()
+            self._pending[request_id] = _Waiter(loop, fut)
+        else:
+            channel: "asyncio.Queue[Tuple[str, Any]]" = asyncio.Queue()
+            self._pending[request_id] = _Channel(loop, channel)
         self._request_loops[request_id] = loop
         try:
             self._send(message)
-            return await fut
-        except asyncio.CancelledError:
-            # The caller gave up: the engine stops the script (its child is killed).
+            if on_output is None:
+                return await fut
+            return await self._drain(channel, on_output)
+        except BaseException:
+            # The caller gave up (cancelled, or its callback raised): the engine stops the
+            # request (a script's child is killed, a command's process tree ended).
             self._send_quietly({"type": "cancel", "id": request_id})
             raise
         finally:
             self._pending.pop(request_id, None)
             self._request_loops.pop(request_id, None)
 
-    def _request_sync(self, message: Dict[str, Any]) -> Dict[str, Any]:
-        fut: "concurrent.futures.Future[Dict[str, Any]]" = concurrent.futures.Future()
+    @staticmethod
+    async def _drain(channel: "asyncio.Queue[Tuple[str, Any]]", on_output: OutputHandler) -> Dict[str, Any]:
+        while True:
+            kind, item = await channel.get()
+            if kind == "output":
+                done = on_output(item)
+                if inspect.isawaitable(done):
+                    await done
+            elif kind == "error":
+                raise item
+            else:
+                return item
+
+    def _request_sync(self, message: Dict[str, Any], on_output: Optional[OutputHandler] = None) -> Dict[str, Any]:
         request_id = next(self._ids)
         message["id"] = request_id
-        self._pending[request_id] = _Waiter(None, fut)
+        fut: "concurrent.futures.Future[Dict[str, Any]]" = concurrent.futures.Future()
+        channel: "SimpleQueue[Tuple[str, Any]]" = SimpleQueue()
+        self._pending[request_id] = _Waiter(None, fut) if on_output is None else _Channel(None, channel)
         try:
             self._send(message)
-            return fut.result()
+            if on_output is None:
+                return fut.result()
+            while True:
+                kind, item = channel.get()
+                if kind == "output":
+                    on_output(item)  # in the caller's thread, in order
+                elif kind == "error":
+                    raise item
+                else:
+                    return item
+        except BaseException:
+            if request_id in self._pending:  # not answered: interrupted, or a callback raised
+                self._send_quietly({"type": "cancel", "id": request_id})
+            raise
         finally:
             self._pending.pop(request_id, None)
 
@@ -508,6 +761,10 @@ class Engine:
                     waiter = self._pending.pop(message.get("id"), None)
                     if waiter is not None:
                         waiter.deliver(message)
+                elif kind == "output":
+                    waiter = self._pending.get(message.get("id"))
+                    if waiter is not None:
+                        waiter.output(message)
                 elif kind == "host_call":
                     self._on_host_call(message, token)
                 elif kind == "host_cancel":
@@ -707,12 +964,19 @@ class Engine:
     # --------------------------------------------------------------- closing
 
     def close(self, timeout: float = 30.0) -> None:
-        """Ends the engine: running scripts are cancelled, its session closed, its process gone."""
+        """Ends the engine: running scripts are cancelled, its own session (the one it made
+        when none was named) closed, its process gone. Sessions made with `session()` stay
+        live (they are the state directory's, as `paddock sessions list` shows): end them
+        with `Session.close()` or a `with` block."""
         with self._close_lock:
             if self._closed:
                 return
             self._send_quietly({"type": "close"})
             self._closed = True
+        with self._backend_lock:
+            others, self._backend_engines = list(self._backend_engines.values()), {}
+        for other in others:
+            other.close(timeout)
         try:
             self._stdin.close()
         except OSError:

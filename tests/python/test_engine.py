@@ -130,7 +130,7 @@ def test_the_wheel_carries_the_static_agent_remote_backends_need(venv_bin: Path,
     written = list((Path(os.environ["PADDOCK_HOME"]) / "agent-bin").iterdir())
     assert len(written) == 1 and is_static_elf(written[0]), written
     containers = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"name={engine.session}"], capture_output=True, text=True
+        ["docker", "ps", "-aq", "--filter", f"name={engine.session_id}"], capture_output=True, text=True
     )
     assert containers.returncode == 0 and containers.stdout.strip() == "", containers
 
@@ -546,7 +546,7 @@ def test_nothing_outlives_close() -> None:
     pid = engine._proc.pid
     below = descendants(pid)
     assert below, "the engine has no zygote?"
-    record = Path(os.environ["PADDOCK_HOME"]) / "session-records" / f"{engine.session}.json"
+    record = Path(os.environ["PADDOCK_HOME"]) / "session-records" / f"{engine.session_id}.json"
     assert record.is_file(), "the terminal call made no session record"
     engine.close()
     assert_nothing_left(pid, below)
@@ -584,7 +584,7 @@ def test_a_notebook_session_keeps_names_between_scripts() -> None:
 def test_notebook_state_belongs_to_its_engine_and_is_off_by_default() -> None:
     async def main() -> None:
         async with paddock.Engine(keep_state=True) as one, paddock.Engine(keep_state=True) as two:
-            assert one.session != two.session
+            assert one.session_id != two.session_id
             await one.run_tools_script("x = 'one'")
             await two.run_tools_script("x = 'two'")
             assert (await one.run_tools_script("x"))["result"] == "one"

@@ -182,6 +182,58 @@ impl Link {
         }
     }
 
+    /// One action on the session's CPython contexts: an execution's stdout and stderr go to
+    /// `chunks` as they come; the answer, or the context error a tool reports.
+    pub async fn context(
+        mut self,
+        request: paddock_agent::protocol::ContextRequest,
+        chunks: Option<&crate::ChunkSender>,
+    ) -> Result<crate::ContextAnswer, LinkError> {
+        use crate::stream::{OutputChunk, OutputStream};
+        send_message(&mut self.stream, &Request::Context(request)).await?;
+        let forward = |stream: OutputStream, bytes: Vec<u8>| {
+            if let Some(chunks) = chunks.filter(|_| !bytes.is_empty()) {
+                let _ = chunks.send(OutputChunk { stream, bytes });
+            }
+        };
+        loop {
+            match read_frame(&mut self.stream).await? {
+                Some((FrameKind::Output, bytes)) => forward(OutputStream::Stdout, bytes),
+                Some((FrameKind::Stderr, bytes)) => forward(OutputStream::Stderr, bytes),
+                Some((FrameKind::Message, payload)) => {
+                    let reply: Reply =
+                        serde_json::from_slice(&payload).map_err(ProtocolError::Json)?;
+                    return match reply {
+                        Reply::Context { answer, failed } => {
+                            let value: serde_json::Value =
+                                serde_json::from_str(&answer).map_err(ProtocolError::Json)?;
+                            if failed {
+                                Ok(Err(
+                                    serde_json::from_value(value).map_err(ProtocolError::Json)?
+                                ))
+                            } else {
+                                Ok(Ok(value))
+                            }
+                        }
+                        Reply::Error { message } => Err(LinkError::Refused(message)),
+                        other => Err(ProtocolError::Unexpected {
+                            expected: "a context answer",
+                            got: format!("{other:?}"),
+                        }
+                        .into()),
+                    };
+                }
+                Some((FrameKind::Stdin, _)) | None => {
+                    return Err(ProtocolError::Unexpected {
+                        expected: "a context answer",
+                        got: "the end of the connection or a stdin frame (the agent died?)".into(),
+                    }
+                    .into());
+                }
+            }
+        }
+    }
+
     /// Runs `request` (with `stdin` when given; `request.stdin` is set from it); its output
     /// goes into `sink`, stderr apart when the sink has a listener and the run has pipes. Dropping the future closes the connection, which makes the agent end
     /// the run's tree.

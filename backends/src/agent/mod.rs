@@ -588,6 +588,37 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
         })
     }
 
+    fn context<'a>(
+        &'a self,
+        session: &'a str,
+        request: paddock_agent::protocol::ContextRequest,
+        chunks: Option<crate::ChunkSender>,
+    ) -> BackendFuture<'a, crate::ContextAnswer> {
+        Box::pin(async move {
+            let link = self.connect(session).await?;
+            match link.context(request, chunks.as_ref()).await {
+                Ok(answer) => Ok(answer),
+                Err(LinkError::Refused(message)) => {
+                    Err(self
+                        .unavailable(format!("the agent refused the context request: {message}")))
+                }
+                Err(other) => Err(self
+                    .lost(
+                        session,
+                        "was lost during a Python context's execution",
+                        || {
+                            format!(
+                                "the agent serving this session failed during a Python context's \
+                             execution ({other}); the next call starts a new agent (the \
+                             session's contexts are gone with the old one)"
+                            )
+                        },
+                    )
+                    .await),
+            }
+        })
+    }
+
     fn attach_argv(&self, session: &str, argv: &[String], pty: bool) -> Result<ClientArgv> {
         self.inner.attach_argv(session, argv, pty)
     }

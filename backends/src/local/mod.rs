@@ -862,6 +862,95 @@ impl LocalEnvironment {
         })
     }
 
+    /// The agent of an unconfined session: it keeps the session's Python contexts alive
+    /// between calls (an engine that lives for one `paddock call` could not), in no sandbox,
+    /// with the environment commands get. Ends with the session, or idle.
+    fn unconfined_agent(&self, session: &str) -> Result<DetachedAgent> {
+        let agent_argv = self.agent_argv();
+        let dir = self.unconfined_agent_dir(session);
+        let socket = crate::agent::prepare_agent_dir(&dir, "local", &self.name)?;
+        let mut argv = agent_argv.into_iter();
+        let program = PathBuf::from(argv.next().unwrap_or_default());
+        let mut args: Vec<String> = argv.collect();
+        args.extend([
+            "serve".to_owned(),
+            "--socket".to_owned(),
+            socket.display().to_string(),
+            "--idle-exit".to_owned(),
+            LOCAL_AGENT_IDLE_EXIT.as_secs().to_string(),
+        ]);
+        Ok(DetachedAgent {
+            socket,
+            program,
+            args,
+            env: self.session_env(&BTreeMap::new(), session),
+            log: dir.join("agent.log"),
+            kind: "local",
+            name: self.name.clone(),
+        })
+    }
+
+    /// Where [`Self::unconfined_agent`] lives (named by the session, not made here).
+    fn unconfined_agent_dir(&self, session: &str) -> PathBuf {
+        let key = format!(
+            "local-unconfined\0{}\0{session}\0{}",
+            self.name,
+            self.agent_argv().join("\0")
+        );
+        crate::agent::agent_dir(&self.state_root.join("agents"), &key)
+    }
+
+    /// One action on the session's Python contexts, through the agent that keeps them: the
+    /// session's sandboxed agent, or its unconfined one.
+    async fn context_action(
+        &self,
+        session: &str,
+        mut request: paddock_agent::protocol::ContextRequest,
+        chunks: Option<crate::ChunkSender>,
+    ) -> Result<crate::ContextAnswer> {
+        use paddock_agent::protocol::ContextRequest;
+        crate::shell::check_session(session)?;
+        self.check_workspace(session)?;
+        let state = session_dir(&self.state_root, session)?;
+        // A context starts where the session's commands are (its agent's own directory is
+        // wherever it was started).
+        if let ContextRequest::Execute { cwd, .. } | ContextRequest::Create { cwd, .. } =
+            &mut request
+            && cwd.is_none()
+        {
+            *cwd = self.current_dir(session).map(|d| d.display().to_string());
+        }
+        let agent = match self.sandbox_of(session).filter(|_| self.agent) {
+            Some(sandbox) => {
+                let _applied = self.apply_ceilings(session)?;
+                let agent = self.sandboxed_agent(&sandbox, &state, session)?;
+                let link = agent.connect().await?;
+                self.serve_egress(session, &agent.socket).await?;
+                (agent, link)
+            }
+            None => {
+                let agent = self.unconfined_agent(session)?;
+                let link = agent.connect().await?;
+                (agent, link)
+            }
+        };
+        let (agent, link) = agent;
+        link.context(request, chunks.as_ref())
+            .await
+            .map_err(|err| match err {
+                LinkError::Refused(message) => BackendError::Spawn(std::io::Error::other(message)),
+                other => BackendError::Unavailable {
+                    kind: "local".into(),
+                    name: self.name.clone(),
+                    reason: format!(
+                        "the session's agent failed during a Python context's execution \
+                         ({other}); see {} for its log",
+                        agent.log.display()
+                    ),
+                },
+            })
+    }
+
     /// One sandboxed command through the session's agent.
     /// Where a new session's commands start: the workspace its client named, else that of a
     /// sandboxed backend (the only place they may write), else the home directory.
@@ -1721,6 +1810,15 @@ impl Environment for LocalEnvironment {
         Box::pin(self.file_operation(session, operation))
     }
 
+    fn python_context<'a>(
+        &'a self,
+        session: &'a str,
+        request: paddock_agent::protocol::ContextRequest,
+        chunks: Option<crate::ChunkSender>,
+    ) -> BackendFuture<'a, crate::ContextAnswer> {
+        Box::pin(self.context_action(session, request, chunks))
+    }
+
     fn current_dir(&self, session: &str) -> Option<PathBuf> {
         let state = session_dir(&self.state_root, session).ok()?;
         let request = paddock_agent::protocol::FilesRequest {
@@ -1809,6 +1907,13 @@ impl Environment for LocalEnvironment {
             }
             // The session's sandboxed agent ends (and with it everything left in its sandbox),
             // then its socket directory and private /tmp go.
+            // An unconfined session's agent (its Python contexts) ends with it.
+            let unconfined = self.unconfined_agent_dir(session);
+            if unconfined.is_dir() {
+                let socket = unconfined.join(paddock_agent::protocol::SOCKET_NAME);
+                crate::agent::shutdown_agent(&socket).await;
+                let _ = std::fs::remove_dir_all(&unconfined);
+            }
             if let Some(sandbox) = self.sandbox_of(session).filter(|_| self.agent)
                 && dir.is_dir()
                 && let Ok(agent) = self.sandboxed_agent(&sandbox, &dir, session)

@@ -100,6 +100,24 @@ pub trait Transport: Send + Sync + 'static {
             })
         })
     }
+    /// One action on the session's CPython contexts, by its agent ([`Environment::python_context`]).
+    fn context<'a>(
+        &'a self,
+        session: &'a str,
+        request: paddock_agent::protocol::ContextRequest,
+        chunks: Option<crate::ChunkSender>,
+    ) -> BackendFuture<'a, crate::ContextAnswer> {
+        let _ = (session, request, chunks);
+        Box::pin(async move {
+            Err(BackendError::Unavailable {
+                kind: self.kind().to_owned(),
+                name: self.name().to_owned(),
+                reason: "this backend has no agent in its environment to keep Python contexts \
+                         (`agent = false`): run python_execute without `context`"
+                    .into(),
+            })
+        })
+    }
     /// Whether the command sees a new size of the terminal a background client runs on here
     /// ([`ClientArgv`]'s `true`): the client forwards it to the command's own terminal.
     fn terminal_follows_resize(&self) -> bool {
@@ -625,6 +643,18 @@ impl<T: Transport> Environment for RemoteEnvironment<T> {
             self.transport.state_root(),
             crate::naming::base_session(session)
         )
+    }
+
+    fn python_context<'a>(
+        &'a self,
+        session: &'a str,
+        request: paddock_agent::protocol::ContextRequest,
+        chunks: Option<crate::ChunkSender>,
+    ) -> BackendFuture<'a, crate::ContextAnswer> {
+        Box::pin(async move {
+            crate::shell::check_session(session)?;
+            self.transport.context(session, request, chunks).await
+        })
     }
 
     fn files<'a>(

@@ -510,7 +510,11 @@ async fn a_background_command_hands_its_supervisor_the_wrapper_and_kill_through_
     kill_argv.extend(strings(&["paddock", &id]));
     let mut signal_argv = strings(&["fake-client", "s1", "bash", "-c"]);
     signal_argv.push(script::signal_script());
-    signal_argv.extend(strings(&["paddock", &id, crate::launch::SIGNAL_PLACEHOLDER]));
+    signal_argv.extend(strings(&[
+        "paddock",
+        &id,
+        crate::launch::SIGNAL_PLACEHOLDER,
+    ]));
     assert_eq!(
         spec["remote"],
         serde_json::json!({

@@ -1,5 +1,6 @@
-//! The environment tools: `terminal`, `process`, `python_execute` and
-//! `python_environment_info`, each running on the backend the policy routes it to.
+//! The command tools, `terminal` and `process`, each running on the backend the policy routes
+//! it to, and what every environment tool shares ([`Environments`]: the backends, routes,
+//! approvals and session activity). The Python tools are [`super::python`].
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,16 +17,16 @@ use crate::registry::{CallContext, Tool, ToolError, ToolFuture, ToolSpec};
 use crate::sessions::{ActivityGuard, Sessions};
 
 /// Default and largest foreground timeout, seconds.
-const DEFAULT_TIMEOUT_S: f64 = 180.0;
-const MAX_TIMEOUT_S: f64 = 3600.0;
+pub(super) const DEFAULT_TIMEOUT_S: f64 = 180.0;
+pub(super) const MAX_TIMEOUT_S: f64 = 3600.0;
 /// Output captured of a foreground command, characters: the spill ceiling. A direct call's
 /// output longer than `[tools] max_result_chars` is spilled whole up to it (the engine does
 /// that, `tools::spill`); a script's nested call gets all of it. Beyond it the capture keeps
 /// the first and last half and the result says so (`output_cut`).
-const MAX_OUTPUT_CHARS: usize = super::spill::CAPTURE_CEILING_CHARS;
+pub(super) const MAX_OUTPUT_CHARS: usize = super::spill::CAPTURE_CEILING_CHARS;
 
 /// `output_cut` for a command that printed more than the capture ceiling, else nothing.
-fn output_cut(printed_chars: usize) -> Option<String> {
+pub(super) fn output_cut(printed_chars: usize) -> Option<String> {
     (printed_chars > MAX_OUTPUT_CHARS).then(|| {
         format!(
             "the command printed {printed_chars} characters, more than the {MAX_OUTPUT_CHARS} \
@@ -38,7 +39,7 @@ fn output_cut(printed_chars: usize) -> Option<String> {
 
 /// The configured backends and which tool runs where.
 pub struct Environments {
-    state_root: PathBuf,
+    pub(super) state_root: PathBuf,
     backends: BTreeMap<String, Arc<dyn Environment>>,
     routes: BTreeMap<&'static str, String>,
     /// `--backend NAME`: overrides every route for this invocation.
@@ -246,7 +247,7 @@ pub(super) fn backend_error(err: BackendError) -> ToolError {
     }
 }
 
-fn timeout_of(seconds: Option<f64>) -> Duration {
+pub(super) fn timeout_of(seconds: Option<f64>) -> Duration {
     let s = seconds
         .filter(|s| s.is_finite() && *s > 0.0)
         .unwrap_or(DEFAULT_TIMEOUT_S)
@@ -257,12 +258,7 @@ fn timeout_of(seconds: Option<f64>) -> Duration {
 /// The command tools over `envs` (terminal, process, python); the file tools are
 /// [`super::environment_tools`]' other half.
 pub(super) fn command_tools(envs: Arc<Environments>) -> Vec<Arc<dyn Tool>> {
-    vec![
-        Arc::new(Terminal(envs.clone())),
-        Arc::new(Process(envs.clone())),
-        Arc::new(PythonExecute(envs.clone())),
-        Arc::new(PythonEnvironmentInfo(envs)),
-    ]
+    vec![Arc::new(Terminal(envs.clone())), Arc::new(Process(envs))]
 }
 
 struct Terminal(Arc<Environments>);
@@ -633,238 +629,5 @@ impl Tool for Process {
                 ))),
             }
         }))
-    }
-}
-
-struct PythonExecute(Arc<Environments>);
-
-#[derive(Deserialize)]
-struct PythonArgs {
-    code: String,
-    timeout: Option<f64>,
-}
-
-/// Text artifacts up to this size come back inline.
-const INLINE_ARTIFACT_BYTES: u64 = 4096;
-
-impl Tool for PythonExecute {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec::new("python_execute", "environment",
-            "Run Python 3 (CPython, with the packages installed on the backend) in a fresh \
-             working directory. Files written into $PADDOCK_ARTIFACTS come back as artifacts \
-             (path, size, sha256; small text files inline).",
-            json!({
-                "type": "object",
-                "properties": {
-                    "code": {"type": "string"},
-                    "timeout": {"type": "number", "minimum": 0, "maximum": MAX_TIMEOUT_S, "default": DEFAULT_TIMEOUT_S}
-                },
-                "required": ["code"],
-                "additionalProperties": false
-            }))
-        .with_label("🐍", "Running Python")
-    }
-
-    fn call(&self, args: Value, ctx: CallContext) -> ToolFuture {
-        let envs = self.0.clone();
-        // Slow environment work (a Slurm job waiting in the queue) reports to the caller.
-        let progress = ctx.progress.clone();
-        Box::pin(paddock_backends::progress::scope(progress, async move {
-            let args: PythonArgs = super::parse_args("python_execute", args)?;
-            // The session names directories (its runs, on this machine and in the
-            // environment): an id that could leave them is refused before anything is written.
-            paddock_backends::shell::check_session(&ctx.session).map_err(backend_error)?;
-            let env = envs.backend_for("python_execute")?;
-            let _active = envs.call_activity(&ctx, Some(env)).await?;
-            // Inside the session's own python directory: closing the session removes it, the
-            // run's artifacts included, and no other session's sandbox sees it.
-            let run_id = crate::registry::new_call_id();
-            python_on_backend(&envs, env.as_ref(), &args, &ctx, &run_id).await
-        }))
-    }
-}
-
-/// Artifacts up to this size are brought back from a remote backend (a local backend's stay
-/// where they are, whatever their size).
-const MAX_FETCHED_ARTIFACT_BYTES: u64 = 16 * 1024 * 1024;
-
-/// python_execute on any backend, through the `Environment` trait only: the script goes in,
-/// runs there, and its artifacts come back into this machine's state directory (on the local
-/// backend that is where they already are).
-async fn python_on_backend(
-    envs: &Environments,
-    env: &dyn Environment,
-    args: &PythonArgs,
-    ctx: &CallContext,
-    run_id: &str,
-) -> Result<Value, ToolError> {
-    use base64::Engine as _;
-    let session = crate::sessions::python_session(&ctx.session);
-    let remote_dir = format!("{}/{run_id}", env.scratch_dir(&ctx.session));
-    env.write_file(
-        &session,
-        &format!("{remote_dir}/main.py"),
-        args.code.clone().into_bytes(),
-    )
-    .await
-    .map_err(backend_error)?;
-    let out = env
-        .exec(ExecRequest {
-            command:
-                "mkdir -p artifacts && PADDOCK_ARTIFACTS=\"$PWD/artifacts\" python3 -u main.py"
-                    .into(),
-            session: session.clone(),
-            workdir: Some(PathBuf::from(&remote_dir)),
-            env: BTreeMap::new(),
-            stdin: None,
-            timeout: timeout_of(args.timeout),
-            pty: false,
-            max_output_chars: MAX_OUTPUT_CHARS,
-            chunks: ctx.output.clone(),
-        })
-        .await
-        .map_err(backend_error)?;
-    let files = env
-        .collect_files(
-            &session,
-            &format!("{remote_dir}/artifacts"),
-            200,
-            MAX_FETCHED_ARTIFACT_BYTES,
-        )
-        .await
-        .map_err(backend_error)?;
-    let local = paddock_backends::local::python_runs_dir(&envs.state_root, &ctx.session)
-        .join(run_id)
-        .join("artifacts");
-    let mut artifacts = Vec::new();
-    for file in files {
-        let mut item = json!({
-            "path": file.path,
-            "size": file.size,
-            "sha256": file.sha256,
-            "backend_path": format!("{remote_dir}/artifacts/{}", file.path),
-        });
-        let bytes = file
-            .content_base64
-            .as_deref()
-            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
-        let source = PathBuf::from(format!("{remote_dir}/artifacts/{}", file.path));
-        if source == local.join(&file.path) {
-            // The local backend: the file is already in this machine's state directory.
-            item["location"] = json!(source.display().to_string());
-            if file.size <= INLINE_ARTIFACT_BYTES
-                && let Some(text) = bytes.and_then(|b| String::from_utf8(b).ok())
-            {
-                item["text"] = json!(text);
-            }
-            artifacts.push(item);
-            continue;
-        }
-        match bytes {
-            Some(bytes) => {
-                let target = local.join(&file.path);
-                if !target.starts_with(&local) || file.path.contains("..") {
-                    continue;
-                }
-                if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| {
-                        ToolError::failed(format!("cannot create {}: {e}", parent.display()))
-                    })?;
-                }
-                std::fs::write(&target, &bytes).map_err(|e| {
-                    ToolError::failed(format!("cannot write {}: {e}", target.display()))
-                })?;
-                item["location"] = json!(target.display().to_string());
-                if file.size <= INLINE_ARTIFACT_BYTES
-                    && let Ok(text) = String::from_utf8(bytes)
-                {
-                    item["text"] = json!(text);
-                }
-            }
-            None => {
-                item["note"] = json!(format!(
-                    "larger than {MAX_FETCHED_ARTIFACT_BYTES} bytes: left on the backend"
-                ));
-            }
-        }
-        artifacts.push(item);
-    }
-    let seconds = timeout_of(args.timeout).as_secs_f64();
-    let error = match (&out.not_ended, out.timed_out) {
-        (Some(why), _) => Some(format!(
-            "timed out after {seconds} s, and the program could not be ended on the backend \
-             ({why}): it may still be running there"
-        )),
-        (None, true) => Some(format!("timed out after {seconds} s")),
-        (None, false) => None,
-    };
-    let mut answer = json!({
-        "output": out.output,
-        "exit_code": out.exit_code,
-        "error": error,
-        "artifacts": artifacts,
-        "workdir": remote_dir,
-        "backend": env.name(),
-        "duration_ms": out.duration_ms,
-    });
-    if let Some(cut) = output_cut(out.output_chars) {
-        answer["output_cut"] = json!(cut);
-    }
-    Ok(answer)
-}
-
-struct PythonEnvironmentInfo(Arc<Environments>);
-
-const INFO_SCRIPT: &str = r#"import json, sys, platform
-try:
-    from importlib import metadata
-    pkgs = sorted({(d.metadata["Name"] or "?"): d.version for d in metadata.distributions()}.items())
-except Exception:
-    pkgs = []
-print(json.dumps({"version": platform.python_version(), "implementation": platform.python_implementation(),
-                  "executable": sys.executable, "packages": [{"name": n, "version": v} for n, v in pkgs]}))"#;
-
-impl Tool for PythonEnvironmentInfo {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec::new(
-            "python_environment_info",
-            "environment",
-            "The Python that python_execute uses: version, executable and installed packages.",
-            json!({"type": "object", "properties": {}, "additionalProperties": false}),
-        )
-        .read_only()
-    }
-
-    fn call(&self, _args: Value, ctx: CallContext) -> ToolFuture {
-        let envs = self.0.clone();
-        Box::pin(async move {
-            let env = envs.backend_for("python_execute")?;
-            let _active = envs.call_activity(&ctx, Some(env)).await?;
-            let quoted = INFO_SCRIPT.replace('\'', "'\"'\"'");
-            let out = env
-                .exec(ExecRequest {
-                    command: format!("python3 -c '{quoted}'"),
-                    session: crate::sessions::python_session(&ctx.session),
-                    workdir: None,
-                    env: BTreeMap::new(),
-                    stdin: None,
-                    timeout: Duration::from_secs(60),
-                    pty: false,
-                    max_output_chars: 1_000_000,
-                    chunks: None,
-                })
-                .await
-                .map_err(backend_error)?;
-            if out.exit_code != 0 {
-                return Err(ToolError::failed(format!(
-                    "python3 failed (exit {}): {}",
-                    out.exit_code, out.output
-                )));
-            }
-            let line = out.output.lines().last().unwrap_or("");
-            serde_json::from_str(line).map_err(|e| {
-                ToolError::failed(format!("unexpected answer from python3 ({e}): {line}"))
-            })
-        })
     }
 }

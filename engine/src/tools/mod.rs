@@ -5,6 +5,7 @@ mod datetime;
 pub mod environment;
 mod files;
 pub mod http_request;
+mod python;
 pub mod read_output;
 pub mod sessions_admin;
 pub mod spill;
@@ -37,9 +38,15 @@ impl Default for Registry {
     }
 }
 
-/// Every tool that works in a session's environment: the command tools and the file tools.
+/// Every tool that works in a session's environment: the command tools, the Python tools and
+/// the file tools.
 pub fn environment_tools(envs: Arc<environment::Environments>) -> Vec<Arc<dyn Tool>> {
     let mut tools = environment::command_tools(envs.clone());
+    tools.extend([
+        Arc::new(python::PythonExecute(envs.clone())) as Arc<dyn Tool>,
+        Arc::new(python::PythonContexts(envs.clone())),
+        Arc::new(python::PythonEnvironmentInfo(envs.clone())),
+    ]);
     tools.extend(files::file_tools(envs));
     tools
 }

@@ -8,6 +8,7 @@ mod codemode_limits;
 mod codemode_results;
 mod confinement;
 mod conformance;
+mod contexts;
 mod default_sandbox;
 mod definitions;
 mod error_wording;
