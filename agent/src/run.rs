@@ -48,7 +48,7 @@ pub fn serve_run(
     spares: &Arc<SparePool>,
     live: &Arc<LiveShells>,
 ) -> Result<(), AgentError> {
-    // A live shell and the spares have one pipe for both streams: a split run is spawned.
+    // A live shell has one pipe for both streams: a split run takes a spare, or is spawned.
     if let Some(job) = live.take(&request).filter(|_| !request.split_stderr) {
         return serve_live(stream, &request, job);
     }
@@ -86,12 +86,12 @@ pub fn serve_run(
     };
     // A spare shell when one waits (its boot file goes when `_boot` does, after the run).
     let mut _boot = None;
-    let spare = (!request.split_stderr)
-        .then(|| spares.take(&request))
-        .flatten();
-    let spawned = if let Some((spare, boot)) = spare {
+    let spawned = if let Some((spare, boot)) = spares.take(&request) {
         _boot = Some(boot);
-        let output: Outputs = vec![(FrameKind::Output, Box::new(spare.output))];
+        let mut output: Outputs = vec![(FrameKind::Output, Box::new(spare.output))];
+        if let Some(stderr) = spare.stderr {
+            output.push((FrameKind::Stderr, Box::new(stderr)));
+        }
         match spare.stdin {
             Some(stdin) => Ok((spare.child, output, Input::Pipe(stdin))),
             None => Err(std::io::Error::other("the spare shell has no stdin")),

@@ -30,12 +30,19 @@ const SPARE_SCRIPT: &str =
 pub struct Spare {
     pub child: Child,
     pub stdin: Option<ChildStdin>,
+    /// stdout, with stderr merged unless the spare keeps it apart.
     pub output: PipeReader,
+    /// stderr, for a run that asked for it apart (`split_stderr`).
+    pub stderr: Option<PipeReader>,
 }
 
-/// Spares by program (`bash`, `/usr/bin/bash`), and where boot files are written.
+/// Which spares wait: by program (`bash`, `/usr/bin/bash`) and whether stderr has a pipe of its
+/// own (a run that streams its output asks for that; a shell's pipes are fixed at its start).
+type SpareKey = (String, bool);
+
+/// Spares by [`SpareKey`], and where boot files are written.
 pub struct SparePool {
-    spares: Mutex<HashMap<String, Spare>>,
+    spares: Mutex<HashMap<SpareKey, Spare>>,
     boot_dir: PathBuf,
     counter: AtomicU64,
     /// Spares start with an empty environment and serve only requests that set their whole
@@ -81,21 +88,22 @@ impl SparePool {
                 .is_some_and(|n| n == "bash")
     }
 
-    /// Starts a spare of `program` in the background when there is none.
-    pub fn refill(self: &Arc<Self>, program: &str) {
+    /// Starts a spare of `program` (stderr apart when `split`) in the background when there is
+    /// none.
+    pub fn refill(self: &Arc<Self>, program: &str, split: bool) {
         let pool = self.clone();
-        let program = program.to_owned();
+        let key: SpareKey = (program.to_owned(), split);
         // No thread to spare (the session at its process ceiling): the next run starts its
         // shell itself.
         let _ = std::thread::Builder::new().spawn(move || {
-            if pool.spares.lock().is_ok_and(|s| s.contains_key(&program)) {
+            if pool.spares.lock().is_ok_and(|s| s.contains_key(&key)) {
                 return;
             }
-            let Ok(spare) = start(&program, pool.clean) else {
+            let Ok(spare) = start(&key.0, pool.clean, key.1) else {
                 return;
             };
             if let Ok(mut spares) = pool.spares.lock()
-                && let Some(mut extra) = spares.insert(program, spare)
+                && let Some(mut extra) = spares.insert(key, spare)
             {
                 // Two refills raced: the older one goes.
                 let _ = extra.child.kill();
@@ -111,8 +119,9 @@ impl SparePool {
             return None;
         }
         let program = request.argv[0].clone();
-        let taken = self.spares.lock().ok()?.remove(&program);
-        self.refill(&program);
+        let split = request.split_stderr;
+        let taken = self.spares.lock().ok()?.remove(&(program.clone(), split));
+        self.refill(&program, split);
         let mut spare = taken?;
         // A spare that died while waiting (killed from outside) is not used.
         if !matches!(spare.child.try_wait(), Ok(None)) {
@@ -149,18 +158,39 @@ impl SparePool {
     }
 }
 
-/// Starts one waiting shell: its own process group, stdout and stderr on one pipe.
-fn start(program: &str, clean: bool) -> std::io::Result<Spare> {
+/// Starts one waiting shell: its own process group, stdout and stderr on one pipe (or, `split`,
+/// on one each).
+fn start(program: &str, clean: bool, split: bool) -> std::io::Result<Spare> {
     let mut command = Command::new(program);
     if clean {
         command.env_clear();
     }
     command.args(["-c", SPARE_SCRIPT, "paddock"]);
+    if split {
+        let (reader, writer) = std::io::pipe()?;
+        let (err_reader, err_writer) = std::io::pipe()?;
+        command
+            .stdin(Stdio::piped())
+            .stdout(writer)
+            .stderr(err_writer)
+            .process_group(0);
+        let mut child = command.spawn()?;
+        // The parent's copies of the writing ends must be gone, or the output never ends.
+        drop(command);
+        let stdin = child.stdin.take();
+        return Ok(Spare {
+            child,
+            stdin,
+            output: reader,
+            stderr: Some(err_reader),
+        });
+    }
     let (child, stdin, reader) = spawn_merged(command, "the spare")?;
     Ok(Spare {
         child,
         stdin: Some(stdin),
         output: reader,
+        stderr: None,
     })
 }
 
@@ -236,9 +266,9 @@ mod tests {
     fn a_spare_runs_the_script_with_its_environment_arguments_and_stdin() {
         let dir = tempfile::tempdir().unwrap();
         let pool = SparePool::new(dir.path().to_path_buf(), true);
-        pool.refill("bash");
+        pool.refill("bash", false);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !pool.spares.lock().unwrap().contains_key("bash") {
+        while !pool.spares.lock().unwrap().contains_key(&("bash".to_owned(), false)) {
             assert!(std::time::Instant::now() < deadline, "no spare started");
             std::thread::sleep(std::time::Duration::from_millis(10));
         }

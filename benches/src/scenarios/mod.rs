@@ -20,6 +20,7 @@ mod pause;
 mod relay;
 mod scale;
 mod scripts;
+mod session_api;
 mod snapshot;
 mod snapshot_notebook;
 mod terminal;
@@ -119,6 +120,12 @@ pub const SCENARIOS: &[(&str, &str)] = &[
          scratch; a notebook's names dumped and loaded",
     ),
     (
+        "session_api",
+        "what SDK clients wait for: a written line to the output callback, `1+1` in a warm and \
+         a new Python context (sandbox and each docker backend of --backends), and \
+         `session.run(\"true\")` from Python against `subprocess.run`",
+    ),
+    (
         "relay",
         "a command on an agent on another node through the relay against a same-node agent, \
          and 100 at once, on the slurm backends of --backends (nothing without them)",
@@ -189,6 +196,7 @@ pub async fn run(name: &'static str, b: &Bench) -> Vec<ScenarioReport> {
         "pause" => pause::pause(b).await,
         "snapshot" => snapshot::snapshot(b).await,
         "relay" => relay::relay(b).await,
+        "session_api" => session_api::session_api(b).await,
         "scale" => return scale::scale(b).await,
         other => Err(BenchError::UnknownScenario {
             name: other.into(),
