@@ -268,7 +268,12 @@ mod tests {
         let pool = SparePool::new(dir.path().to_path_buf(), true);
         pool.refill("bash", false);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !pool.spares.lock().unwrap().contains_key(&("bash".to_owned(), false)) {
+        while !pool
+            .spares
+            .lock()
+            .unwrap()
+            .contains_key(&("bash".to_owned(), false))
+        {
             assert!(std::time::Instant::now() < deadline, "no spare started");
             std::thread::sleep(std::time::Duration::from_millis(10));
         }

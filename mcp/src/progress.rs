@@ -12,10 +12,19 @@ use tokio::sync::mpsc;
 
 use paddock_engine::registry::ProgressSink;
 
+/// What the relay's task is given: a message to send, or a flush to answer once every
+/// message before it was sent.
+enum Relayed {
+    Message(String),
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
 /// Where progress of one call goes right now.
 #[derive(Default)]
 pub struct ProgressRelay {
     target: Mutex<Option<(Peer<RoleServer>, ProgressToken)>>,
+    /// The relay's queue, for [`ProgressRelay::flush`].
+    queue: Mutex<Option<mpsc::UnboundedSender<Relayed>>>,
 }
 
 impl ProgressRelay {
@@ -33,11 +42,25 @@ impl ProgressRelay {
     /// A sink for the engine; notifications leave in order from one task, which ends when the
     /// sink (held by the call) is dropped.
     pub fn sink(self: &Arc<Self>) -> ProgressSink {
-        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-        let relay = self.clone();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Relayed>();
+        if let Ok(mut queue) = self.queue.lock() {
+            *queue = Some(tx.clone());
+        }
+        // The task holds the relay weakly: the relay holds the queue the task reads.
+        let relay = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut step = 0.0;
-            while let Some(message) = rx.recv().await {
+            while let Some(item) = rx.recv().await {
+                let message = match item {
+                    Relayed::Message(message) => message,
+                    Relayed::Flush(done) => {
+                        let _ = done.send(());
+                        continue;
+                    }
+                };
+                let Some(relay) = relay.upgrade() else {
+                    break;
+                };
                 step += 1.0;
                 if let Some((peer, token)) = relay.current() {
                     let param = ProgressNotificationParam::new(token, step).with_message(message);
@@ -48,27 +71,19 @@ impl ProgressRelay {
             }
         });
         Arc::new(move |message: String| {
-            let _ = tx.send(message);
+            let _ = tx.send(Relayed::Message(message));
         })
     }
-}
 
-/// Where a command's output goes for a client that asked for progress: each piece of text,
-/// decoded per stream (a character never split), becomes one notification's message, in
-/// order behind the call's other progress.
-pub fn forward_output(sink: ProgressSink) -> paddock_backends::ChunkSender {
-    let (tx, mut rx) = mpsc::unbounded_channel::<paddock_backends::OutputChunk>();
-    tokio::spawn(async move {
-        let mut decoders = paddock_backends::stream::StreamDecoders::default();
-        while let Some(chunk) = rx.recv().await {
-            let text = decoders.push(&chunk);
-            if !text.is_empty() {
-                sink(text);
+    /// Waits (up to a second) until every message given so far was sent: a call's answer
+    /// must not overtake its last output (a Streamable HTTP request's stream ends with it).
+    pub async fn flush(&self) {
+        let queue = self.queue.lock().ok().and_then(|q| q.clone());
+        if let Some(queue) = queue {
+            let (done, sent) = tokio::sync::oneshot::channel();
+            if queue.send(Relayed::Flush(done)).is_ok() {
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), sent).await;
             }
         }
-        for (_, rest) in decoders.finish() {
-            sink(rest);
-        }
-    });
-    tx
+    }
 }

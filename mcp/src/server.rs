@@ -242,20 +242,28 @@ impl PaddockServer {
         // A client that asked for progress gets a command's output as it is written, each
         // notification's message the new text. Without one, nothing is streamed (and the
         // command keeps the faster one-pipe path).
-        let output = context
-            .meta
-            .get_progress_token()
-            .map(|_| crate::progress::forward_output(sink.clone()));
+        let streams = context.meta.get_progress_token().is_some();
         let extras = CallExtras {
             approver: Some(approver),
             progress: Some(sink.clone()),
             session: self.session_of(context),
-            output,
+            output: None,
         };
         let shared = self.shared.clone();
         let name = name.to_owned();
-        let task =
-            tokio::spawn(async move { shared.engine.call_tool_with(&name, args, extras).await });
+        let output_sink = sink.clone();
+        let task = tokio::spawn(async move {
+            if streams {
+                // Every piece is in the relay's queue before the answer is.
+                let forward = |_, text: &str| output_sink(text.to_owned());
+                shared
+                    .engine
+                    .call_tool_streaming(&name, args, extras, forward)
+                    .await
+            } else {
+                shared.engine.call_tool_with(&name, args, extras).await
+            }
+        });
         RunningCall {
             task,
             questions,
@@ -303,6 +311,8 @@ impl PaddockServer {
                 Err(ErrorData::internal_error("the call was cancelled", None))
             }
             Step::Done(Ok(mut result)) => {
+                // The command's last output goes out before its answer.
+                call.progress.flush().await;
                 if let Ok(value) = &mut result {
                     self.name_completion_resource(name, args, value, context);
                 }

@@ -347,6 +347,32 @@ c = await tools.mcp_weather__call_tool(tool_name="forecast", arguments={"city": 
         assert tool in messages, f"{tool} not named in progress messages: {seen}"
 
 
+@pytest.mark.parametrize("transport,mode", COMBOS)
+async def test_a_commands_output_streams_as_progress(paddock_factory, transport: str, mode: str) -> None:
+    """A client that sends a progress token gets a command's output as it is written: each
+    notification's message the new text, the first before the command ends."""
+    p = paddock_factory(transport, mode)
+    seen: list[tuple[float, str]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((time.monotonic(), message or ""))
+
+    async with p.client() as c:
+        started = time.monotonic()
+        r = await c.call_tool(
+            "terminal",
+            {"command": "echo first-line; sleep 1.5; echo oops >&2; echo last-line"},
+            progress_callback=on_progress,
+        )
+        ended = time.monotonic()
+    assert not r.is_error and payload(r)["exit_code"] == 0, r
+    text = "".join(m for _, m in seen)
+    for line in ("first-line\n", "oops\n", "last-line\n"):
+        assert line in text, seen
+    first = next(at for at, m in seen if "first-line" in m)
+    assert ended - first >= 1.0, f"the first line came {first - started:.2f} s in, the call ended at {ended - started:.2f} s: {seen}"
+
+
 # --- 4. cancellation ----------------------------------------------------------------------------
 
 
