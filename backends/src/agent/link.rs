@@ -246,10 +246,6 @@ impl Link {
         request.stdin = stdin.is_some();
         if sink.splits() && !request.pty {
             request.split_stderr = true;
-            // The remote command script merges stderr into stdout unless told not to.
-            request
-                .env
-                .insert(crate::remote::script::SPLIT_STDERR_VAR.into(), "1".into());
         }
         let request = Request::Run(request);
         send_message(&mut self.stream, &request).await?;

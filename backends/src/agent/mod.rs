@@ -437,7 +437,14 @@ impl<T: AgentHost> AgentTransport<T> {
         sink: OutputSink,
     ) -> Result<i32> {
         let link = self.connect(session).await?;
-        let request = agent_request(run.argv, run.pty);
+        let mut request = agent_request(run.argv, run.pty);
+        if sink.splits() && !run.pty {
+            // The command script merges stderr into stdout unless told not to (it unsets the
+            // variable at once: it never reaches the command or the session's state).
+            request
+                .env
+                .insert(crate::remote::script::SPLIT_STDERR_VAR.into(), "1".into());
+        }
         match link.run(request, run.stdin, &sink).await {
             Ok(end) => Ok(end.code),
             Err(LinkError::Refused(message)) => {

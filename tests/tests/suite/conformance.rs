@@ -798,6 +798,12 @@ fn output_streams_as_it_is_written_stdout_and_stderr_apart(t: &Target) {
         "the first chunk came at {first_at:?}, the result at {end_at:?}: {:?}",
         run.lines
     );
+    // Streaming leaves nothing of Paddock's own in the command's environment or the session's.
+    let v = t.sh(
+        &session,
+        json!({"command": "env | grep -c '^PADDOCK_SPLIT' || true"}),
+    );
+    assert_eq!(v["output"], json!("0\n"), "{v}");
     // A timed-out command has streamed what it wrote before the end.
     let run = t.stream(
         &session,
