@@ -280,7 +280,7 @@ fn a_script_gets_the_whole_output_of_its_nested_call() {
     };
     assert_eq!(
         result["result"],
-        json!({"chars": 200_000, "sha256": digest, "keys": ["duration_ms", "error", "exit_code", "output"]}),
+        json!({"chars": 200_000, "sha256": digest, "keys": ["duration_ms", "error", "exit_code", "output", "timed_out"]}),
         "the script did not get the whole output: {result}"
     );
     // Nothing of this session was spilled.
