@@ -3,7 +3,9 @@
 //! command's critical path holds no exec, no shell start-up, no restore, no saved start state
 //! and, when the command changed nothing, no file written at all.
 //!
-//! Only runs of the state-keeping wrapper ([`WRAPPER`]) with pipes and no stdin are served;
+//! Only runs of the state-keeping wrapper ([`WRAPPER`]) with pipes and no stdin are served
+//! (stdout and stderr merged, or apart: a job that asked for them apart sends its stderr to a
+//! FIFO of its own, [`FrameKind::Stderr`]);
 //! anything else, and any run while the session's live shell is busy with another, warming up
 //! or out of date, takes the ordinary way (a spare shell or a spawn running the wrapper).
 //!
@@ -32,7 +34,7 @@ use std::time::Instant;
 
 use rustix::fs::{Mode, OFlags};
 
-use crate::protocol::RunRequest;
+use crate::protocol::{FrameKind, RunRequest};
 use crate::shell_state::WRAPPER;
 
 /// `bash -c LIVE_SCRIPT paddock ENV_SNAPSHOT CWD BOOT`: restores the state as the wrapper
@@ -168,6 +170,8 @@ struct LiveShell {
     /// job of a live shell otherwise does.
     boot: File,
     out: Fifo,
+    /// A job's stderr when it asked for it apart (its boot file sends fd 2 there).
+    err: Fifo,
     dump: Fifo,
     _boot_path: Removed,
 }
@@ -328,7 +332,8 @@ impl LiveShells {
             self.warm(key);
             return None;
         }
-        match LiveJob::start(self, key.clone(), shell, &args, run_id.as_deref()) {
+        let split = request.split_stderr;
+        match LiveJob::start(self, key.clone(), shell, &args, run_id.as_deref(), split) {
             Ok(job) => Some(Box::new(job)),
             Err(shell) => {
                 shell.end();
@@ -394,6 +399,7 @@ impl LiveShells {
             .open(&boot_path)?;
         let boot_path = Removed(boot_path);
         let out = Fifo::make(with_suffix(&boot_path.0, ".out"))?;
+        let err = Fifo::make(with_suffix(&boot_path.0, ".err"))?;
         let dump = Fifo::make(with_suffix(&boot_path.0, ".dump"))?;
         let mut command = Command::new(&key.program);
         if key.clear_env {
@@ -433,6 +439,7 @@ impl LiveShells {
             base_cwd: String::new(),
             boot,
             out,
+            err,
             dump,
             _boot_path: boot_path,
         };
@@ -537,9 +544,15 @@ fn quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r#"'\''"#))
 }
 
-/// What the job sources: the wrapper's variables and arguments and the run id (nothing that
-/// could print: the live script itself changes directory and runs the command).
-fn boot_script(args: &WrapperArgs<'_>, run_id: Option<&str>, dump: &Path) -> String {
+/// What the job sources: the wrapper's variables and arguments, the run id and, for a job whose
+/// stderr goes apart, its redirection (nothing that could print: the live script itself changes
+/// directory and runs the command).
+fn boot_script(
+    args: &WrapperArgs<'_>,
+    run_id: Option<&str>,
+    dump: &Path,
+    stderr: Option<&Path>,
+) -> String {
     let mut text = String::from("set +m; unset __paddock_boot __paddock_job\n");
     text.push_str(&format!(
         "__paddock_state={}; __paddock_cmd={}; __paddock_workdir={}; __paddock_tag={}; __paddock_dump={}\n",
@@ -554,6 +567,13 @@ fn boot_script(args: &WrapperArgs<'_>, run_id: Option<&str>, dump: &Path) -> Str
     );
     if let Some(run_id) = run_id {
         text.push_str(&format!("export PADDOCK_RUN={}\n", quote(run_id)));
+    }
+    if let Some(stderr) = stderr {
+        // The subshell's fd 2 was the output FIFO; from here on, the job's own.
+        text.push_str(&format!(
+            "exec 2>{}\n",
+            quote(&stderr.display().to_string())
+        ));
     }
     text
 }
@@ -609,10 +629,16 @@ pub struct LiveJob {
     shell: Option<LiveShell>,
     pid: u32,
     out_writer: Option<File>,
+    /// The stderr FIFO's writing end, for a job that asked for stderr apart.
+    err_writer: Option<File>,
     dump_writer: Option<File>,
     dump_text: Vec<u8>,
-    /// Whether the job's output ended (a FIFO nobody else holds can serve the next job).
+    /// Whether the job's stderr goes apart (to the shell's `err` FIFO).
+    split: bool,
+    /// Whether the job's output (and its stderr, when apart) ended: a FIFO nobody else holds
+    /// can serve the next job.
     output_ended: bool,
+    stderr_ended: bool,
     /// Where output is read into (one buffer for the job's whole life).
     buf: Vec<u8>,
     state_dir: PathBuf,
@@ -631,16 +657,23 @@ impl LiveJob {
         mut shell: LiveShell,
         args: &WrapperArgs<'_>,
         run_id: Option<&str>,
+        split: bool,
     ) -> Result<Self, Box<LiveShell>> {
         let prepared = (|| {
-            let text = boot_script(args, run_id, &shell.dump.path.0);
+            let stderr = split.then_some(shell.err.path.0.as_path());
+            let text = boot_script(args, run_id, &shell.dump.path.0, stderr);
             // Written over the last job's: a truncation to zero on ext4 forces the blocks out
             // at close (its replace-by-truncate heuristic); a shorter length does not.
             shell.boot.write_all_at(text.as_bytes(), 0)?;
             shell.boot.set_len(text.len() as u64)?;
-            Ok::<_, std::io::Error>((shell.out.writer()?, shell.dump.writer()?))
+            let err_writer = if split {
+                Some(shell.err.writer()?)
+            } else {
+                None
+            };
+            Ok::<_, std::io::Error>((shell.out.writer()?, err_writer, shell.dump.writer()?))
         })();
-        let Ok((out_writer, dump_writer)) = prepared else {
+        let Ok((out_writer, err_writer, dump_writer)) = prepared else {
             return Err(Box::new(shell));
         };
         if shell.stdin.write_all(b"\n").is_err() {
@@ -655,9 +688,12 @@ impl LiveJob {
             shell: Some(shell),
             pid,
             out_writer: Some(out_writer),
+            err_writer,
             dump_writer: Some(dump_writer),
             dump_text: Vec::new(),
+            split,
             output_ended: false,
+            stderr_ended: !split,
             buf: vec![0u8; 64 * 1024],
             state_dir: PathBuf::from(args.state_dir),
             tag: args.tag.to_owned(),
@@ -674,7 +710,9 @@ impl LiveJob {
 
     /// Runs the job until it exits (its exit code, or 128 + the signal that ended it), the
     /// `deadline` passes or `engine` (the connection, when watched) hangs up, handing its output
-    /// to `output` as it comes (`false` from it: the engine is gone) and reading its saved state
+    /// to `output` as it comes, with the stream it came on ([`FrameKind::Output`], or
+    /// [`FrameKind::Stderr`] for a job with stderr apart; `false` from it: the engine is gone),
+    /// and reading its saved state
     /// meanwhile (a save larger than a pipe holds would otherwise keep the job from exiting).
     /// One thread and one `poll`: no output pump, no input watcher, no timer. A live shell that
     /// died (a command that killed `$$`) answers with its own end.
@@ -682,7 +720,7 @@ impl LiveJob {
         &mut self,
         engine: Option<&UnixStream>,
         deadline: Option<Instant>,
-        output: &mut dyn FnMut(&[u8]) -> bool,
+        output: &mut dyn FnMut(FrameKind, &[u8]) -> bool,
     ) -> Ended {
         let mut buf = std::mem::take(&mut self.buf);
         let ended = self.run_with(engine, deadline, output, &mut buf);
@@ -694,7 +732,7 @@ impl LiveJob {
         &mut self,
         engine: Option<&UnixStream>,
         deadline: Option<Instant>,
-        output: &mut dyn FnMut(&[u8]) -> bool,
+        output: &mut dyn FnMut(FrameKind, &[u8]) -> bool,
         buf: &mut [u8],
     ) -> Ended {
         use rustix::event::{PollFd, PollFlags, Timespec};
@@ -706,7 +744,11 @@ impl LiveJob {
                 return self.exited(code);
             }
             let LiveShell {
-                control, out, dump, ..
+                control,
+                out,
+                err,
+                dump,
+                ..
             } = shell;
             let timeout = match deadline {
                 Some(at) => {
@@ -726,9 +768,16 @@ impl LiveJob {
                 PollFd::new(&dump.reader, PollFlags::IN),
                 PollFd::new(&out.reader, PollFlags::IN),
             ];
-            if let Some(engine) = engine {
+            // Polled only while the job holds it: a FIFO without writers reads as ended at
+            // once, and would wake the poll without end.
+            let err_at = self.split.then(|| {
+                fds.push(PollFd::new(&err.reader, PollFlags::IN));
+                fds.len() - 1
+            });
+            let engine_at = engine.map(|engine| {
                 fds.push(PollFd::new(engine, PollFlags::IN));
-            }
+                fds.len() - 1
+            });
             match rustix::event::poll(&mut fds, timeout.as_ref()) {
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => continue,
@@ -740,10 +789,15 @@ impl LiveJob {
             if ready[1] {
                 read_available(&mut dump.reader, &mut self.dump_text);
             }
-            if ready[2] && !pass_output(&mut out.reader, buf, output) {
+            if ready[2] && !pass_output(&mut out.reader, FrameKind::Output, buf, output) {
                 return Ended::HungUp;
             }
-            if ready.get(3).copied().unwrap_or(false) && engine.is_some_and(hung_up) {
+            if err_at.is_some_and(|at| ready[at])
+                && !pass_output(&mut err.reader, FrameKind::Stderr, buf, output)
+            {
+                return Ended::HungUp;
+            }
+            if engine_at.is_some_and(|at| ready[at]) && engine.is_some_and(hung_up) {
                 return Ended::HungUp;
             }
             if ready[0] {
@@ -765,43 +819,68 @@ impl LiveJob {
         self.status = Some(code);
         // The job is gone: what still holds its output is its leftovers.
         self.out_writer = None;
+        self.err_writer = None;
         self.dump_writer = None;
         Ended::Exited(code)
     }
 
-    /// After the job exited and its leftovers were ended: the rest of its output, until its
-    /// end or `until` (a grandchild that kept the FIFO open is not waited for longer).
-    pub fn drain(&mut self, until: Instant, output: &mut dyn FnMut(&[u8]) -> bool) {
+    /// After the job exited and its leftovers were ended: the rest of its output (and stderr),
+    /// until their end or `until` (a grandchild that kept a FIFO open is not waited for longer).
+    pub fn drain(&mut self, until: Instant, output: &mut dyn FnMut(FrameKind, &[u8]) -> bool) {
         use rustix::event::{PollFd, PollFlags, Timespec};
         let Some(shell) = self.shell.as_mut() else {
             return;
         };
         let buf = &mut self.buf;
-        loop {
+        while !(self.output_ended && self.stderr_ended) {
             let left = until.saturating_duration_since(Instant::now());
             let Ok(timeout) = Timespec::try_from(left) else {
                 return;
             };
-            let mut fds = [PollFd::new(&shell.out.reader, PollFlags::IN)];
+            let mut streams = Vec::with_capacity(2);
+            if !self.output_ended {
+                streams.push((
+                    FrameKind::Output,
+                    &mut shell.out.reader,
+                    &mut self.output_ended,
+                ));
+            }
+            if !self.stderr_ended {
+                streams.push((
+                    FrameKind::Stderr,
+                    &mut shell.err.reader,
+                    &mut self.stderr_ended,
+                ));
+            }
+            let mut fds: Vec<PollFd<'_>> = streams
+                .iter()
+                .map(|(_, reader, _)| PollFd::new(&**reader, PollFlags::IN))
+                .collect();
             match rustix::event::poll(&mut fds, Some(&timeout)) {
                 Ok(0) => return,
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(_) => return,
             }
-            let mut seen = 0;
-            let mut counting = |data: &[u8]| {
-                seen += data.len();
-                output(data)
-            };
-            if !pass_output(&mut shell.out.reader, buf, &mut counting) {
-                // The engine is gone.
-                return;
-            }
-            if seen == 0 {
-                // Readable with nothing in it: the end of the output.
-                self.output_ended = true;
-                return;
+            let ready: Vec<bool> = fds.iter().map(|fd| !fd.revents().is_empty()).collect();
+            drop(fds);
+            for ((kind, reader, ended), ready) in streams.into_iter().zip(ready) {
+                if !ready {
+                    continue;
+                }
+                let mut seen = 0;
+                let mut counting = |kind: FrameKind, data: &[u8]| {
+                    seen += data.len();
+                    output(kind, data)
+                };
+                if !pass_output(reader, kind, buf, &mut counting) {
+                    // The engine is gone.
+                    return;
+                }
+                if seen == 0 {
+                    // Readable with nothing in it: the end of this stream.
+                    *ended = true;
+                }
             }
         }
     }
@@ -838,7 +917,7 @@ impl LiveJob {
             // Nothing to write: the shell still holds the session's state (whether the files
             // still say so is checked when it is next taken), unless the job's output did not
             // end (something it started still holds the FIFO, unfit for the next job).
-            if self.output_ended {
+            if self.output_ended && self.stderr_ended {
                 self.pool.give_back(self.key.clone(), Some(shell));
             } else {
                 shell.end();
@@ -892,13 +971,19 @@ fn signal_group(pgid: u32, signal: rustix::process::Signal) {
     }
 }
 
-/// Hands what the non-blocking `reader` holds now to `output`; `false` when `output` refused.
-fn pass_output(reader: &mut File, buf: &mut [u8], output: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+/// Hands what the non-blocking `reader` holds now to `output` as `kind`; `false` when `output`
+/// refused.
+fn pass_output(
+    reader: &mut File,
+    kind: FrameKind,
+    buf: &mut [u8],
+    output: &mut dyn FnMut(FrameKind, &[u8]) -> bool,
+) -> bool {
     loop {
         match reader.read(buf) {
             Ok(0) => return true,
             Ok(n) => {
-                if !output(&buf[..n]) {
+                if !output(kind, &buf[..n]) {
                     return false;
                 }
             }

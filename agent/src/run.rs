@@ -48,8 +48,7 @@ pub fn serve_run(
     spares: &Arc<SparePool>,
     live: &Arc<LiveShells>,
 ) -> Result<(), AgentError> {
-    // A live shell has one pipe for both streams: a split run takes a spare, or is spawned.
-    if let Some(job) = live.take(&request).filter(|_| !request.split_stderr) {
+    if let Some(job) = live.take(&request) {
         return serve_live(stream, &request, job);
     }
     let Some((program, args)) = request.argv.split_first() else {
@@ -163,9 +162,9 @@ fn serve_live(
         .timeout_ms
         .map(|ms| Instant::now() + Duration::from_millis(ms));
     let mut engine_gone = false;
-    let mut to_engine = |data: &[u8]| {
-        engine_gone = engine_gone
-            || crate::protocol::write_frame(&mut &stream, FrameKind::Output, data).is_err();
+    let mut to_engine = |kind: FrameKind, data: &[u8]| {
+        engine_gone =
+            engine_gone || crate::protocol::write_frame(&mut &stream, kind, data).is_err();
         !engine_gone
     };
     let mut timed_out = false;

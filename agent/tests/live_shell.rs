@@ -39,6 +39,10 @@ struct Session {
     state: PathBuf,
     start: PathBuf,
     runs: u32,
+    /// Whether runs ask for stderr apart (as a streaming call does).
+    split_stderr: bool,
+    /// The stderr frames of the last run.
+    last_stderr: String,
 }
 
 impl Session {
@@ -72,6 +76,8 @@ impl Session {
             state,
             start,
             runs: 0,
+            split_stderr: false,
+            last_stderr: String::new(),
         }
     }
 
@@ -104,9 +110,11 @@ impl Session {
         let tag = self.next_tag();
         let mut stream = self.send(command, workdir, &tag, timeout_ms);
         let mut output = Vec::new();
+        let mut stderr = Vec::new();
         let reply = loop {
             match read_frame(&mut stream) {
                 Ok(Some((FrameKind::Output, data))) => output.extend(data),
+                Ok(Some((FrameKind::Stderr, data))) => stderr.extend(data),
                 Ok(Some((_, data))) => break serde_json::from_slice::<Reply>(&data).unwrap(),
                 other => panic!("no reply from the agent ({other:?}); output {output:?}"),
             }
@@ -114,6 +122,7 @@ impl Session {
         // What the engine does after a sandboxed agent run of the wrapper.
         paddock_agent::shell_state::commit_state(&self.state, &tag);
         let output = String::from_utf8_lossy(&output).into_owned();
+        self.last_stderr = String::from_utf8_lossy(&stderr).into_owned();
         match reply {
             Reply::Exit { code, timed_out } => (code, timed_out, output),
             other => panic!("{other:?} for {command:?} with output {output:?}"),
@@ -146,6 +155,7 @@ impl Session {
             clear_env: true,
             cwd: Some(self.start.display().to_string()),
             run_id: Some(tag.to_owned()),
+            split_stderr: self.split_stderr,
             ..plain_run(argv, timeout_ms)
         }
     }
@@ -280,6 +290,43 @@ fn commands_in_the_live_shell_see_what_a_fresh_wrapper_shell_sees() {
         std::fs::read_to_string(s.state.join("cwd")).unwrap(),
         std::fs::read_to_string(fresh_state.join("cwd")).unwrap()
     );
+}
+
+/// A run that asks for stderr apart (a streaming call) is served by the same live shell, its
+/// stderr on frames of its own (bash's own words included), its state kept as any run's; the
+/// next merged run has both streams on one again.
+#[test]
+fn the_live_shell_serves_runs_with_stderr_apart() {
+    let mut s = Session::new();
+    let pid = s.live_pid().trim().to_owned();
+    s.split_stderr = true;
+    for _ in 0..3 {
+        let (code, timed_out, out) = s.agent("echo $$; echo to-err >&2; echo out2", 10_000);
+        assert_eq!((code, timed_out), (0, false));
+        assert_eq!(out, format!("{pid}\nout2\n"), "served by another shell");
+        assert_eq!(s.last_stderr, "to-err\n");
+    }
+    // State kept; bash's own message on stderr; the exit code kept.
+    let (code, _, out) = s.agent("export SPLIT=kept; nosuchcommand-4711; exit 3", 10_000);
+    assert_eq!((code, out.as_str()), (3, ""));
+    assert!(
+        s.last_stderr
+            .contains("line 25: nosuchcommand-4711: command not found"),
+        "{:?}",
+        s.last_stderr
+    );
+    // The state changed: a new live shell, which serves split runs as well.
+    let pid = s.live_pid().trim().to_owned();
+    let (_, _, out) = s.agent("echo $$ $SPLIT >&2", 10_000);
+    assert_eq!(
+        (out.as_str(), s.last_stderr.as_str()),
+        ("", &*format!("{pid} kept\n"))
+    );
+    // Merged again: one stream, in order, nothing on stderr frames.
+    s.split_stderr = false;
+    let (code, _, out) = s.agent("echo $$; echo e >&2; echo o", 10_000);
+    assert_eq!((code, out), (0, format!("{pid}\ne\no\n")));
+    assert_eq!(s.last_stderr, "");
 }
 
 #[test]
@@ -455,14 +502,14 @@ fn closing_a_session_ends_its_live_shell() {
         let tag = format!("t-close-{runs}");
         if let Some(mut job) = pool.take(&s.request("echo $$", "", &tag, None)) {
             let mut out = Vec::new();
-            let ended = job.run(None, None, &mut |data: &[u8]| {
+            let ended = job.run(None, None, &mut |_, data: &[u8]| {
                 out.extend_from_slice(data);
                 true
             });
             assert_eq!(ended, Ended::Exited(0));
             job.drain(
                 Instant::now() + Duration::from_secs(1),
-                &mut |data: &[u8]| {
+                &mut |_, data: &[u8]| {
                     out.extend_from_slice(data);
                     true
                 },

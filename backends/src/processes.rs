@@ -122,6 +122,40 @@ pub struct ProcessRegistry {
     root: PathBuf,
 }
 
+/// The files of a command's stdout and stderr beside its log (the supervisor writes them).
+pub const STDOUT_FILE: &str = "stdout";
+pub const STDERR_FILE: &str = "stderr";
+
+/// One read of a process's stream ([`ProcessRegistry::read_stream`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamRead {
+    pub text: String,
+    /// Where the next read starts.
+    pub next_offset: u64,
+    /// The stream's size so far.
+    pub total_bytes: u64,
+}
+
+/// How many of `bytes` end on a whole UTF-8 character: an incomplete sequence at the end (at
+/// most 3 bytes) waits for the next read; invalid bytes elsewhere are taken as they are.
+fn whole_utf8_prefix(bytes: &[u8]) -> usize {
+    match std::str::from_utf8(bytes) {
+        Ok(_) => bytes.len(),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        Err(_) => {
+            // Invalid somewhere: only a sequence cut at the very end is held back.
+            let tail_start = bytes.len().saturating_sub(3);
+            (tail_start..bytes.len())
+                .find(|&i| {
+                    std::str::from_utf8(&bytes[i..])
+                        .err()
+                        .is_some_and(|e| e.valid_up_to() == 0 && e.error_len().is_none())
+                })
+                .unwrap_or(bytes.len())
+        }
+    }
+}
+
 impl ProcessRegistry {
     pub fn new(root: PathBuf) -> Self {
         Self { root }
@@ -289,6 +323,53 @@ impl ProcessRegistry {
             (offset as usize).min(total)
         };
         Ok((lines.into_iter().skip(start).take(limit).collect(), total))
+    }
+
+    /// What the process wrote on `stream` (`"stdout"` or `"stderr"`) from byte `offset`, at
+    /// most `max_bytes`, ending on a whole UTF-8 character (a character split across the
+    /// limit, or still being written, is in the next read). A process of an older build, with
+    /// only the merged log, has it all as stdout and nothing on stderr.
+    pub fn read_stream(
+        &self,
+        record: &ProcessRecord,
+        stream: &str,
+        offset: u64,
+        max_bytes: usize,
+    ) -> Result<StreamRead> {
+        use std::io::{Read, Seek};
+        let dir = self.root.join(&record.id);
+        let mut path = dir.join(stream);
+        if !path.exists() {
+            if stream != STDERR_FILE {
+                path = dir.join("log");
+            }
+            if !path.exists() {
+                return Ok(StreamRead {
+                    text: String::new(),
+                    next_offset: offset,
+                    total_bytes: 0,
+                });
+            }
+        }
+        let io = |e: std::io::Error| BackendError::Process {
+            id: record.id.clone(),
+            reason: format!("cannot read its {stream}: {e}"),
+        };
+        let mut file = std::fs::File::open(&path).map_err(io)?;
+        let total_bytes = file.metadata().map_err(io)?.len();
+        let offset = offset.min(total_bytes);
+        file.seek(std::io::SeekFrom::Start(offset)).map_err(io)?;
+        let mut bytes = Vec::new();
+        file.take(max_bytes as u64)
+            .read_to_end(&mut bytes)
+            .map_err(io)?;
+        let whole = whole_utf8_prefix(&bytes);
+        bytes.truncate(whole);
+        Ok(StreamRead {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            next_offset: offset + whole as u64,
+            total_bytes,
+        })
     }
 
     /// Sends bytes to the process's stdin.
@@ -561,6 +642,19 @@ pub(crate) mod tests {
     use pretty_assertions::assert_eq;
 
     use super::*;
+
+    /// A stream read stops before a UTF-8 character cut at its end (the rest comes with the
+    /// next read), never inside one, and takes invalid bytes elsewhere as they are.
+    #[test]
+    fn a_stream_read_ends_on_a_whole_character() {
+        let euro = "\u{20ac}".as_bytes();
+        assert_eq!(whole_utf8_prefix(b"abc"), 3);
+        assert_eq!(whole_utf8_prefix(&[b'a', euro[0], euro[1]]), 1);
+        assert_eq!(whole_utf8_prefix(&[b'a', euro[0], euro[1], euro[2]]), 4);
+        assert_eq!(whole_utf8_prefix(&[0xff, b'a', euro[0]]), 2);
+        assert_eq!(whole_utf8_prefix(&[b'a', 0xff]), 2);
+        assert_eq!(whole_utf8_prefix(b""), 0);
+    }
 
     /// A [`ProcessRecord`] as JSON, the one line a supervisor prints (`$id` works in
     /// [`fake_supervisor`]).

@@ -1,7 +1,9 @@
 //! The supervisor of one background command: `paddock __supervise DIR`.
 //!
 //! It detaches from the engine (its own session), starts the command (in a PTY or with pipes),
-//! records it, copies its output to `DIR/log`, feeds it what arrives on the `stdin` FIFO, and
+//! records it, copies its output to `DIR/log` (both streams, in the order they came) and to
+//! `DIR/stdout` and `DIR/stderr` (each apart; a terminal's output is all stdout), feeds it what
+//! arrives on the `stdin` FIFO, and
 //! when it ends writes `exit.json` and a redacted `receipt.json`. It needs nothing from the
 //! engine after the start, so the command survives the engine restarting.
 
@@ -13,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::processes::{
-    ExitRecord, ProcessRecord, ProcessSpec, Receipt, now_ms, write_json_atomic,
+    ExitRecord, ProcessRecord, ProcessSpec, Receipt, STDERR_FILE, STDOUT_FILE, now_ms,
+    write_json_atomic,
 };
 use crate::shell::WRAPPER;
 
@@ -38,10 +41,13 @@ pub fn run_main(dir: &Path) -> ExitCode {
 
 type Stdin = Arc<Mutex<Option<Box<dyn Write + Send>>>>;
 
-/// A started command: pid, its output, its stdin, and how to wait for its exit code.
+/// Where one of a command's streams is read from, with the name of its own file.
+type Output = (&'static str, Box<dyn Read + Send>);
+
+/// A started command: pid, its outputs, its stdin, and how to wait for its exit code.
 type Started = (
     i32,
-    Box<dyn Read + Send>,
+    Vec<Output>,
     Stdin,
     Box<dyn FnMut() -> std::io::Result<i32>>,
 );
@@ -99,7 +105,7 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
     shell.env_clear().envs(&spec.env).current_dir(&home);
     // The terminal the command (or its client) runs on, for `process resize`.
     let mut terminal = None;
-    let (pid, output, stdin, mut waiter): Started = if local_pty {
+    let (pid, outputs, stdin, mut waiter): Started = if local_pty {
         let (pty, pts) = pty_process::blocking::open().map_err(std::io::Error::other)?;
         pty.resize(pty_process::Size::new(40, 120))
             .map_err(std::io::Error::other)?;
@@ -114,16 +120,30 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
         let writer: Box<dyn Write + Send> = Box::new(PtyWriter(pty));
         (
             pid,
-            Box::new(reader),
+            vec![(STDOUT_FILE, Box::new(reader))],
             Arc::new(Mutex::new(Some(writer))),
             Box::new(move || child.wait().map(exit_code_of)),
         )
     } else {
-        let (reader, writer) = std::io::pipe()?;
+        // Each stream on a pipe of its own (a remote command script keeps them apart when
+        // launched for a background run). A terminal on the far side (docker, ssh) has all its
+        // output on the client's stdout; what the client itself says on stderr joins it.
+        let merged = if request.pty {
+            Some(std::io::pipe()?)
+        } else {
+            None
+        };
+        let (stdout, stderr) = match &merged {
+            Some((_, writer)) => (
+                Stdio::from(writer.try_clone()?),
+                Stdio::from(writer.try_clone()?),
+            ),
+            None => (Stdio::piped(), Stdio::piped()),
+        };
         let mut child = shell
             .stdin(Stdio::piped())
-            .stdout(Stdio::from(writer.try_clone()?))
-            .stderr(Stdio::from(writer))
+            .stdout(stdout)
+            .stderr(stderr)
             .process_group(0)
             .spawn()?;
         let pid = child.id() as i32;
@@ -131,9 +151,21 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
             .stdin
             .take()
             .map(|s| Box::new(s) as Box<dyn Write + Send>);
+        let mut outputs: Vec<Output> = Vec::new();
+        if let Some((reader, writer)) = merged {
+            // Our copy of the writing end goes, or the reader would never see the end.
+            drop(writer);
+            outputs.push((STDOUT_FILE, Box::new(reader)));
+        }
+        if let Some(out) = child.stdout.take() {
+            outputs.push((STDOUT_FILE, Box::new(out)));
+        }
+        if let Some(err) = child.stderr.take() {
+            outputs.push((STDERR_FILE, Box::new(err)));
+        }
         (
             pid,
-            Box::new(reader),
+            outputs,
             Arc::new(Mutex::new(stdin)),
             Box::new(move || child.wait().map(exit_code_of)),
         )
@@ -160,11 +192,15 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
     // The log exists before the record does: `process log` right after the start (the id is
     // answered as soon as the record is) reads an empty log, not a missing one (seen in CI on a
     // loaded machine, where the copier thread had not opened it yet).
-    let log_path = dir.join("log");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path);
+    let append = |name: &str| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(name))
+    };
+    let log = append("log");
+    // Both streams' files, for a reader of each apart (`process output`).
+    let stream_files = [append(STDOUT_FILE), append(STDERR_FILE)];
     write_json_atomic(&dir.join("meta.json"), &record)?;
     {
         let mut out = std::io::stdout();
@@ -176,41 +212,28 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
         out.flush()?;
     }
 
-    // Output: to the log (capped) and to the receipt's tail.
-    let tail = Arc::new(Mutex::new(Vec::<u8>::new()));
-    let copier = {
-        let tail = tail.clone();
-        let mut output = output;
-        std::thread::spawn(move || {
-            let Ok(mut log) = log else {
-                return;
-            };
-            let mut written = 0u64;
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let n = match output.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                if written < MAX_LOG_BYTES {
-                    let _ = log.write_all(&buf[..n]);
-                    written += n as u64;
-                    if written >= MAX_LOG_BYTES {
-                        let _ = log.write_all(
-                            b"\n[paddock: log limit reached; further output is dropped]\n",
-                        );
-                    }
-                }
-                if let Ok(mut t) = tail.lock() {
-                    t.extend_from_slice(&buf[..n]);
-                    if t.len() > RECEIPT_TAIL_BYTES * 2 {
-                        let cut = t.len() - RECEIPT_TAIL_BYTES;
-                        t.drain(..cut);
-                    }
-                }
-            }
+    // Output: to the log and the stream's own file (each capped) and to the receipt's tail.
+    let shared = Arc::new(Mutex::new(SharedOutput {
+        log: log.ok(),
+        log_written: 0,
+        tail: Vec::new(),
+    }));
+    let [stdout_file, stderr_file] = stream_files;
+    let mut files = [
+        (STDOUT_FILE, stdout_file.ok()),
+        (STDERR_FILE, stderr_file.ok()),
+    ];
+    let copiers: Vec<std::thread::JoinHandle<()>> = outputs
+        .into_iter()
+        .map(|(name, reader)| {
+            let own = files
+                .iter_mut()
+                .find(|(n, _)| *n == name)
+                .and_then(|(_, f)| f.take());
+            let shared = shared.clone();
+            std::thread::spawn(move || copy_output(reader, own, &shared))
         })
-    };
+        .collect();
     // Input: the stdin FIFO feeds the command; "close" on the control FIFO ends its stdin.
     spawn_fifo_reader(stdin_fifo, {
         let stdin = stdin.clone();
@@ -258,7 +281,7 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
     let exit_code = waiter()?;
     // Output still buffered is read for a moment; leftovers of the command's group are ended.
     let until = Instant::now() + std::time::Duration::from_millis(300);
-    while !copier.is_finished() && Instant::now() < until {
+    while !copiers.iter().all(std::thread::JoinHandle::is_finished) && Instant::now() < until {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     let _ = nix::sys::signal::killpg(
@@ -276,9 +299,10 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
             duration_ms,
         },
     )?;
-    let tail_text = tail
+    let tail_text = shared
         .lock()
-        .map(|t| {
+        .map(|o| {
+            let t = &o.tail;
             String::from_utf8_lossy(&t[t.len().saturating_sub(RECEIPT_TAIL_BYTES)..]).into_owned()
         })
         .unwrap_or_default();
@@ -296,6 +320,61 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
     };
     write_json_atomic(&dir.join("receipt.json"), &receipt)?;
     Ok(())
+}
+
+/// What a command's streams write to together: the log (both, in the order they came) and the
+/// receipt's tail.
+struct SharedOutput {
+    log: Option<std::fs::File>,
+    log_written: u64,
+    tail: Vec<u8>,
+}
+
+const LIMIT_NOTE: &[u8] = b"\n[paddock: log limit reached; further output is dropped]\n";
+
+/// Copies one stream until its end: to its own file (capped), the shared log (capped) and the
+/// tail.
+fn copy_output(
+    mut reader: Box<dyn Read + Send>,
+    mut own: Option<std::fs::File>,
+    shared: &Mutex<SharedOutput>,
+) {
+    let mut own_written = 0u64;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let chunk = &buf[..n];
+        if let Some(file) = own.as_mut()
+            && own_written < MAX_LOG_BYTES
+        {
+            let _ = file.write_all(chunk);
+            own_written += n as u64;
+            if own_written >= MAX_LOG_BYTES {
+                let _ = file.write_all(LIMIT_NOTE);
+            }
+        }
+        let Ok(mut out) = shared.lock() else {
+            continue;
+        };
+        let out = &mut *out;
+        if let Some(log) = out.log.as_mut()
+            && out.log_written < MAX_LOG_BYTES
+        {
+            let _ = log.write_all(chunk);
+            out.log_written += n as u64;
+            if out.log_written >= MAX_LOG_BYTES {
+                let _ = log.write_all(LIMIT_NOTE);
+            }
+        }
+        out.tail.extend_from_slice(chunk);
+        if out.tail.len() > RECEIPT_TAIL_BYTES * 2 {
+            let cut = out.tail.len() - RECEIPT_TAIL_BYTES;
+            out.tail.drain(..cut);
+        }
+    }
 }
 
 fn request_is_pty(_guard: &Option<Box<dyn Write + Send>>) -> bool {

@@ -411,6 +411,9 @@ impl<'a> Snapshots<'a> {
                 })
                 .collect(),
         };
+        manifest
+            .not_carried
+            .extend(self.contexts_not_carried(session, &backends).await);
         let kept: u64 = existing.iter().map(Manifest::bytes).sum();
         let made = async {
             if let Some(state) = &notebook {
@@ -447,6 +450,40 @@ impl<'a> Snapshots<'a> {
             return Err(err);
         }
         Ok(manifest.summary())
+    }
+
+    /// The session's live Python contexts (`python_contexts`) on `backends`, each a line of
+    /// what the snapshot does not carry: an interpreter's memory is not saved. A backend that
+    /// cannot list them (no agent) has none.
+    async fn contexts_not_carried(
+        &self,
+        session: &str,
+        backends: &std::collections::BTreeSet<String>,
+    ) -> Vec<String> {
+        let mut lines = Vec::new();
+        for backend in backends {
+            let Some(env) = self.sessions.environment(backend) else {
+                continue;
+            };
+            let listed = env
+                .python_context(session, paddock_agent::protocol::ContextRequest::List, None)
+                .await;
+            let Ok(Ok(answer)) = listed else {
+                continue;
+            };
+            let ids = answer["contexts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["id"].as_str());
+            lines.extend(ids.map(|id| {
+                format!(
+                    "Python context {id} on {backend}: its names are not carried (a fork or \
+                     restore starts without it; create it again and re-run its code)"
+                )
+            }));
+        }
+        lines
     }
 
     fn environment(

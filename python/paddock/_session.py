@@ -5,7 +5,7 @@ shape users of sandbox SDKs (E2B, Daytona, Modal) reach for first.
 too. Both are thin: every method is one or a few requests of the embedding protocol
 (docs/embedding-protocol.md) to the `Engine` that made the session, and the parts that decide
 something (how a command line is built, what an answer means, which exception a failure is,
-how a background command's log becomes text) are plain functions shared by the two, so the
+how a background command's streams are read) are plain functions shared by the two, so the
 blocking and the async API cannot drift apart.
 
 Where the work happens:
@@ -67,12 +67,11 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 #: The code of the timeouts this package raises (`CommandTimeout`).
 TIMEOUT_CODE = "command:timeout"
-#: Lines asked of a background command's log at a time (the `process` tool's largest page).
-LOG_PAGE = 10_000
 #: Seconds one `process wait` may take; longer waits are several.
 WAIT_SLICE = 300.0
-#: Seconds between two looks at a background command whose output feeds callbacks.
-FOLLOW_INTERVAL = 0.2
+#: Seconds one `process output` waits for new text of a background command that feeds
+#: callbacks (it answers as soon as there is some, or the command ended).
+FOLLOW_WAIT = 5.0
 
 
 # ------------------------------------------------------------------ results
@@ -365,38 +364,28 @@ def signal_name(name: Union[str, int]) -> str:
     return text[3:] if text.startswith("SIG") else text
 
 
-def log_text(lines: Sequence[str]) -> str:
-    """A background command's log as text: each line with its newline (the log keeps lines,
-    not whether the very last one had one)."""
-    return "".join(line + "\n" for line in lines)
-
-
-class LogFollower:
-    """Turns successive reads of a background command's log (lines, from `line` on) into the
-    text not given yet, each piece once. The last line of a running command may still grow:
-    its text so far is given now and the rest later; a trailing U+FFFD there is a UTF-8
-    character the engine read half of, so it is held back until the line is read whole."""
+class StreamReader:
+    """Reads a background command's stdout and stderr apart through `process output`, each from
+    where the last read ended (the engine's byte offsets, on whole UTF-8 characters)."""
 
     def __init__(self) -> None:
-        self.line = 0  # index of the first line not given whole
-        self.sent = 0  # characters of that line already given
+        self.offsets = {"stdout": 0, "stderr": 0}
+        self.texts: Dict[str, List[str]] = {"stdout": [], "stderr": []}
 
-    def take(self, lines: Sequence[str], total: int, running: bool) -> str:
-        out: List[str] = []
-        for text in lines:
-            if self.line + 1 < total or not running:
-                out.append(text[self.sent :] + "\n")
-                self.line += 1
-                self.sent = 0
-            else:
-                ready = text.rstrip("\ufffd")
-                if len(ready) > self.sent:
-                    out.append(ready[self.sent :])
-                    self.sent = len(ready)
-        return "".join(out)
+    def args(self, timeout: float) -> Dict[str, Any]:
+        return {"stdout_offset": self.offsets["stdout"], "stderr_offset": self.offsets["stderr"], "timeout": timeout}
 
-    def caught_up(self, total: int) -> bool:
-        return self.line + 1 >= total
+    def take(self, answer: Mapping[str, Any]) -> Tuple[str, str, bool]:
+        """The new (stdout, stderr) of one answer, and whether that was all: the command
+        ended and nothing is left to read."""
+        new = []
+        for stream in ("stdout", "stderr"):
+            text = str(answer.get(stream) or "")
+            self.offsets[stream] = int(answer.get(f"{stream}_offset") or self.offsets[stream])
+            self.texts[stream].append(text)
+            new.append(text)
+        done = answer.get("state") != "running" and not answer.get("more")
+        return new[0], new[1], done
 
 
 def _sync_callback(callback: Optional[TextCallback], name: str) -> Optional[TextCallback]:
@@ -525,14 +514,14 @@ class Session(_SessionState):
         for this command only (over the session's directory and exports). Foreground: waits
         and returns a `CommandResult` (a non-zero exit is not an error); `CommandTimeout`
         after `timeout` seconds (default: the engine's, 180 s), with the output so far.
-        `background=True`: returns a `CommandHandle` at once (its output is stdout and stderr
-        merged: only `on_stdout` is fed). `on_stdout`/`on_stderr` get the text as it is
-        written."""
+        `background=True`: returns a `CommandHandle` at once. `on_stdout`/`on_stderr` get the
+        text as it is written, stdout and stderr apart (a `pty=True` command's terminal is all
+        stdout)."""
         args = terminal_args(command, cwd=cwd, env=env, timeout=timeout, background=background, pty=pty, stdin=stdin)
         on_stdout = _sync_callback(on_stdout, "on_stdout")
         on_stderr = _sync_callback(on_stderr, "on_stderr")
         if background:
-            return CommandHandle(self, self._call("terminal", args), on_stdout)
+            return CommandHandle(self, self._call("terminal", args), on_stdout, on_stderr)
         streams = OutputStreams(on_stdout, on_stderr)
         answer = self._call("terminal", args, streams.handle_sync)
         late = streams.unstreamed(str(answer.get("output") or ""))
@@ -599,21 +588,30 @@ class Session(_SessionState):
 class CommandHandle:
     """A background command of a session.
 
-    Its output is read from the process's log, where stdout and stderr are merged (that is
-    how background processes are kept): `stdout` is all of it, `stderr` is always "", and
-    `on_stdout` (when given) gets it line by line as it grows, from a thread that looks every
-    FOLLOW_INTERVAL seconds. Each line comes with its newline.
+    `stdout` and `stderr` are what it wrote so far, apart (a `pty=True` command's terminal is
+    all stdout). `on_stdout`/`on_stderr` (when given) get each new piece as it is written,
+    from a thread that asks the engine for it (`process output`, which answers as soon as
+    there is some).
     """
 
-    def __init__(self, session: Session, answer: Mapping[str, Any], on_stdout: Optional[TextCallback]) -> None:
+    def __init__(
+        self,
+        session: Session,
+        answer: Mapping[str, Any],
+        on_stdout: Optional[TextCallback],
+        on_stderr: Optional[TextCallback] = None,
+    ) -> None:
         self._session = session
         self.id: str = str(answer["session_id"])
         self.pid: Optional[int] = answer.get("pid")
         self._follower: Optional[threading.Thread] = None
         self._follow_error: Optional[BaseException] = None
-        if on_stdout is not None:
+        if on_stdout is not None or on_stderr is not None:
             self._follower = threading.Thread(
-                target=self._follow, args=(on_stdout,), name=f"paddock-follow-{self.id}", daemon=True
+                target=self._follow,
+                args=(on_stdout, on_stderr),
+                name=f"paddock-follow-{self.id}",
+                daemon=True,
             )
             self._follower.start()
 
@@ -625,18 +623,21 @@ class CommandHandle:
 
     @property
     def stdout(self) -> str:
-        """Everything the command wrote so far (stdout and stderr merged, see the class)."""
-        lines: List[str] = []
-        while True:
-            page = self._process("log", offset=len(lines), limit=LOG_PAGE)
-            lines.extend(page.get("lines") or [])
-            if not page.get("lines") or len(lines) >= int(page.get("total_lines") or 0):
-                return log_text(lines)
+        """Everything the command wrote on stdout so far."""
+        return self._read_all()[0]
 
     @property
     def stderr(self) -> str:
-        """Always "": a background command's stderr is merged into `stdout`."""
-        return ""
+        """Everything the command wrote on stderr so far."""
+        return self._read_all()[1]
+
+    def _read_all(self) -> Tuple[str, str]:
+        reader = StreamReader()
+        while True:
+            answer = self._process("output", **reader.args(0))
+            reader.take(answer)
+            if not answer.get("more"):
+                return "".join(reader.texts["stdout"]), "".join(reader.texts["stderr"])
 
     @property
     def exit_code(self) -> Optional[int]:
@@ -679,28 +680,23 @@ class CommandHandle:
             if status.get("state") != "running":
                 break
             if deadline is not None and time.monotonic() >= deadline:
-                raise CommandTimeout(TIMEOUT_CODE, f"process {self.id} still runs after {timeout} s", self.stdout, "")
+                raise CommandTimeout(TIMEOUT_CODE, f"process {self.id} still runs after {timeout} s", *self._read_all())
         if self._follower is not None:
             self._follower.join()
         if self._follow_error is not None:
             raise self._follow_error
-        return background_result(status, self._process("poll"), self.stdout)
+        return background_result(status, self._process("poll"), *self._read_all())
 
-    def _follow(self, callback: TextCallback) -> None:
-        follower = LogFollower()
+    def _follow(self, on_stdout: Optional[TextCallback], on_stderr: Optional[TextCallback]) -> None:
+        reader = StreamReader()
         try:
             while True:
-                status = self._process("wait", timeout=FOLLOW_INTERVAL)
-                running = status.get("state") == "running"
-                while True:
-                    page = self._process("log", offset=follower.line, limit=LOG_PAGE)
-                    total = int(page.get("total_lines") or 0)
-                    text = follower.take(page.get("lines") or [], total, running)
-                    if text:
-                        callback(text)
-                    if not page.get("lines") or follower.caught_up(total):
-                        break
-                if not running:
+                out, err, done = reader.take(self._process("output", **reader.args(FOLLOW_WAIT)))
+                if out and on_stdout is not None:
+                    on_stdout(out)
+                if err and on_stderr is not None:
+                    on_stderr(err)
+                if done:
                     return
         except ToolError:
             return  # the session or the process is gone: nothing more to follow
@@ -712,9 +708,9 @@ def _lacks_signal(err: ToolError) -> bool:
     return err.code == "tool:invalid_arguments" and "signal" in err.message
 
 
-def background_result(status: Mapping[str, Any], poll: Mapping[str, Any], stdout: str) -> CommandResult:
+def background_result(status: Mapping[str, Any], poll: Mapping[str, Any], stdout: str, stderr: str) -> CommandResult:
     code = status.get("exit_code")
-    return CommandResult(stdout, "", int(code) if code is not None else -1, float(poll.get("duration_ms") or 0.0))
+    return CommandResult(stdout, stderr, int(code) if code is not None else -1, float(poll.get("duration_ms") or 0.0))
 
 
 class Files:
@@ -959,7 +955,7 @@ class AsyncSession(_SessionState):
         """`Session.run`, awaitable: a `CommandResult`, or an `AsyncCommandHandle`."""
         args = terminal_args(command, cwd=cwd, env=env, timeout=timeout, background=background, pty=pty, stdin=stdin)
         if background:
-            return AsyncCommandHandle(self, await self._call("terminal", args), on_stdout)
+            return AsyncCommandHandle(self, await self._call("terminal", args), on_stdout, on_stderr)
         streams = OutputStreams(on_stdout, on_stderr)
         answer = await self._call("terminal", args, streams.handle_async)
         late = streams.unstreamed(str(answer.get("output") or ""))
@@ -1017,17 +1013,23 @@ class AsyncSession(_SessionState):
 
 
 class AsyncCommandHandle:
-    """`CommandHandle`, awaitable (`await h.wait()`, `await h.stdout`); an `on_stdout`
-    callback is fed by a task of the loop that started the command."""
+    """`CommandHandle`, awaitable (`await h.wait()`, `await h.stdout`); `on_stdout`/`on_stderr`
+    callbacks are fed by a task of the loop that started the command."""
 
-    def __init__(self, session: AsyncSession, answer: Mapping[str, Any], on_stdout: Optional[TextCallback]) -> None:
+    def __init__(
+        self,
+        session: AsyncSession,
+        answer: Mapping[str, Any],
+        on_stdout: Optional[TextCallback],
+        on_stderr: Optional[TextCallback] = None,
+    ) -> None:
         self._session = session
         self.id: str = str(answer["session_id"])
         self.pid: Optional[int] = answer.get("pid")
         self._follower: Optional["asyncio.Task[None]"] = None
         self._follow_error: Optional[BaseException] = None
-        if on_stdout is not None:
-            self._follower = asyncio.ensure_future(self._follow(on_stdout))
+        if on_stdout is not None or on_stderr is not None:
+            self._follower = asyncio.ensure_future(self._follow(on_stdout, on_stderr))
 
     def __repr__(self) -> str:
         return f"AsyncCommandHandle({self.id!r}, pid={self.pid})"
@@ -1037,21 +1039,24 @@ class AsyncCommandHandle:
 
     @property
     def stdout(self) -> Awaitable[str]:
-        """`await h.stdout`: everything written so far (stdout and stderr merged)."""
-        return self._read_log()
+        """`await h.stdout`: everything written on stdout so far."""
+        return self._read_stream(0)
 
     @property
     def stderr(self) -> Awaitable[str]:
-        """`await h.stderr`: always "" (merged into `stdout`)."""
-        return _empty()
+        """`await h.stderr`: everything written on stderr so far."""
+        return self._read_stream(1)
 
-    async def _read_log(self) -> str:
-        lines: List[str] = []
+    async def _read_stream(self, index: int) -> str:
+        return (await self._read_all())[index]
+
+    async def _read_all(self) -> Tuple[str, str]:
+        reader = StreamReader()
         while True:
-            page = await self._process("log", offset=len(lines), limit=LOG_PAGE)
-            lines.extend(page.get("lines") or [])
-            if not page.get("lines") or len(lines) >= int(page.get("total_lines") or 0):
-                return log_text(lines)
+            answer = await self._process("output", **reader.args(0))
+            reader.take(answer)
+            if not answer.get("more"):
+                return "".join(reader.texts["stdout"]), "".join(reader.texts["stderr"])
 
     @property
     def exit_code(self) -> Awaitable[Optional[int]]:
@@ -1091,31 +1096,25 @@ class AsyncCommandHandle:
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 raise CommandTimeout(
-                    TIMEOUT_CODE, f"process {self.id} still runs after {timeout} s", await self._read_log(), ""
+                    TIMEOUT_CODE, f"process {self.id} still runs after {timeout} s", *(await self._read_all())
                 )
         if self._follower is not None:
             await self._follower
         if self._follow_error is not None:
             raise self._follow_error
-        return background_result(status, await self._process("poll"), await self._read_log())
+        return background_result(status, await self._process("poll"), *(await self._read_all()))
 
-    async def _follow(self, callback: TextCallback) -> None:
-        follower = LogFollower()
+    async def _follow(self, on_stdout: Optional[TextCallback], on_stderr: Optional[TextCallback]) -> None:
+        reader = StreamReader()
         try:
             while True:
-                status = await self._process("wait", timeout=FOLLOW_INTERVAL)
-                running = status.get("state") == "running"
-                while True:
-                    page = await self._process("log", offset=follower.line, limit=LOG_PAGE)
-                    total = int(page.get("total_lines") or 0)
-                    text = follower.take(page.get("lines") or [], total, running)
-                    if text:
-                        done = callback(text)
-                        if inspect.isawaitable(done):
-                            await done
-                    if not page.get("lines") or follower.caught_up(total):
-                        break
-                if not running:
+                out, err, done = reader.take(await self._process("output", **reader.args(FOLLOW_WAIT)))
+                for text, callback in ((out, on_stdout), (err, on_stderr)):
+                    if text and callback is not None:
+                        result = callback(text)
+                        if inspect.isawaitable(result):
+                            await result
+                if done:
                     return
         except ToolError:
             return
@@ -1123,10 +1122,6 @@ class AsyncCommandHandle:
             raise
         except Exception as err:  # noqa: BLE001 - the callback's failure is wait()'s
             self._follow_error = err
-
-
-async def _empty() -> str:
-    return ""
 
 
 class AsyncFiles:

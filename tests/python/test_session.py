@@ -104,28 +104,17 @@ def test_the_error_names_are_importable_as_before() -> None:
     assert paddock.FileNotFound("file:not_found", "x").errno == 2
 
 
-def test_a_background_log_becomes_text_once_and_never_half_a_character() -> None:
-    follower = ps.LogFollower()
-    pieces = [
-        follower.take(["sta"], 1, running=True),
-        # "x" and half of "€" (read as U+FFFD by the engine): the half waits.
-        follower.take(["start", "x\ufffd"], 2, running=True),
-        follower.take(["x€"], 2, running=True),
-        follower.take(["x€"], 2, running=True),
-        follower.take(["x€", "end"], 3, running=False),
-    ]
-    assert pieces == ["sta", "rt\nx", "€", "", "\nend\n"]
-    assert not any("\ufffd" in piece for piece in pieces)
-    assert "".join(pieces) == ps.log_text(["start", "x€", "end"])
-    assert follower.caught_up(3)
-
-
-def test_a_long_log_is_taken_page_by_page() -> None:
-    follower = ps.LogFollower()
-    assert follower.take(["a", "b"], 4, running=True) == "a\nb\n"
-    assert not follower.caught_up(4)
-    assert follower.take(["c", "d"], 4, running=True) == "c\nd"
-    assert follower.caught_up(4)
+def test_a_background_stream_reader_moves_each_offset_and_ends_when_all_is_read() -> None:
+    reader = ps.StreamReader()
+    assert reader.args(5) == {"stdout_offset": 0, "stderr_offset": 0, "timeout": 5}
+    first = {"state": "running", "stdout": "a\u20ac", "stderr": "", "stdout_offset": 4, "stderr_offset": 0}
+    assert reader.take(first) == ("a\u20ac", "", False)
+    assert reader.args(0)["stdout_offset"] == 4
+    ended = {"state": "exited", "stdout": "b", "stderr": "e", "stdout_offset": 5, "stderr_offset": 1, "more": True}
+    assert reader.take(ended) == ("b", "e", False)
+    last = {"state": "exited", "stdout": "", "stderr": "", "stdout_offset": 5, "stderr_offset": 1, "more": False}
+    assert reader.take(last) == ("", "", True)
+    assert ("".join(reader.texts["stdout"]), "".join(reader.texts["stderr"])) == ("a\u20acb", "e")
 
 
 def test_streams_keep_order_per_stream_and_pick_the_callback() -> None:
@@ -485,10 +474,12 @@ def test_a_timeout_raises_with_the_output_so_far(session: paddock.Session) -> No
 
 def test_a_background_command_stdin_signal_wait_timeout_and_kill(session: paddock.Session) -> None:
     seen: List[str] = []
+    seen_err: List[str] = []
     h = session.run(
-        "trap 'echo got-INT' INT; echo ready; read line; echo \"line:$line\"; while true; do sleep 0.1; done",
+        "trap 'echo got-INT' INT; echo warn >&2; echo ready; read line; echo \"line:$line\"; while true; do sleep 0.1; done",
         background=True,
         on_stdout=seen.append,
+        on_stderr=seen_err.append,
     )
     assert isinstance(h, paddock.CommandHandle) and isinstance(h.pid, int) and h.pid > 0
     # The last line of a running command comes as it is; its newline with the next line.
@@ -497,13 +488,14 @@ def test_a_background_command_stdin_signal_wait_timeout_and_kill(session: paddoc
     wait_for(lambda: "line:hello" in h.stdout, "the line it read")
     h.signal("INT")
     wait_for(lambda: "got-INT" in h.stdout, "the INT trap")
-    assert h.stderr == ""
+    # stderr apart, as it was written: before the command ends.
+    assert h.stderr == "warn\n" and "".join(seen_err) == "warn\n"
     with pytest.raises(paddock.CommandTimeout) as err:
         h.wait(timeout=0.5)
     assert "line:hello" in err.value.stdout
     h.kill()
     result = h.wait(timeout=15)
-    assert result.exit_code != 0 and result.stderr == ""
+    assert result.exit_code != 0 and result.stderr == "warn\n"
     assert result.stdout.startswith("ready\nline:hello\n") and "got-INT\n" in result.stdout
     assert "".join(seen) == result.stdout
 
@@ -812,10 +804,12 @@ def test_async_session_with_async_callbacks(private_state: Path) -> None:
                 result = await s.run("echo a; sleep 0.3; echo b >&2", on_stdout=out, on_stderr=err)
                 assert (result.stdout, result.stderr) == ("a\n", "b\n")
                 assert seen == [("out", "a\n"), ("err", "b\n")]
-                h = await s.run("echo one; sleep 0.3; echo two", background=True, on_stdout=out)
+                seen.clear()
+                h = await s.run("echo one; sleep 0.3; echo e1 >&2; echo two", background=True, on_stdout=out, on_stderr=err)
                 assert isinstance(h, paddock.AsyncCommandHandle)
                 done = await h.wait(timeout=15)
-                assert done.stdout == "one\ntwo\n" and await h.stdout == "one\ntwo\n" and await h.stderr == ""
+                assert done.stdout == "one\ntwo\n" and await h.stdout == "one\ntwo\n" and await h.stderr == "e1\n"
+                assert ("err", "e1\n") in seen and seen[0] == ("out", "one\n")
                 await s.files.write("async.bin", bytes(range(256)))
                 assert await s.files.read("async.bin") == bytes(range(256))
                 assert [e.name for e in await s.files.list(".")] == ["async.bin"]

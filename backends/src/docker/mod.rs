@@ -856,14 +856,18 @@ async fn attach(spec: AttachSpec) -> std::result::Result<i32, String> {
             }
             let _ = input.shutdown().await;
         });
-        // The supervisor reads our stdout through a pipe: blocking writes are fine here.
+        // The supervisor reads our stdout and stderr through pipes: blocking writes are fine
+        // here. The daemon keeps the exec's streams apart; so do we.
         let mut stdout = std::io::stdout();
+        let mut stderr = std::io::stderr();
         while let Some(item) = output.next().await {
-            let message = item
-                .map_err(|e| format!("dockerd went away: {e}"))?
-                .into_bytes();
-            let _ = std::io::Write::write_all(&mut stdout, &message);
-            let _ = std::io::Write::flush(&mut stdout);
+            let item = item.map_err(|e| format!("dockerd went away: {e}"))?;
+            let to: &mut dyn std::io::Write = match item {
+                bollard::container::LogOutput::StdErr { .. } => &mut stderr,
+                _ => &mut stdout,
+            };
+            let _ = to.write_all(&item.into_bytes());
+            let _ = to.flush();
         }
     }
     let inspected = docker

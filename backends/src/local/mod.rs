@@ -1401,7 +1401,8 @@ async fn run_live(
     let timeout = request.timeout;
     let ran = tokio::task::spawn_blocking(move || {
         let mut output = Utf8Capped::new(max_chars);
-        let mut collect = |data: &[u8]| {
+        // Stderr is never asked apart here (a run with a listener takes another way).
+        let mut collect = |_: paddock_agent::protocol::FrameKind, data: &[u8]| {
             output.push(data);
             true
         };

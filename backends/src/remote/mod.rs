@@ -382,13 +382,18 @@ impl<T: Transport> RemoteEnvironment<T> {
         self.transport.ensure(&request.session).await?;
         let id = ProcessRegistry::new_id();
         let workdir = crate::workdir_arg(request.workdir.as_deref());
-        let argv = self.command_argv(
+        let mut argv = self.command_argv(
             &id,
             &request.command,
             &request.session,
             &workdir,
             &request.env,
         );
+        if !request.pty {
+            // The supervisor reads stdout and stderr apart (`process output`); the script
+            // unsets the variable at once.
+            argv.insert(2, format!("{}=1", script::SPLIT_STDERR_VAR));
+        }
         let (argv, local_pty) = self
             .transport
             .attach_argv(&request.session, &argv, request.pty)?;

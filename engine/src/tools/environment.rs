@@ -448,6 +448,63 @@ struct ProcessArgs {
     /// `resize`: the terminal's new size.
     rows: Option<u16>,
     cols: Option<u16>,
+    /// `output`: where each stream's next read starts (bytes; the answer's own offsets).
+    stdout_offset: Option<u64>,
+    stderr_offset: Option<u64>,
+}
+
+/// The most of one stream a `process output` answers at once.
+const OUTPUT_PAGE_BYTES: usize = 1 << 20;
+
+/// `process output`: each stream's new text from its offset, waiting up to `timeout` for some
+/// (or the end). The answer's `stdout_offset`/`stderr_offset` are where the next read starts;
+/// `more` says a stream holds more than one answer gave.
+async fn process_output(
+    registry: &paddock_backends::processes::ProcessRegistry,
+    record: &paddock_backends::processes::ProcessRecord,
+    args: &ProcessArgs,
+) -> Result<Value, ToolError> {
+    let offsets = (
+        args.stdout_offset.unwrap_or(0),
+        args.stderr_offset.unwrap_or(0),
+    );
+    let timeout = Duration::from_secs_f64(
+        args.timeout
+            .filter(|t| t.is_finite() && *t >= 0.0)
+            .unwrap_or(0.0)
+            .min(MAX_TIMEOUT_S),
+    );
+    let until = tokio::time::Instant::now() + timeout;
+    loop {
+        // The state first: output read after it saw the end is all there is.
+        let status = registry.status_of(record);
+        let read = |stream, offset| {
+            registry
+                .read_stream(record, stream, offset, OUTPUT_PAGE_BYTES)
+                .map_err(backend_error)
+        };
+        let out = read("stdout", offsets.0)?;
+        let err = read("stderr", offsets.1)?;
+        let running = status.state == ProcessState::Running;
+        if !out.text.is_empty()
+            || !err.text.is_empty()
+            || !running
+            || tokio::time::Instant::now() >= until
+        {
+            if !running {
+                registry.mark_seen(record);
+            }
+            let mut answer = status_json(&status);
+            answer["stdout"] = json!(out.text);
+            answer["stderr"] = json!(err.text);
+            answer["stdout_offset"] = json!(out.next_offset);
+            answer["stderr_offset"] = json!(err.next_offset);
+            answer["more"] =
+                json!(out.next_offset < out.total_bytes || err.next_offset < err.total_bytes);
+            return Ok(answer);
+        }
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
 }
 
 /// The signal a `process signal` names.
@@ -488,19 +545,23 @@ impl Tool for Process {
     fn spec(&self) -> ToolSpec {
         ToolSpec::new("process", "environment",
             "Manage background commands started with terminal(background=true): list, poll (state \
-             and recent output), log (lines with offset/limit), wait (until done or timeout), \
+             and recent output), log (lines with offset/limit), output (stdout and stderr apart, \
+             from `stdout_offset`/`stderr_offset`, waiting up to `timeout` s for new text), wait \
+             (until done or timeout), \
              kill, write (to stdin), submit (write a line), close (end stdin), signal (`name`: \
              INT, TERM, KILL, HUP, USR1, ...), resize (`rows`, `cols` of a pty process). \
              Processes survive an engine restart; only the session that started one can see it.",
             json!({
                 "type": "object",
                 "properties": {
-                    "action": {"enum": ["list", "poll", "log", "wait", "kill", "write", "submit", "close", "signal", "resize"]},
+                    "action": {"enum": ["list", "poll", "log", "output", "wait", "kill", "write", "submit", "close", "signal", "resize"]},
                     "session_id": {"type": "string", "description": "The id terminal returned"},
                     "data": {"type": "string"},
                     "offset": {"type": "integer", "description": "First log line; negative counts from the end", "default": 0},
                     "limit": {"type": "integer", "minimum": 1, "default": 200},
-                    "timeout": {"type": "number", "minimum": 0, "description": "Seconds, for wait", "default": 30},
+                    "timeout": {"type": "number", "minimum": 0, "description": "Seconds, for wait (default 30) and output (default 0)"},
+                    "stdout_offset": {"type": "integer", "minimum": 0, "description": "For output: the stdout byte offset to read from (the last answer's)", "default": 0},
+                    "stderr_offset": {"type": "integer", "minimum": 0, "description": "For output: the stderr byte offset to read from (the last answer's)", "default": 0},
                     "name": {"type": "string", "description": "For signal: INT, TERM, KILL, HUP, USR1, ..."},
                     "rows": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "For resize (a pty process)"},
                     "cols": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "For resize (a pty process)"}
@@ -559,6 +620,7 @@ impl Tool for Process {
                         json!({"session_id": id, "lines": lines, "offset": offset, "total_lines": total}),
                     )
                 }
+                "output" => process_output(registry, &record, &args).await,
                 "wait" => {
                     let timeout = Duration::from_secs_f64(
                         args.timeout
@@ -590,6 +652,14 @@ impl Tool for Process {
                     let mut data = args.data.unwrap_or_default();
                     if args.action == "submit" {
                         data.push('\n');
+                    }
+                    // What a background shell or interpreter reads is a command line too, judged
+                    // as `terminal`'s `stdin` is (the process runs where `terminal` does).
+                    let env = envs.backend_for("terminal")?;
+                    if !(env.is_container() && envs.skip_approval_in_containers) {
+                        envs.approvals
+                            .check_command("process", &data, None, &ctx)
+                            .await?;
                     }
                     registry
                         .write(&record, data.as_bytes())

@@ -129,6 +129,52 @@ fn a_dangerous_stdin_is_judged_as_a_command() {
     );
 }
 
+/// What `process write`/`submit` sends a background shell is judged as a command line too:
+/// denied with nobody to ask, and the shell never reads it; a harmless line goes through.
+#[test]
+fn a_dangerous_write_to_a_background_shell_is_judged_as_a_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let home = dir.path().join("home").display().to_string();
+    let call = |tool: &str, args: Value| {
+        paddock_env(
+            &["call", tool, "--session", "w", "--args", &args.to_string()],
+            &[("PADDOCK_HOME", &home)],
+            None,
+            Duration::from_secs(30),
+        )
+        .json()
+    };
+    let started = call("terminal", json!({"command": "bash", "background": true}));
+    let id = started["session_id"].as_str().unwrap().to_owned();
+    for action in ["write", "submit"] {
+        let v = call(
+            "process",
+            json!({"action": action, "session_id": id,
+                   "data": format!("touch {}; history -c\n", marker.display())}),
+        );
+        assert_eq!(
+            v["error_code"],
+            json!("tool_approval:denied"),
+            "{action}: {v}"
+        );
+    }
+    let ok = call(
+        "process",
+        json!({"action": "submit", "session_id": id, "data": "echo fine"}),
+    );
+    assert!(ok.get("error").is_none(), "{ok}");
+    call("process", json!({"action": "close", "session_id": id}));
+    let waited = call(
+        "process",
+        json!({"action": "wait", "session_id": id, "timeout": 20}),
+    );
+    assert_ne!(waited["state"], json!("running"), "{waited}");
+    let log = call("process", json!({"action": "log", "session_id": id}));
+    assert_eq!(log["lines"], json!(["fine"]), "{log}");
+    assert!(!marker.exists(), "the denied line ran");
+}
+
 /// `paddock policy explain --command CMD [--policy P]`.
 fn explain(policy: Option<&str>, command: &str) -> Value {
     let home = tempfile::tempdir().unwrap();

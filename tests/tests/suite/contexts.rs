@@ -157,3 +157,45 @@ conformance!([
 ];
     local, sandboxed, docker, ssh, apptainer, slurm, slurm_apptainer, slurm_node1,
     slurm_node2_apptainer);
+
+/// Checks of a few backends only (the macro makes one module per backend).
+mod snapshots {
+    use std::time::Duration;
+
+    use serde_json::Value;
+
+    use super::{Target, conformance, main_text, run};
+
+    /// A snapshot does not carry a context's interpreter, and says so, naming it; the session's
+    /// context lives on after the snapshot.
+    fn a_snapshot_names_the_contexts_it_does_not_carry(t: &Target) {
+        let session = t.session("snapctx");
+        run(t, &session, "kept-not", "z = 41");
+        let made = t.paddock_in_home(
+            vec!["sessions", "snapshot", &session, "--name", "with-context"],
+            Duration::from_secs(120),
+        );
+        assert_eq!(made.code, 0, "{} {}", made.stdout, made.stderr);
+        let made = made.json();
+        let lines: Vec<&str> = made["not_carried"]
+            .as_array()
+            .map(|l| l.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("Python context kept-not") && l.contains("not carried")),
+            "{made}"
+        );
+        let v = run(t, &session, "kept-not", "z + 1");
+        assert_eq!(main_text(&v), "42", "{v}");
+        let removed = t.paddock_in_home(
+            vec!["snapshots", "rm", "with-context"],
+            Duration::from_secs(60),
+        );
+        assert_eq!(removed.code, 0, "{}", removed.stderr);
+    }
+
+    // The unconfined local backend takes no snapshots.
+    conformance!([a_snapshot_names_the_contexts_it_does_not_carry]; sandboxed, docker);
+}
