@@ -55,3 +55,11 @@ def failure_text(session_id: str, result: Any) -> str:
     """Why `make_script` failed, for the adapter's error."""
     said = (str(result.stderr or "") or str(result.stdout or "")).strip()
     return f"the Paddock session {session_id!r} has no usable working directory (exit {result.exit_code}: {said})"
+
+
+def in_dir_script(working_dir: str, line: str) -> str:
+    """`line` started in `working_dir`, made again if a command removed it. A `cd` of the script's
+    own rather than the terminal's `workdir`, which Paddock checks on the engine's side, where
+    the sandbox's private /tmp is not."""
+    quoted = shlex.quote(working_dir)
+    return f"{{ cd -- {quoted} 2>/dev/null || {{ mkdir -p -- {quoted} && cd -- {quoted}; }}; }} || exit 1\n{line}"

@@ -96,7 +96,6 @@ import asyncio
 import math
 import os
 import secrets
-import shlex
 import threading
 from collections import deque
 from typing import Any, Deque, List, Optional, Sequence, Tuple, Union
@@ -169,12 +168,6 @@ def _working_dir_of(session_id: str, result: Any) -> str:
     if made is None:
         raise PaddockError(_common.failure_text(session_id, result))
     return made
-
-
-def _command_script(working_dir: str, command: str) -> str:
-    """`command` started in `working_dir` (made again if a command removed it)."""
-    quoted = shlex.quote(working_dir)
-    return f"{{ cd -- {quoted} 2>/dev/null || {{ mkdir -p -- {quoted} && cd -- {quoted}; }}; }} || exit 1\n{command}"
 
 
 class _Output:
@@ -458,7 +451,7 @@ class PaddockSandbox(BaseSandbox):
         output = _Output()
         try:
             result = session.run(
-                _command_script(working_dir, command), timeout=limit, on_stdout=output.add, on_stderr=output.add
+                _common.in_dir_script(working_dir, command), timeout=limit, on_stdout=output.add, on_stderr=output.add
             )
         except CommandTimeout:
             return _timed_out(output, limit, timeout is not None)
@@ -476,7 +469,7 @@ class PaddockSandbox(BaseSandbox):
         output = _Output()
         try:
             result = await session.run(
-                _command_script(working_dir, command), timeout=limit, on_stdout=output.add, on_stderr=output.add
+                _common.in_dir_script(working_dir, command), timeout=limit, on_stdout=output.add, on_stderr=output.add
             )
         except CommandTimeout:
             return _timed_out(output, limit, timeout is not None)

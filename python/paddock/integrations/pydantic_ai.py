@@ -528,10 +528,7 @@ class PaddockWorkspace(WorkspaceBackend, SupportsCommands, SupportsFilesystem, S
         _check_timeout(timeout)
         line = _command_line(command, shell)
         session, working_dir = await self._ready()
-        quoted = shlex.quote(working_dir)
-        # `cd` here rather than the terminal's `workdir`, which Paddock checks on the engine's
-        # side (where the sandbox's private /tmp is not), and again if a command removed it.
-        script = f"{{ cd -- {quoted} 2>/dev/null || {{ mkdir -p -- {quoted} && cd -- {quoted}; }}; }} || exit 1\n{line}"
+        script = _common.in_dir_script(working_dir, line)
         limit = MAX_TIMEOUT if timeout is None else min(float(timeout), MAX_TIMEOUT)
         stdout: List[str] = []
         stderr: List[str] = []
