@@ -464,6 +464,17 @@ def test_argv_env_cwd_and_exit_codes(session: paddock.Session, private_state: Pa
     assert session.run("cat", stdin="fed\n").stdout == "fed\n"
 
 
+def test_megabytes_of_stdin_reach_a_command_that_writes_first_or_never_reads(session: paddock.Session) -> None:
+    # More than any socket holds, both ways: the engine feeds the input while it reads the
+    # output, and a command that ends without reading is answered as it ended.
+    big = "y" * 3_000_000
+    r = session.run("head -c 1000000 /dev/zero | tr '\\0' a; echo; wc -c", stdin=big, timeout=60)
+    assert r.exit_code == 0 and r.stdout.endswith("\n3000000\n") and len(r.stdout) > 1_000_000
+    for _ in range(5):
+        r = session.run("echo early", stdin=big, timeout=60)
+        assert (r.exit_code, r.stdout) == (0, "early\n")
+
+
 def test_a_timeout_raises_with_the_output_so_far(session: paddock.Session) -> None:
     with pytest.raises(paddock.CommandTimeout) as err:
         session.run("echo partial; echo oops >&2; sleep 30", timeout=1)

@@ -61,7 +61,11 @@ pub struct Link {
     pub agent_pid: u32,
 }
 
-async fn send(stream: &mut UnixStream, kind: FrameKind, payload: &[u8]) -> Result<(), LinkError> {
+async fn send(
+    stream: &mut (impl AsyncWriteExt + Unpin),
+    kind: FrameKind,
+    payload: &[u8],
+) -> Result<(), LinkError> {
     let mut frame = Vec::with_capacity(payload.len() + 5);
     protocol::write_frame(&mut frame, kind, payload)?;
     stream.write_all(&frame).await?;
@@ -74,7 +78,9 @@ async fn send_message(stream: &mut UnixStream, message: &Request) -> Result<(), 
 }
 
 /// Reads one frame; `None` when the agent hung up between frames.
-async fn read_frame(stream: &mut UnixStream) -> Result<Option<(FrameKind, Vec<u8>)>, LinkError> {
+async fn read_frame(
+    stream: &mut (impl AsyncReadExt + Unpin),
+) -> Result<Option<(FrameKind, Vec<u8>)>, LinkError> {
     let mut header = [0u8; 5];
     match stream.read_exact(&mut header).await {
         Ok(_) => {}
@@ -249,45 +255,67 @@ impl Link {
         }
         let request = Request::Run(request);
         send_message(&mut self.stream, &request).await?;
-        if let Some(data) = stdin {
-            for chunk in data.chunks(STDIN_CHUNK) {
-                send(&mut self.stream, FrameKind::Stdin, chunk).await?;
+        let (mut from_agent, mut to_agent) = self.stream.split();
+        // The input is fed while the output is read: a program that writes before it reads
+        // (or never reads) would otherwise fill the socket both ways, and one that ends early
+        // closes the run, whose answer is then the result, not the input's broken pipe.
+        let feed = async {
+            if let Some(data) = stdin {
+                for chunk in data.chunks(STDIN_CHUNK) {
+                    send(&mut to_agent, FrameKind::Stdin, chunk).await?;
+                }
+                send(&mut to_agent, FrameKind::Stdin, &[]).await?;
             }
-            send(&mut self.stream, FrameKind::Stdin, &[]).await?;
+            Ok::<(), LinkError>(())
+        };
+        let answer = read_run(&mut from_agent, sink);
+        tokio::pin!(answer);
+        tokio::select! {
+            // The run ended: input not yet taken is moot.
+            answered = &mut answer => return answered,
+            // All fed (or the agent stopped taking it): the answer decides.
+            _fed = feed => {}
         }
-        loop {
-            match read_frame(&mut self.stream).await? {
-                Some((FrameKind::Output, bytes)) => sink.push(&bytes),
-                Some((FrameKind::Stderr, bytes)) => {
-                    sink.push_from(crate::stream::OutputStream::Stderr, &bytes);
-                }
-                Some((FrameKind::Message, payload)) => {
-                    let reply: Reply =
-                        serde_json::from_slice(&payload).map_err(ProtocolError::Json)?;
-                    return match reply {
-                        Reply::Exit { code, timed_out } => Ok(RunEnd { code, timed_out }),
-                        Reply::Error { message } => Err(LinkError::Refused(message)),
-                        other => Err(ProtocolError::Unexpected {
-                            expected: "exit",
-                            got: format!("{other:?}"),
-                        }
-                        .into()),
-                    };
-                }
-                Some((FrameKind::Stdin, _)) => {
-                    return Err(ProtocolError::Unexpected {
-                        expected: "output or exit",
-                        got: "a stdin frame".into(),
-                    }
-                    .into());
-                }
-                None => {
-                    return Err(ProtocolError::Unexpected {
+        answer.await
+    }
+}
+
+/// The frames of one run until its answer: output into `sink`, then the exit (or the refusal).
+async fn read_run(
+    stream: &mut (impl AsyncReadExt + Unpin),
+    sink: &OutputSink,
+) -> Result<RunEnd, LinkError> {
+    loop {
+        match read_frame(stream).await? {
+            Some((FrameKind::Output, bytes)) => sink.push(&bytes),
+            Some((FrameKind::Stderr, bytes)) => {
+                sink.push_from(crate::stream::OutputStream::Stderr, &bytes);
+            }
+            Some((FrameKind::Message, payload)) => {
+                let reply: Reply = serde_json::from_slice(&payload).map_err(ProtocolError::Json)?;
+                return match reply {
+                    Reply::Exit { code, timed_out } => Ok(RunEnd { code, timed_out }),
+                    Reply::Error { message } => Err(LinkError::Refused(message)),
+                    other => Err(ProtocolError::Unexpected {
                         expected: "exit",
-                        got: "the end of the connection (the agent died?)".into(),
+                        got: format!("{other:?}"),
                     }
-                    .into());
+                    .into()),
+                };
+            }
+            Some((FrameKind::Stdin, _)) => {
+                return Err(ProtocolError::Unexpected {
+                    expected: "output or exit",
+                    got: "a stdin frame".into(),
                 }
+                .into());
+            }
+            None => {
+                return Err(ProtocolError::Unexpected {
+                    expected: "exit",
+                    got: "the end of the connection (the agent died?)".into(),
+                }
+                .into());
             }
         }
     }

@@ -620,6 +620,30 @@ fn stdin_is_fed_then_closed(t: &Target) {
         json!({"command": "wc -c", "stdin": "x".repeat(100_000)}),
     );
     assert_eq!(v["output"].as_str().map(str::trim), Some("100000"), "{v}");
+    // A command that ends without reading its input answers as it ended (the input it did not
+    // take is no failure); one that writes before it reads gets all its input, and all its
+    // output arrives (neither side waits for the other to drain). `paddock call` carries at
+    // most an argument's 128 KiB: the Python tests send megabytes through the embedding.
+    let v = t.sh(
+        &session,
+        json!({"command": "echo early", "stdin": "x".repeat(100_000)}),
+    );
+    assert_eq!(
+        (v["output"].as_str(), v["exit_code"].as_i64()),
+        (Some("early\n"), Some(0)),
+        "{v}"
+    );
+    let v = t.sh(
+        &session,
+        json!({"command": "head -c 400000 /dev/zero | tr '\\0' a; echo; wc -c", "stdin": "y".repeat(100_000)}),
+    );
+    let out = v["output"].as_str().unwrap_or_default();
+    // (A result this long is spilled: the answer keeps its start and its end.)
+    assert!(
+        out.starts_with("aaaa") && out.trim_end().ends_with("100000"),
+        "{}",
+        &out[out.len().saturating_sub(200)..]
+    );
     let bad = t
         .call(
             &session,
