@@ -654,8 +654,8 @@ impl Engine {
         let scripts = self.registry().script_specs();
         let mut description = String::from(
             "Run a short Python script that calls tools and returns only what matters. \
-             `await tools.<name>(key=value)` calls a tool (keyword arguments only); run \
-             independent calls concurrently with `asyncio.gather`. End on an expression (or \
+             `await tools.<name>(key=value)` calls a tool (`<name>(...)` without await also \
+             works); run independent calls concurrently with `asyncio.gather`. End on an expression (or \
              `return`) to return a value; `print` output is returned too. No files, network or \
              environment: use tools. Tool failures raise ValueError (bad arguments), \
              PermissionError (denied) or RuntimeError. ",

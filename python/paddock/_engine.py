@@ -215,6 +215,39 @@ class _Channel:
         self._put(("output", message))
 
 
+def _set_variables_script(values: Mapping[str, Any]) -> str:
+    """The script that sets `values` in a notebook: the names checked here, the values carried
+    as one JSON text (so nothing of them is ever run as code)."""
+    import keyword
+
+    if not isinstance(values, Mapping):
+        raise TypeError(f"set_variables takes a mapping of names to JSON values, not {type(values).__name__}")
+    for name, value in values.items():
+        if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+            raise ValueError(f"set_variables: {name!r} is not a Python name")
+        if name.startswith("__"):
+            raise ValueError(f"set_variables: {name!r}: names starting with '__' belong to the runtime")
+        try:
+            json.dumps(value, allow_nan=True)
+        except (TypeError, ValueError) as err:
+            raise TypeError(
+                f"set_variables: the value of {name!r} is not a JSON value ({err}); "
+                "pass numbers, strings, booleans, None, lists and dicts of them"
+            ) from None
+    text = json.dumps(dict(values))
+    return f"globals().update(__import__('json').loads({text!r}))\nNone\n"
+
+
+def _check_variables_set(answer: Dict[str, Any]) -> None:
+    if not answer.get("ok"):
+        raise ToolError(str(answer.get("error_code") or "tool:failed"), f"set_variables failed: {answer.get('error')}")
+    if "notebook" not in answer:
+        raise ValueError(
+            "set_variables needs a notebook session, whose names last from one script to the "
+            "next: start the engine with keep_state=True (or [codemode] keep_state = true)"
+        )
+
+
 def _new_session_id() -> str:
     """A session id no one else has (the engine accepts [A-Za-z0-9_.-], at most 128)."""
     return f"py-{secrets.token_hex(6)}"
@@ -373,10 +406,16 @@ class Engine:
         max_tool_calls: Optional[int] = None,
         max_memory_mb: Optional[int] = None,
         max_output_chars: Optional[int] = None,
+        session: Optional[str] = None,
     ) -> Dict[str, Any]:
         """Runs a script; returns its result object (`{"ok", "output", "result", ...}` or
-        `{"ok": False, "error_code", "error", ...}`), as `paddock run` prints it."""
-        message = self._script_message(code, timeout, max_tool_calls, max_memory_mb, max_output_chars)
+        `{"ok": False, "error_code", "error", ...}`), as `paddock run` prints it. In `session`
+        (its notebook, with `keep_state`) instead of the engine's own when given.
+
+        A tool is also a plain function in the script (`lookup("paris")`, arguments by keyword
+        or in the order of its schema), and `final_answer(value)` ends the script with `value`
+        as its result and `"final_answer": True`."""
+        message = self._script_message(code, timeout, max_tool_calls, max_memory_mb, max_output_chars, session)
         return self._unwrap(await self._request(message))
 
     def run_tools_script_sync(
@@ -387,10 +426,65 @@ class Engine:
         max_tool_calls: Optional[int] = None,
         max_memory_mb: Optional[int] = None,
         max_output_chars: Optional[int] = None,
+        session: Optional[str] = None,
     ) -> Dict[str, Any]:
         """`run_tools_script`, blocking."""
-        message = self._script_message(code, timeout, max_tool_calls, max_memory_mb, max_output_chars)
+        message = self._script_message(code, timeout, max_tool_calls, max_memory_mb, max_output_chars, session)
         return self._unwrap(self._request_sync(message))
+
+    async def add_tools(self, tools: Iterable[Union[HostTool, Callable[..., Any]]]) -> List[str]:
+        """Adds host tools while the engine runs (as `Engine(tools=...)` does at start): scripts
+        started from now on can call them. A name already taken raises `ValueError` and adds
+        none of `tools`. Returns every tool name the engine now has."""
+        message = self._add_tools_message(tools)
+        try:
+            names = self._unwrap(await self._request(message))["tools"]
+        except ToolError as err:
+            self._forget_tools(message)
+            raise ValueError(err.message) from None
+        self.tool_names = list(names)
+        return list(names)
+
+    def add_tools_sync(self, tools: Iterable[Union[HostTool, Callable[..., Any]]]) -> List[str]:
+        """`add_tools`, blocking."""
+        message = self._add_tools_message(tools)
+        try:
+            names = self._unwrap(self._request_sync(message))["tools"]
+        except ToolError as err:
+            self._forget_tools(message)
+            raise ValueError(err.message) from None
+        self.tool_names = list(names)
+        return list(names)
+
+    def _add_tools_message(self, tools: Iterable[Union[HostTool, Callable[..., Any]]]) -> Dict[str, Any]:
+        """The `add_tools` request; the tools are known here first, so a call that comes as
+        soon as the engine has them finds them."""
+        added = [_as_host_tool(t) for t in tools]
+        names = [t.name for t in added]
+        for name in names:
+            if name in self._host or names.count(name) > 1:
+                raise ValueError(f"a host tool named {name!r} exists already or is given twice")
+        for t in added:
+            self._host[t.name] = t
+        self._config["tools"] = list(self._config["tools"]) + added
+        return {"type": "add_tools", "tools": [t.spec() for t in added]}
+
+    def _forget_tools(self, message: Dict[str, Any]) -> None:
+        refused = {spec["name"] for spec in message["tools"]}
+        for name in refused:
+            self._host.pop(name, None)
+        self._config["tools"] = [t for t in self._config["tools"] if t.name not in refused]
+
+    async def set_variables(self, values: Mapping[str, Any], *, session: Optional[str] = None) -> None:
+        """Sets names of a notebook session (`keep_state=True`) from the host: the next
+        script sees them. Values are JSON values (a tuple arrives as a list)."""
+        answer = await self.run_tools_script(_set_variables_script(values), session=session)
+        _check_variables_set(answer)
+
+    def set_variables_sync(self, values: Mapping[str, Any], *, session: Optional[str] = None) -> None:
+        """`set_variables`, blocking."""
+        answer = self.run_tools_script_sync(_set_variables_script(values), session=session)
+        _check_variables_set(answer)
 
     async def call(self, tool: str, /, **args: Any) -> Any:
         """Calls any tool through the engine's registry (terminal, process, python_execute, your
@@ -591,6 +685,7 @@ class Engine:
         max_tool_calls: Optional[int],
         max_memory_mb: Optional[int],
         max_output_chars: Optional[int],
+        session: Optional[str] = None,
     ) -> Dict[str, Any]:
         limits = {
             "timeout_seconds": timeout,
@@ -598,11 +693,14 @@ class Engine:
             "max_memory_mb": max_memory_mb,
             "max_output_chars": max_output_chars,
         }
-        return {
+        message: Dict[str, Any] = {
             "type": "run_tools_script",
             "code": code,
             "limits": {k: v for k, v in limits.items() if v is not None},
         }
+        if session is not None:
+            message["session"] = session
+        return message
 
     @staticmethod
     def _unwrap(message: Dict[str, Any]) -> Any:

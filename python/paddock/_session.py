@@ -529,6 +529,17 @@ class Session(_SessionState):
             late[0](late[1])
         return command_result(answer, streams)
 
+    def run_tools_script(self, code: str, **limits: Any) -> Dict[str, Any]:
+        """Runs a code-mode script in this session (its notebook when the engine keeps state):
+        `Engine.run_tools_script_sync` with `session=` this one."""
+        self._ready()
+        return self._engine.run_tools_script_sync(code, session=self.id, **limits)
+
+    def set_variables(self, values: Mapping[str, Any]) -> None:
+        """Sets names of this session's notebook (`keep_state=True`) from the host, JSON values."""
+        self._ready()
+        self._engine.set_variables_sync(values, session=self.id)
+
     def run_code(
         self,
         code: str,
@@ -964,6 +975,16 @@ class AsyncSession(_SessionState):
             if inspect.isawaitable(done):
                 await done
         return command_result(answer, streams)
+
+    async def run_tools_script(self, code: str, **limits: Any) -> Dict[str, Any]:
+        """`Session.run_tools_script`, awaitable."""
+        await self._ready()
+        return await self._engine.run_tools_script(code, session=self.id, **limits)
+
+    async def set_variables(self, values: Mapping[str, Any]) -> None:
+        """`Session.set_variables`, awaitable."""
+        await self._ready()
+        await self._engine.set_variables(values, session=self.id)
 
     async def run_code(
         self,

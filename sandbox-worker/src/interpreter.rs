@@ -175,6 +175,7 @@ pub fn rehearse(interpreter: &Interpreter) {
         source: prepared.source,
         original_source: source.to_owned(),
         tools: vec![("rehearsal".into(), "rehearsal".into())],
+        tool_parameters: vec![("rehearsal".into(), vec!["value".into()])],
         max_memory_bytes: 0,
         keep_state: false,
     });
@@ -198,12 +199,26 @@ fn call_run(vm: &VirtualMachine, request: &RunRequest) -> PyResult<ScriptOutcome
     for (ident, name) in &request.tools {
         tools.set_item(ident.as_str(), vm.ctx.new_str(name.as_str()).into(), vm)?;
     }
+    let parameters = vm.ctx.new_dict();
+    for (ident, names) in &request.tool_parameters {
+        let names: Vec<PyObjectRef> = names
+            .iter()
+            .map(|n| vm.ctx.new_str(n.as_str()).into())
+            .collect();
+        parameters.set_item(ident.as_str(), vm.ctx.new_tuple(names).into(), vm)?;
+    }
     let source: PyObjectRef = vm.ctx.new_str(request.source.as_str()).into();
     let original: PyObjectRef = vm.ctx.new_str(request.original_source.as_str()).into();
     let outcome = vm.call_method(
         &runtime,
         "_run",
-        (source, tools, original, vm.ctx.new_bool(request.keep_state)),
+        (
+            source,
+            tools,
+            original,
+            vm.ctx.new_bool(request.keep_state),
+            parameters,
+        ),
     )?;
     let outcome = outcome
         .downcast::<PyTuple>()
@@ -216,8 +231,15 @@ fn call_run(vm: &VirtualMachine, request: &RunRequest) -> PyResult<ScriptOutcome
         .unwrap_or(false);
     let payload = outcome.get(1).cloned().unwrap_or_else(|| vm.ctx.none());
     if ok {
+        // A third member, true when the script ended with `final_answer(value)`.
+        let final_answer = outcome
+            .get(2)
+            .map(|o| o.clone().try_to_bool(vm))
+            .transpose()?
+            .unwrap_or(false);
         return Ok(ScriptOutcome::Ok {
             result_json: string_of(vm, &payload)?,
+            final_answer,
         });
     }
     let failure = payload

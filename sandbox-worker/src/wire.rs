@@ -103,6 +103,11 @@ pub struct RunRequest {
     pub original_source: String,
     /// Python identifier -> registry tool name, for every tool the script may call.
     pub tools: Vec<(String, String)>,
+    /// Python identifier -> the tool's parameter names in the order of its JSON schema's
+    /// `properties`: what a positional call (`lookup("paris")`) binds to. Tools without
+    /// properties are left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_parameters: Vec<(String, Vec<String>)>,
     /// The script's own heap budget in bytes (`MemoryError` above it). In a notebook child
     /// the first script's budget is the session's, counted from before that script.
     pub max_memory_bytes: u64,
@@ -131,8 +136,13 @@ pub enum ToolReply {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum ScriptOutcome {
-    /// The final value, already JSON.
-    Ok { result_json: String },
+    /// The final value, already JSON. `final_answer`: the script ended by calling
+    /// `final_answer(value)` (the CodeAct style's way to finish).
+    Ok {
+        result_json: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        final_answer: bool,
+    },
     /// An uncaught exception (or a syntax error found while compiling).
     Err(ScriptFailure),
 }
@@ -295,8 +305,13 @@ mod tests {
             source: "1".into(),
             original_source: "1".into(),
             tools: vec![("my_tool".into(), "my-tool".into())],
+            tool_parameters: vec![("my_tool".into(), vec!["city".into(), "days".into()])],
             max_memory_bytes: 1 << 20,
             keep_state: true,
+        }));
+        roundtrip(Message::Finished(ScriptOutcome::Ok {
+            result_json: "42".into(),
+            final_answer: true,
         }));
         roundtrip(Message::Finished(ScriptOutcome::Err(ScriptFailure {
             exception: "ValueError".into(),

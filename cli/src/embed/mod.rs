@@ -219,9 +219,19 @@ impl Embedded {
         let mut tasks = tokio::task::JoinSet::new();
         while let Some(next) = inbound.recv().await {
             let (id, job) = match next {
-                Inbound::Message(ClientMessage::RunToolsScript { id, code, limits }) => {
-                    (id, Job::Script { code, limits })
-                }
+                Inbound::Message(ClientMessage::RunToolsScript {
+                    id,
+                    code,
+                    limits,
+                    session,
+                }) => (
+                    id,
+                    Job::Script {
+                        code,
+                        limits,
+                        session,
+                    },
+                ),
                 Inbound::Message(ClientMessage::Call {
                     id,
                     tool,
@@ -276,6 +286,9 @@ impl Embedded {
                     snapshot,
                     count,
                 }) => (id, Job::Fork { snapshot, count }),
+                Inbound::Message(ClientMessage::AddTools { id, tools }) => {
+                    (id, Job::AddTools { tools })
+                }
                 Inbound::Message(ClientMessage::Cancel { id }) => {
                     let handle = running.lock().ok().and_then(|mut r| r.remove(&id));
                     if let Some(handle) = handle {
@@ -370,6 +383,7 @@ enum Job {
     Script {
         code: String,
         limits: LimitOverrides,
+        session: Option<String>,
     },
     Call {
         tool: String,
@@ -399,6 +413,9 @@ enum Job {
         snapshot: String,
         count: usize,
     },
+    AddTools {
+        tools: Vec<protocol::HostToolSpec>,
+    },
 }
 
 /// A failed snapshot or fork, as the client reads a failed call.
@@ -422,23 +439,30 @@ struct RequestContext {
 impl RequestContext {
     async fn run(&self, id: u64, job: Job) {
         let answer = match job {
-            Job::Script { code, limits } => match apply_limits(self.engine.limits(), &limits) {
-                Ok(limits) => self.script(id, &code, &limits).await,
+            Job::Script {
+                code,
+                limits,
+                session,
+            } => match apply_limits(self.engine.limits(), &limits) {
+                Ok(limits) => self.script(id, &code, &limits, session).await,
                 Err(message) => {
                     Err(paddock_engine::registry::ToolError::invalid_arguments(message).to_json())
                 }
             },
-            Job::Call { tool, args, .. } if tool == RUN_TOOLS_SCRIPT => {
-                match args.get("code").and_then(Value::as_str) {
-                    Some(code) if args.as_object().is_some_and(|a| a.len() == 1) => {
-                        self.script(id, code, &self.engine.limits()).await
-                    }
-                    _ => Err(paddock_engine::registry::ToolError::invalid_arguments(
-                        "invalid arguments for 'run_tools_script': give exactly `code` (a string)",
-                    )
-                    .to_json()),
+            Job::Call {
+                tool,
+                args,
+                session,
+                ..
+            } if tool == RUN_TOOLS_SCRIPT => match args.get("code").and_then(Value::as_str) {
+                Some(code) if args.as_object().is_some_and(|a| a.len() == 1) => {
+                    self.script(id, code, &self.engine.limits(), session).await
                 }
-            }
+                _ => Err(paddock_engine::registry::ToolError::invalid_arguments(
+                    "invalid arguments for 'run_tools_script': give exactly `code` (a string)",
+                )
+                .to_json()),
+            },
             Job::Call {
                 tool,
                 args,
@@ -516,6 +540,7 @@ impl RequestContext {
                         .map_err(snapshot_error)
                 }
             }
+            Job::AddTools { tools } => self.add_tools(&tools),
         };
         let message = match answer {
             Ok(value) => ServerMessage::Result {
@@ -532,6 +557,53 @@ impl RequestContext {
             },
         };
         send(&self.out, &message);
+    }
+
+    /// `add_tools`: every tool is checked before any is added, so a bad one adds none.
+    fn add_tools(&self, tools: &[protocol::HostToolSpec]) -> Result<Value, Value> {
+        let refused = |message: String| serde_json::json!({"error": message, "error_code": "tool:invalid_arguments"});
+        let registry = self.engine.registry();
+        let known = registry.all_specs();
+        let mut seen = std::collections::HashSet::new();
+        for declared in tools {
+            if RESERVED_NAMES.contains(&declared.name.as_str())
+                || known.iter().any(|spec| spec.name == declared.name)
+            {
+                return Err(refused(format!(
+                    "host tool '{}': a tool of that name exists already; rename it",
+                    declared.name
+                )));
+            }
+            if !seen.insert(declared.name.as_str()) {
+                return Err(refused(format!(
+                    "host tool '{}' is given twice",
+                    declared.name
+                )));
+            }
+        }
+        let mut made = Vec::with_capacity(tools.len());
+        for declared in tools {
+            let tool = HostTool::new(self.link.clone(), declared);
+            paddock_engine::registry::Registry::checked_spec(&tool)
+                .map_err(|e| refused(format!("host tool '{}': {e}", declared.name)))?;
+            made.push((
+                declared.name.as_str(),
+                Arc::new(tool),
+                declared.requires_approval,
+            ));
+        }
+        for (name, tool, requires_approval) in made {
+            registry
+                .add(tool, requires_approval)
+                .map_err(|e| refused(format!("host tool '{name}': {e}")))?;
+        }
+        let names: Vec<String> = self
+            .engine
+            .tool_specs()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        Ok(serde_json::json!({ "tools": names }))
     }
 
     /// One `session` request.
@@ -590,10 +662,16 @@ impl RequestContext {
 
     /// One script, as the call whose id maps to the client's request `id`: its host calls
     /// name that request, so the client runs them where the request was made.
-    async fn script(&self, id: u64, code: &str, limits: &Limits) -> Result<Value, Value> {
+    async fn script(
+        &self,
+        id: u64,
+        code: &str,
+        limits: &Limits,
+        session: Option<String>,
+    ) -> Result<Value, Value> {
         let ctx = CallContext {
             call_id: new_call_id(),
-            session: self.engine.session().to_owned(),
+            session: session.unwrap_or_else(|| self.engine.session().to_owned()),
             parent_call_id: None,
             deadline: None,
             approver: self.approver.clone(),

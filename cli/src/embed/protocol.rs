@@ -23,11 +23,14 @@ pub enum ClientMessage {
     /// First message, exactly once: the client's tools and how it wants the engine.
     Hello(Hello),
     /// Runs a script; answered by one `result` whose `value` is the script's result object.
+    /// In `session` instead of the engine's when given (its notebook, with `keep_state`).
     RunToolsScript {
         id: u64,
         code: String,
         #[serde(default)]
         limits: LimitOverrides,
+        #[serde(default)]
+        session: Option<String>,
     },
     /// Calls any tool by name (`run_tools_script` included); answered by one `result`. In
     /// `session` instead of the engine's when given; with `stream`, a command's output comes
@@ -83,6 +86,9 @@ pub enum ClientMessage {
         #[serde(default = "one")]
         count: usize,
     },
+    /// Adds host tools while the engine runs (`engine.add_tools`); answered by one `result`
+    /// (`{"tools": [every tool name]}`). Scripts started after the answer can call them.
+    AddTools { id: u64, tools: Vec<HostToolSpec> },
     /// The answer to `host_call` `id`: `ok` with `value`, or not with `error`.
     HostResult {
         id: u64,

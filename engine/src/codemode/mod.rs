@@ -233,14 +233,20 @@ impl CodeMode {
         })?;
         let script_tools = self.registry.script_tools();
         record.script_tools = script_tools
+            .names
             .iter()
             .map(|(ident, _)| ident.clone())
             .collect();
-        let allowed = script_tools.iter().map(|(_, name)| name.clone()).collect();
+        let allowed = script_tools
+            .names
+            .iter()
+            .map(|(_, name)| name.clone())
+            .collect();
         let request = RunRequest {
             source: prepared.source,
             original_source: code.to_owned(),
-            tools: script_tools,
+            tools: script_tools.names,
+            tool_parameters: script_tools.parameters,
             max_memory_bytes: limits.max_memory_mb.saturating_mul(1024 * 1024),
             keep_state,
         };
@@ -768,13 +774,19 @@ fn timeout_message(limits: &Limits) -> String {
 fn render(ending: Ending, record: RunRecord, limits: &Limits) -> Value {
     let mut out = Map::new();
     match ending {
-        Ending::Finished(ScriptOutcome::Ok { result_json }) => {
+        Ending::Finished(ScriptOutcome::Ok {
+            result_json,
+            final_answer,
+        }) => {
             out.insert("ok".into(), json!(true));
             out.insert("output".into(), json!(record.output.render()));
             out.insert(
                 "result".into(),
                 capped_result(&result_json, limits.max_output_chars),
             );
+            if final_answer {
+                out.insert("final_answer".into(), json!(true));
+            }
         }
         Ending::Finished(ScriptOutcome::Err(failure)) => {
             let code = failure

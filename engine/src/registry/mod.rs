@@ -195,12 +195,19 @@ pub const MAX_ARGUMENT_BYTES: usize = 4 * 1024 * 1024;
 struct Entry {
     tool: Arc<dyn Tool>,
     spec: ToolSpec,
+    /// Added after the engine started ([`Registry::add`]) with every call asking first: the
+    /// policy's filter, fixed at start, does not know it.
+    requires_approval: bool,
 }
+
+/// The tools by name. Behind a lock because host tools can be added while the engine runs
+/// (`engine.add_tools`); a lookup clones the entry's `Arc` and never holds the lock across a call.
+type ToolTable = std::sync::RwLock<BTreeMap<String, Arc<Entry>>>;
 
 /// All registered tools, the toolsets they form and the policy filter that decides what
 /// callers may use.
 pub struct Registry {
-    tools: BTreeMap<String, Entry>,
+    tools: ToolTable,
     filter: ToolFilter,
     toolsets: toolsets::Toolsets,
     selection: toolsets::ToolsetSelection,
@@ -229,7 +236,7 @@ impl Registry {
         let toolsets = toolsets::Toolsets::default();
         let selection = toolsets::ToolsetSelection::all(&toolsets);
         Self {
-            tools: BTreeMap::new(),
+            tools: ToolTable::default(),
             filter: ToolFilter::allow_all(),
             toolsets,
             selection,
@@ -248,9 +255,14 @@ impl Registry {
         let mut registry = Self::new();
         for tool in tools {
             let spec = tool.spec();
-            registry
-                .tools
-                .insert(spec.name.clone(), Entry { tool, spec });
+            registry.tools_mut().insert(
+                spec.name.clone(),
+                Arc::new(Entry {
+                    tool,
+                    spec,
+                    requires_approval: false,
+                }),
+            );
         }
         registry
     }
@@ -326,7 +338,64 @@ impl Registry {
         self.register_inner(tool, true)
     }
 
+    /// Registers a tool while the engine runs (a host tool added after start). Scripts
+    /// started from now on can call it; `requires_approval` makes every call ask first.
+    pub fn add(&self, tool: Arc<dyn Tool>, requires_approval: bool) -> Result<(), RegistryError> {
+        let spec = Self::checked_spec(tool.as_ref())?;
+        let mut tools = self.tools.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = tools.get(&spec.name) {
+            return Err(RegistryError::Duplicate {
+                name: spec.name,
+                owner: existing.spec.toolset.clone(),
+            });
+        }
+        tools.insert(
+            spec.name.clone(),
+            Arc::new(Entry {
+                tool,
+                spec,
+                requires_approval,
+            }),
+        );
+        Ok(())
+    }
+
     fn register_inner(&mut self, tool: Arc<dyn Tool>, replace: bool) -> Result<(), RegistryError> {
+        let spec = Self::checked_spec(tool.as_ref())?;
+        let name = spec.name.clone();
+        if !replace && let Some(existing) = self.tools_mut().get(&name) {
+            return Err(RegistryError::Duplicate {
+                name,
+                owner: existing.spec.toolset.clone(),
+            });
+        }
+        self.tools_mut().insert(
+            name,
+            Arc::new(Entry {
+                tool,
+                spec,
+                requires_approval: false,
+            }),
+        );
+        Ok(())
+    }
+
+    fn tools_mut(&mut self) -> &mut BTreeMap<String, Arc<Entry>> {
+        self.tools.get_mut().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn entry(&self, name: &str) -> Option<Arc<Entry>> {
+        let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
+        tools.get(name).cloned()
+    }
+
+    fn entries(&self) -> Vec<Arc<Entry>> {
+        let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
+        tools.values().cloned().collect()
+    }
+
+    /// The tool's spec when its name and schema are acceptable to [`Registry::register`].
+    pub fn checked_spec(tool: &dyn Tool) -> Result<ToolSpec, RegistryError> {
         let spec = tool.spec();
         let name = spec.name.clone();
         let valid = !name.is_empty()
@@ -347,24 +416,17 @@ impl Registry {
                 problems: problems.join("; "),
             });
         }
-        if !replace && let Some(existing) = self.tools.get(&name) {
-            return Err(RegistryError::Duplicate {
-                name,
-                owner: existing.spec.toolset.clone(),
-            });
-        }
-        self.tools.insert(name, Entry { tool, spec });
-        Ok(())
+        Ok(spec)
     }
 
     /// Every registered spec, available or not, by name.
     pub fn all_specs(&self) -> Vec<ToolSpec> {
-        self.tools.values().map(|e| e.spec.clone()).collect()
+        self.entries().iter().map(|e| e.spec.clone()).collect()
     }
 
     /// Why a tool cannot be used right now, or `None` when it can.
     pub fn unavailable_reason(&self, name: &str) -> Option<String> {
-        let Some(entry) = self.tools.get(name) else {
+        let Some(entry) = self.entry(name) else {
             return Some(format!("there is no tool named '{name}'"));
         };
         if !self.filter.is_visible(name) {
@@ -391,8 +453,8 @@ impl Registry {
     /// Specs of every tool a caller may use right now: allowed, in an enabled toolset and
     /// available. By name.
     pub fn visible_specs(&self) -> Vec<ToolSpec> {
-        self.tools
-            .values()
+        self.entries()
+            .iter()
             .filter(|e| self.unavailable_reason(&e.spec.name).is_none())
             .map(|e| e.spec.clone())
             .collect()
@@ -408,12 +470,19 @@ impl Registry {
             .collect()
     }
 
-    /// `(python identifier, tool name)` pairs of [`Registry::script_specs`], in a stable order.
-    pub fn script_tools(&self) -> Vec<(String, String)> {
-        self.script_specs()
-            .into_iter()
-            .map(|s| (python_identifier(&s.name), s.name))
-            .collect()
+    /// What a script is given of [`Registry::script_specs`], in a stable order: each tool's
+    /// Python identifier and name, and the parameter names positional calls bind to.
+    pub fn script_tools(&self) -> ScriptTools {
+        let mut tools = ScriptTools::default();
+        for spec in self.script_specs() {
+            let ident = python_identifier(&spec.name);
+            let parameters = parameter_order(&spec.input_schema);
+            if !parameters.is_empty() {
+                tools.parameters.push((ident.clone(), parameters));
+            }
+            tools.names.push((ident, spec.name));
+        }
+        tools
     }
 
     /// Calls a tool through every check. Failures come back as [`ToolError`]s, never panics.
@@ -470,7 +539,7 @@ impl Registry {
         args: Value,
         ctx: CallContext,
     ) -> Result<Value, ToolError> {
-        let Some(entry) = self.tools.get(name) else {
+        let Some(entry) = self.entry(name) else {
             return Err(ToolError::not_found(format!(
                 "there is no tool named '{name}'"
             )));
@@ -486,7 +555,7 @@ impl Registry {
         for hook in &self.pre_hooks {
             hook(name, &args, &ctx)?;
         }
-        if self.filter.requires_approval(name) {
+        if entry.requires_approval || self.filter.requires_approval(name) {
             match &self.approvals {
                 Some(gate) => gate.check_tool(name, &args, &ctx).await?,
                 None => {
@@ -512,6 +581,26 @@ impl Registry {
             ))),
         }
     }
+}
+
+/// The tools a script may call, as [`crate::codemode`] hands them to the sandbox.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScriptTools {
+    /// `(python identifier, tool name)`.
+    pub names: Vec<(String, String)>,
+    /// `(python identifier, parameter names)` of the tools whose schema has `properties`.
+    pub parameters: Vec<(String, Vec<String>)>,
+}
+
+/// The names of a JSON schema's `properties`, in the order the schema lists them (serde_json
+/// keeps it): the order a positional call (`lookup("paris", 3)`) binds arguments in, as the
+/// CodeAct-style code models write assumes.
+pub fn parameter_order(schema: &Value) -> Vec<String> {
+    schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|properties| properties.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// Turns a tool name into the identifier a script uses: every character that is not valid in

@@ -294,8 +294,29 @@ sys.__stderr__.name = "<stderr>"
 
 
 _TOOLS = {}
+# Python identifier -> the tool's parameter names in its schema's order (positional calls).
+_TOOL_PARAMETERS = {}
 # `tools.<name>` as made once per run: a loop of calls pays for the lookup once.
 _TOOL_CALLS = {}
+
+
+def _bind(name, args, kwargs):
+    """A tool call's arguments object: positional arguments take the tool's parameters in the
+    order of its JSON schema (as CodeAct-style code, ``lookup("paris")``, assumes)."""
+    if not args:
+        return kwargs
+    names = _TOOL_PARAMETERS.get(name, ())
+    if len(args) > len(names):
+        listed = ", ".join(names) if names else "none"
+        raise TypeError(
+            f"{name}() takes at most {len(names)} positional argument(s) but {len(args)} were "
+            f"given (its parameters, in order: {listed}); e.g. {name}(key=value)")
+    bound = dict(zip(names, args))
+    for key in kwargs:
+        if key in bound:
+            raise TypeError(f"{name}() got multiple values for argument {key!r}")
+    bound.update(kwargs)
+    return bound
 
 
 class _Tools:
@@ -316,10 +337,7 @@ class _Tools:
             raise err
 
         def call(*args, **kwargs):
-            if args:
-                raise TypeError(
-                    f"tools.{name}() takes keyword arguments only, e.g. tools.{name}(key=value)")
-            return asyncio.get_event_loop()._call_tool(tool, kwargs)
+            return asyncio.get_event_loop()._call_tool(tool, _bind(name, args, kwargs))
 
         call.__name__ = name
         call.__qualname__ = f"tools.{name}"
@@ -331,6 +349,77 @@ class _Tools:
 
     def __repr__(self):
         return "<tools: " + ", ".join(sorted(_TOOLS)) + ">"
+
+
+def _call_now(name, args, kwargs):
+    """A tool called as a plain function (CodeAct style): waits for its answer and returns it,
+    answers to other calls in flight going to their futures meanwhile."""
+    loop = asyncio.get_event_loop()
+    future = loop._call_tool(_TOOLS[name], _bind(name, args, kwargs))
+    while not future.done():
+        loop._deliver(_host.wait(None))
+    return future.result()
+
+
+# Plain-function tools made so far: they look their tool up when called, so a notebook's next
+# script reuses them.
+_PLAIN_TOOLS = {}
+
+
+def _plain_tool(name):
+    made = _PLAIN_TOOLS.get(name)
+    if made is not None:
+        return made
+
+    def call(*args, **kwargs):
+        if name not in _TOOLS:
+            raise NameError(f"tool {name!r} is not available to this script")
+        return _call_now(name, args, kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"Calls tool {name!r} and returns its answer (same as `await tools.{name}(...)`)."
+    call.__paddock_tool__ = True
+    _PLAIN_TOOLS[name] = call
+    return call
+
+
+class __paddock_final_answer__(BaseException):
+    """Raised by ``final_answer(value)``: the script ends with ``value`` as its result."""
+
+    def __init__(self, value=None):
+        super().__init__()
+        self.value = value
+
+
+def final_answer(*args, **kwargs):
+    """Ends the script with its argument as the final answer (``final_answer(value)`` or
+    ``final_answer(answer=value)``). When there is a tool named ``final_answer``, it is called
+    first with the same arguments and its return value is the answer."""
+    if "final_answer" in _TOOLS:
+        raise __paddock_final_answer__(_call_now("final_answer", args, kwargs))
+    if len(args) + len(kwargs) > 1 or (kwargs and "answer" not in kwargs):
+        raise TypeError("final_answer() takes one argument, the answer: final_answer(value)")
+    raise __paddock_final_answer__(args[0] if args else kwargs.get("answer"))
+
+
+final_answer.__paddock_tool__ = True
+# Names a tool must not take as a plain function: the runtime's own, and every builtin (a tool
+# named `print` or `len` is `tools.print` only).
+_NOT_PLAIN = frozenset(dir(builtins)) | {"tools", "final_answer", "asyncio"}
+
+
+def _install_plain_tools(scope):
+    """Every tool as a plain function in the script's namespace, where that shadows nothing: a
+    builtin keeps its name, and so does a notebook's own variable of that name."""
+    for name in _TOOLS:
+        if name in _NOT_PLAIN:
+            continue
+        current = scope.get(name)
+        if current is None or getattr(current, "__paddock_tool__", False):
+            scope[name] = _plain_tool(name)
+    current = scope.get("final_answer")
+    if current is None or getattr(current, "__paddock_tool__", False):
+        scope["final_answer"] = final_answer
 
 
 # Containers deeper than this become their repr(): the engine's JSON parser stops at 128 levels.
@@ -1072,6 +1161,7 @@ def _script_scope(keep_state):
         scope.pop("__paddock_result__", None)
     scope["tools"] = _Tools()
     scope["__paddock_return__"] = __paddock_return__
+    _install_plain_tools(scope)
     return scope
 
 
@@ -1101,7 +1191,7 @@ def _notebook_dump():
     scope = _NOTEBOOK_SCOPE or {}
     modules, values, skipped = [], {}, []
     for name, value in scope.items():
-        if name in _RUNTIME_NAMES:
+        if name in _RUNTIME_NAMES or getattr(value, "__paddock_tool__", False):
             continue
         if isinstance(value, type(sys)):
             modules.append((name, value.__name__))
@@ -1167,17 +1257,19 @@ def _notebook_load(state_json):
     return _dumps({"names": restored, "not_restored": failed})
 
 
-def _run(source, tools, original=None, keep_state=False):
-    """Runs one script. Returns (True, result_json) or (False, failure tuple)."""
+def _run(source, tools, original=None, keep_state=False, parameters=None):
+    """Runs one script. Returns (True, result_json, final_answer) or (False, failure tuple)."""
     try:
-        return _run_script(source, tools, original, keep_state)
+        return _run_script(source, tools, original, keep_state, parameters or {})
     except BaseException as err:  # noqa: B036 - e.g. a MemoryError landing between two steps
         return (False, _failure(err, original or source))
 
 
-def _run_script(source, tools, original, keep_state):
+def _run_script(source, tools, original, keep_state, parameters):
     _TOOLS.clear()
     _TOOLS.update(tools)
+    _TOOL_PARAMETERS.clear()
+    _TOOL_PARAMETERS.update(parameters)
     _TOOL_CALLS.clear()
     if _NOTEBOOK_SCOPE is None:
         # Every child starts from the zygote's copy of `random`: reseed from the kernel (a
@@ -1190,6 +1282,7 @@ def _run_script(source, tools, original, keep_state):
                        dont_inherit=True)
     except SyntaxError as err:
         return (False, _failure(err, original or source, "codemode:syntax_error"))
+    final = False
     try:
         if code.co_flags & _CO_COROUTINE:
             asyncio.get_event_loop().run_until_complete(eval(code, scope))
@@ -1198,10 +1291,13 @@ def _run_script(source, tools, original, keep_state):
         value = scope.get("__paddock_result__")
     except __paddock_return__ as ret:
         value = ret.value
+    except __paddock_final_answer__ as answer:
+        final = True
+        value = answer.value
     except BaseException as err:  # noqa: B036 - everything the script raises is reported
         return (False, _failure(err, original or source))
     try:
-        return (True, _dumps(_jsonable(value)))
+        return (True, _dumps(_jsonable(value)), final)
     except BaseException as err:  # noqa: B036
         return (False, _failure(err, source))
 

@@ -178,13 +178,15 @@ fn unknown_tool_is_an_attribute_error_with_a_hint() {
 }
 
 #[test]
-fn positional_arguments_are_refused() {
-    let v = run_script("await tools.wait(5)", &[]).json();
+fn positional_arguments_bind_in_schema_order_and_too_many_are_refused() {
+    // `wait` has one parameter, `milliseconds`: a positional argument takes it.
+    let v = run_script("await tools.wait(1)", &[]).json();
+    assert_eq!(v["ok"], true, "{v}");
+    let v = run_script("await tools.wait(1, 2)", &[]).json();
+    let error = v["error"].as_str().unwrap();
     assert!(
-        v["error"]
-            .as_str()
-            .unwrap()
-            .contains("keyword arguments only"),
+        error.contains("takes at most 1 positional argument")
+            && error.contains("in order: milliseconds"),
         "{v}"
     );
 }
