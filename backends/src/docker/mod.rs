@@ -316,7 +316,8 @@ impl DockerTransport {
             readonly_rootfs: Some(c.read_only),
             tmpfs: Some(HashMap::from([(
                 "/tmp".to_owned(),
-                format!("rw,nosuid,nodev,size={}m", c.tmp_size_mb),
+                // `exec`: Docker mounts a tmpfs noexec unless told; agents run what they build in /tmp.
+                format!("rw,exec,nosuid,nodev,size={}m", c.tmp_size_mb),
             )])),
             binds,
             ..Default::default()

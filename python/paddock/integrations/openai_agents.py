@@ -61,8 +61,8 @@ What maps to what
 - `rm(path, recursive=True)` -> Paddock's `delete_file` tool, and the SDK's helper scripts
   (`/tmp/openai-agents/bin`) are installed by a command of this module: the SDK's own commands
   for both contain `rm -rf -- PATH`, which Paddock's approval rules ask a person about outside
-  `/tmp` (and refuse without an approver). The helpers are run with `sh HELPER`, since
-  Paddock's docker containers mount `/tmp` noexec.
+  `/tmp` (and refuse without an approver). The helpers are run with `sh HELPER`, so that
+  a `/tmp` mounted noexec (some images and hosts do) does not stop them.
 - `persist_workspace()` -> `tar -c` of the root in the environment (busybox tar is enough), the
   archive downloaded byte-exact, then made portable on this side: the SDK's skip paths and
   FIFOs/devices dropped, hard links made regular files, members workspace-relative, absolute
@@ -274,7 +274,7 @@ def _helper_install_script(helper: RuntimeHelperScript) -> str:
     dest = shlex.quote(str(helper.install_path))
     marker = "PADDOCK_AGENTS_HELPER_END"
     return (
-        # `-f`, not `-x`: where /tmp is mounted noexec (docker) `-x` is false; the name carries a
+        # `-f`, not `-x`: where /tmp is mounted noexec `-x` is false; the name carries a
         # digest of the content, and the copy is renamed into place whole.
         f"test -f {dest} && exit 0; "
         f'd=$(dirname -- {dest}) && mkdir -p -- "$d" && t={dest}.tmp.$$ && '
@@ -604,7 +604,7 @@ class PaddockSandboxSession(BaseSandboxSession):
                 raise ValueError("an empty command: give at least the program to run")
             line = shlex.join(words) + (" </dev/null" if stdin_null else "")
             if words[0] in self._helpers:
-                # Paddock's docker containers mount /tmp noexec: the SDK's helpers (sh scripts) run
+                # a /tmp may be mounted noexec: the SDK's helpers (sh scripts) run
                 # through sh; one that is gone is said apart from what the helper itself exits with.
                 line = f"test -f {shlex.quote(words[0])} || exit {_EXIT_HELPER_MISSING}\nsh {line}"
         return _common.in_dir_script(self.state.manifest.root, line)

@@ -605,6 +605,30 @@ fn stdin_is_closed_for_foreground_commands_and_nul_bytes_are_refused(t: &Target)
     assert!(bad["error"].as_str().unwrap().contains("NUL"), "{bad}");
 }
 
+/// A program the agent writes into `/tmp` runs there (`./build.sh`, a compiled test binary):
+/// `/tmp` is scratch space, not a `noexec` mount.
+fn a_program_written_to_tmp_runs(t: &Target) {
+    let session = t.session("s");
+    // Three commands: making a script executable and running it in one is for a person to
+    // approve. The name is the session's own, so backends sharing the host's /tmp do not meet.
+    let dir = format!(
+        "/tmp/exec-check-{}",
+        session.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
+    );
+    let v = t.sh(
+        &session,
+        json!({"command": format!("mkdir -p {dir} && printf '#!/bin/sh\\necho ran\\n' > {dir}/t.sh && chmod +x {dir}/t.sh")}),
+    );
+    assert_eq!(v["exit_code"], json!(0), "{v}");
+    let v = t.sh(&session, json!({"command": format!("{dir}/t.sh")}));
+    let ran = (
+        v["output"].as_str().map(str::to_owned),
+        v["exit_code"].as_i64(),
+    );
+    t.sh(&session, json!({"command": format!("rm -rf {dir}")}));
+    assert_eq!(ran, (Some("ran\n".to_owned()), Some(0)), "{v}");
+}
+
 /// `stdin` is fed to a foreground command whole and then closed (`cat` ends); the command's
 /// own stdin is otherwise empty. A background command takes its input through `process`.
 fn stdin_is_fed_then_closed(t: &Target) {
@@ -1277,6 +1301,7 @@ conformance!([
     floods_are_capped_keeping_start_and_end,
     stdin_is_closed_for_foreground_commands_and_nul_bytes_are_refused,
     stdin_is_fed_then_closed,
+    a_program_written_to_tmp_runs,
     output_streams_as_it_is_written_stdout_and_stderr_apart,
     background_processes_take_signals_and_a_terminal_resizes,
     background_output_comes_apart_as_it_is_written,
