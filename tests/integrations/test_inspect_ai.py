@@ -15,6 +15,7 @@ strict xfails keyed on the check's name.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -462,3 +463,11 @@ async def test_docker_runs_commands_as_other_users(docker_policy: Path) -> None:
         await PaddockSandboxEnvironment.sample_cleanup("users", config, envs, False)
         await PaddockSandboxEnvironment.task_cleanup("users", config, True)
 
+
+
+async def test_a_dangerous_command_is_refused_at_once_with_nobody_to_ask(sample: PaddockSandboxEnvironment) -> None:
+    with pytest.raises(PermissionError, match="recursive delete of the root"):
+        await asyncio.wait_for(sample.exec(["rm", "-rf", "/"]), timeout=60)
+    with pytest.raises(PermissionError, match="nobody is available to approve"):
+        await asyncio.wait_for(sample.exec(["rm", "-rf", "/srv/paddock-approval-check"]), timeout=60)
+    assert (await sample.exec(["ls", "/usr"])).returncode == 0

@@ -421,3 +421,16 @@ async def test_list_dir_is_complete_for_long_and_empty_directories(engine: paddo
         assert [entry.path for entry in entries] == sorted(entry.path for entry in entries)
     finally:
         await workspace.close()
+
+
+async def test_a_dangerous_command_is_denied_at_once_with_nobody_to_ask(engine: paddock.Engine) -> None:
+    workspace = PaddockWorkspace(engine)
+    try:
+        with pytest.raises(paddock.ApprovalDenied, match="recursive delete of the root"):
+            await asyncio.wait_for(workspace.run(["rm", "-rf", "/"]), timeout=60)
+        with pytest.raises(paddock.ApprovalDenied, match="nobody is available to approve"):
+            await asyncio.wait_for(workspace.run(["rm", "-rf", "/srv/paddock-approval-check"]), timeout=60)
+        # It never ran, and the workspace goes on.
+        assert (await workspace.run(["ls", "/usr"])).exit_code == 0
+    finally:
+        await workspace.close()

@@ -168,3 +168,14 @@ def test_python_mode_runs_cpython_with_shipped_tools(backend: Any) -> None:
         assert "cpython 6" in steps[0].observations
     finally:
         executor.cleanup()
+
+
+def test_a_dangerous_command_from_the_agents_code_is_denied(codemode: PaddockExecutor) -> None:
+    codemode.send_tools({})
+    # Paddock's own tools are callable from the code too; its approval rules hold, and with
+    # nobody to ask the call fails at once: the model sees why on its next step.
+    with pytest.raises(PaddockExecutionError, match="PermissionError: denied: recursive delete of the root"):
+        codemode("terminal(command='rm -rf /')")
+    with pytest.raises(PaddockExecutionError, match="needs approval .* nobody is available to approve"):
+        codemode("terminal(command='rm -rf /srv/paddock-approval-check')")
+    assert codemode("'still here'").output == "still here"
