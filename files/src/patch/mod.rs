@@ -164,23 +164,25 @@ pub(crate) fn apply(base: &Path, patch: &str) -> Result<serde_json::Value> {
         plan: BTreeMap::new(),
     };
     let (mut added, mut updated, mut deleted, mut moved) = (vec![], vec![], vec![], vec![]);
+    let mut overwritten: Vec<String> = Vec::new();
     for hunk in &hunks {
         match hunk {
             Hunk::Add { path, contents } => {
                 let key = write_key(path);
-                if overlay.exists(&key) {
-                    return Err(FileError::new(
-                        FileErrorKind::Exists,
-                        format!(
-                            "apply_patch: {path} already exists; use `*** Update File:` to change it; nothing was changed"
-                        ),
-                    ));
-                }
+                // As in codex (its `add_overwrites_existing_file`), which models learned the
+                // format from: Add over an existing file replaces its content, keeping its
+                // permission bits as an Update does. A directory stays an error.
+                let mode = if overlay.exists(&key) {
+                    overwritten.push(path.clone());
+                    overlay.read(&key, path)?.mode
+                } else {
+                    None
+                };
                 overlay.plan.insert(
                     key,
                     Outcome::Write {
                         bytes: contents.clone().into_bytes(),
-                        mode: None,
+                        mode,
                     },
                 );
                 added.push(path.clone());
@@ -269,5 +271,12 @@ pub(crate) fn apply(base: &Path, patch: &str) -> Result<serde_json::Value> {
             ),
         )
     })?;
-    Ok(json!({"added": added, "updated": updated, "deleted": deleted, "moved": moved}))
+    let mut answer =
+        json!({"added": added, "updated": updated, "deleted": deleted, "moved": moved});
+    if !overwritten.is_empty() {
+        // `added` lists them too; these existed and were replaced.
+        answer["overwritten"] = json!(true);
+        answer["overwritten_files"] = json!(overwritten);
+    }
+    Ok(answer)
 }

@@ -87,10 +87,17 @@ const CASES: &[Case] = &[
         expect: Err("file:not_found"),
     },
     Case {
-        name: "add over an existing file",
+        // codex's `add_overwrites_existing_file`: Add replaces an existing file.
+        name: "add over an existing file replaces it",
         before: &[("a.txt", "x\n")],
         patch: "*** Begin Patch\n*** Add File: a.txt\n+y\n*** End Patch",
-        expect: Err("file:exists"),
+        expect: Ok(&[("a.txt", "y\n")]),
+    },
+    Case {
+        name: "add over a directory",
+        before: &[("d/a.txt", "x\n")],
+        patch: "*** Begin Patch\n*** Add File: d\n+y\n*** End Patch",
+        expect: Err("file:is_directory"),
     },
     Case {
         name: "empty hunk",
@@ -290,6 +297,33 @@ fn mode_is_kept_and_no_temp_files_remain() {
         snapshot(dir.path()).keys().collect::<Vec<_>>(),
         vec!["run.sh"]
     );
+}
+
+#[test]
+fn add_over_an_existing_file_says_so_and_keeps_its_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    populate(dir.path(), &[("run.sh", "echo a\n")]);
+    std::fs::set_permissions(
+        dir.path().join("run.sh"),
+        std::fs::Permissions::from_mode(0o751),
+    )
+    .unwrap();
+    let patch =
+        "*** Begin Patch\n*** Add File: run.sh\n+echo b\n*** Add File: new.txt\n+n\n*** End Patch";
+    let v = run(dir.path(), json!({"op": "apply_patch", "patch": patch})).unwrap();
+    assert_eq!(v["overwritten"], json!(true), "{v}");
+    assert_eq!(v["overwritten_files"], json!(["run.sh"]), "{v}");
+    assert_eq!(v["added"], json!(["run.sh", "new.txt"]), "{v}");
+    let mode = std::fs::metadata(dir.path().join("run.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o751);
+    // A patch that overwrites nothing does not mention it.
+    let patch = "*** Begin Patch\n*** Add File: other.txt\n+o\n*** End Patch";
+    let v = run(dir.path(), json!({"op": "apply_patch", "patch": patch})).unwrap();
+    assert!(v.get("overwritten").is_none(), "{v}");
 }
 
 #[test]
