@@ -347,6 +347,13 @@ impl Engine {
         Ok(self.sessions()?.close(id).await?)
     }
 
+    /// Ends session `id`'s code-mode notebook (its kept names and its worker), if it has one:
+    /// what closing a session that only ran scripts (no environment, so no session record)
+    /// has to end. Whether there was one.
+    pub fn close_notebook(&self, id: &str) -> bool {
+        self.codemode.close_notebook(id)
+    }
+
     /// Freezes session `id` on every backend it used (`paddock sessions pause`); its next
     /// call thaws it.
     pub async fn pause_session(&self, id: &str) -> Result<PauseReport, EngineError> {

@@ -80,6 +80,14 @@ impl Default for Toolsets {
             &[],
         );
         add("mcp", "Tools of the bridged MCP servers", &[], &[]);
+        // The embedding program's own tools (`paddock embed`, the Python package's host
+        // tools): in every preset, since a program that gives the engine tools wants them used.
+        add(
+            "host",
+            "Tools of the program embedding Paddock (the Python package's host tools)",
+            &[],
+            &[],
+        );
         // Off by default: an orchestrator's tools, not an agent's.
         add(
             "sessions_admin",
@@ -103,10 +111,10 @@ impl Default for Toolsets {
         .map(|(a, b)| (a.to_owned(), b.to_owned()))
         .collect();
         let presets = [
-            ("all", vec!["core", "mcp", "sessions_admin"]),
-            ("default", vec!["core", "mcp"]),
-            ("minimal", vec!["builtin", "codemode"]),
-            ("no-shell", vec!["builtin", "codemode", "mcp"]),
+            ("all", vec!["core", "mcp", "host", "sessions_admin"]),
+            ("default", vec!["core", "mcp", "host"]),
+            ("minimal", vec!["builtin", "codemode", "host"]),
+            ("no-shell", vec!["builtin", "codemode", "mcp", "host"]),
         ]
         .into_iter()
         .map(|(a, b)| (a.to_owned(), b.into_iter().map(str::to_owned).collect()))

@@ -178,3 +178,26 @@ def test_the_async_api_adds_tools_and_sets_variables() -> None:
                 assert (await session.run_tools_script("k * 2"))["result"] == 6
 
     asyncio.run(main())
+
+
+def test_closing_a_session_that_only_ran_scripts_ends_its_notebook() -> None:
+    with paddock.Engine(keep_state=True) as engine:
+        session = engine.session()
+        session.run_tools_script("x = 42")
+        session.close()
+        # The same id again starts empty: the notebook (names and worker) ended with the close.
+        again = engine.run_tools_script_sync("x", session=session.id)
+        assert not again["ok"] and "NameError" in again["error"], again
+
+
+def test_host_tools_are_a_toolset_a_policy_can_name(tmp_path: Any) -> None:
+    policy = tmp_path / "p.toml"
+    # Scripts reach the host's tools and nothing of Paddock's environment.
+    policy.write_text('[toolsets]\nenabled = ["codemode", "host"]\n')
+    with paddock.Engine(policy, tools=[lookup]) as engine:
+        assert engine.run_tools_script_sync("lookup('x')['city']")["result"] == "x"
+        assert "terminal" not in engine.tool_names
+    # The `minimal` preset keeps them too.
+    policy.write_text('[toolsets]\npreset = "minimal"\n')
+    with paddock.Engine(policy, tools=[lookup]) as engine:
+        assert engine.run_tools_script_sync("lookup('y')['city']")["result"] == "y"

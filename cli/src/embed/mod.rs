@@ -631,6 +631,19 @@ impl RequestContext {
                     .session_is_live(session)
                     .map_err(|e| failed("sessions:failed", e))?;
                 if !live {
+                    // A session that only ran scripts has no environment and no record, but
+                    // its notebook (names, worker) is still this engine's to end.
+                    if self.engine.close_notebook(session) {
+                        return as_json(serde_json::to_value(
+                            paddock_engine::sessions::CloseReport {
+                                id: session.to_owned(),
+                                closed: true,
+                                backends: Vec::new(),
+                                processes_killed: Vec::new(),
+                                state_removed: Vec::new(),
+                            },
+                        ));
+                    }
                     return Err(serde_json::json!({
                         "error": format!("no live session '{session}' (closed, or it never ran anything)"),
                         "error_code": "sessions:not_found"

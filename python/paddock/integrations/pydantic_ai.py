@@ -1,4 +1,7 @@
-"""pydantic-ai workspaces on Paddock sessions: `PaddockWorkspace` (DESIGN.md section 9).
+"""pydantic-ai on Paddock (DESIGN.md section 9): `PaddockWorkspace`, a workspace backend on a
+Paddock session, and `PaddockCodeMode`, a toolset whose one tool, `run_code`, runs the model's
+Python in Paddock's code mode with the wrapped tools callable from it (CodeAct; its section is
+at the end of this file, after the workspace's).
 
 ```python
 from paddock.integrations.pydantic_ai import PaddockWorkspace
@@ -9,6 +12,24 @@ ref = workspace.ref                    # WorkspaceRef(provider="paddock", id=<Pa
 again = PaddockWorkspace(policy="ops.toml", backend="docker", ref=ref)   # attaches, never creates
 await again.close()                    # ends the Paddock session and everything in it
 ```
+
+```python
+from pydantic_ai.toolsets import FunctionToolset
+from paddock.integrations.pydantic_ai import PaddockCodeMode
+
+code_mode = PaddockCodeMode(FunctionToolset([lookup, convert]))    # no I/O yet
+agent = Agent("openai:gpt-5", toolsets=[code_mode])                 # the model sees one tool: run_code
+result = await agent.run("...")        # run_code: `lookup("paris")`, `await asyncio.gather(tools.lookup(...))`
+await code_mode.close()                # ends the engine it started (each run's session ends with the run)
+```
+
+`PaddockCodeMode(*toolsets, engine=None, policy=None, max_duration=, max_tool_calls=,
+max_memory_mb=, max_output_chars=, max_retries=3, id=None)`: one Paddock notebook session per
+agent run (names persist between `run_code` calls, `restart: true` starts afresh, the session
+closes when the run ends); the wrapped tools are called through pydantic-ai's `ToolManager`
+with the run's `RunContext` (validation, hooks, approvals by a `HandleDeferredToolCalls`
+capability), and a failing one raises in the script; results go back as the last expression's
+value (with `{"output", "result"}` when something was printed), errors as `ModelRetry`.
 
 `PaddockWorkspace(engine=None, *, policy=None, backend=None, ref=None)` implements pydantic-ai's
 `WorkspaceBackend`, `SupportsCommands`, `SupportsFilesystem` and `SupportsRealpath` (pydantic-ai-slim
@@ -136,7 +157,7 @@ from .._errors import (
 from .._session import AsyncSession
 from . import _common
 
-__all__ = ["PaddockWorkspace", "PROVIDER"]
+__all__ = ["PaddockWorkspace", "PaddockCodeMode", "PROVIDER"]
 
 #: `WorkspaceRef.provider` of a Paddock session.
 PROVIDER = "paddock"
@@ -748,3 +769,903 @@ class PaddockWorkspace(WorkspaceBackend, SupportsCommands, SupportsFilesystem, S
             said = (result.stderr or result.stdout).strip() or "a link is unreadable"
             raise OSError(f"cannot resolve {path!r}: {said}")
         return _decoded_path(result.stdout, path)
+
+
+# ======================================================================================
+# PaddockCodeMode: one `run_code` tool over Paddock's code mode (CodeAct style)
+# ======================================================================================
+#
+# Design (see the class's docstring for what the model sees):
+#
+# - Engine: one per adapter (`policy=`, or none: a policy of code mode and host tools only), or the
+#   `engine=` given; started on first use, once, in a thread. Agent runs share it.
+# - Session: one Paddock notebook session per agent run (`for_run` gives each run its own state;
+#   `for_run_step` copies share it), made at the run's first `run_code` and closed when the run
+#   ends (`__aexit__`); `restart: true` closes it and starts another.
+# - Host tools: the wrapped tools are registered once per engine under their Python names, each
+#   an async dispatcher. Paddock runs an async host tool on the event loop of the request whose
+#   script called it, so every `run_code` runs its script on an event loop of its own (in a
+#   thread of its own) and the dispatcher finds the calling `run_code`, with its RunContext, by
+#   that loop. Two concurrent runs on one engine never see each other's context; no engine per
+#   run is needed (starting one and its first script cost ~90 ms; a session ~5 ms).
+# - Calls go back to the run's event loop, in the run's contextvars, through a nested
+#   `ToolManager.handle_call` on the wrapped toolset (pydantic-ai's validation, hooks, approvals),
+#   as pydantic-ai-harness's CodeMode does.
+
+import concurrent.futures  # noqa: E402
+import contextvars  # noqa: E402
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import builtins  # noqa: E402
+import keyword  # noqa: E402
+import re  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import warnings  # noqa: E402
+import weakref  # noqa: E402
+from typing import Dict, Set  # noqa: E402
+
+try:
+    from pydantic import Field, TypeAdapter
+    from pydantic_core import ValidationError as _ValidationError
+    from pydantic_core import to_jsonable_python
+    from typing_extensions import Annotated, NotRequired, TypedDict
+
+    from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, UserError
+    from pydantic_ai.function_signature import FunctionSignature
+    from pydantic_ai.messages import ToolCallPart, ToolReturn, ToolReturnPart
+    from pydantic_ai.tool_manager import ToolManager
+    from pydantic_ai.tools import RunContext, ToolDefinition, ToolDenied
+    from pydantic_ai.toolsets import AbstractToolset, CombinedToolset
+    from pydantic_ai.toolsets.abstract import ToolsetTool
+except ImportError as _err:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "paddock.integrations.pydantic_ai needs pydantic-ai (pydantic-ai-slim 2.68.0): "
+        "pip install 'paddock[pydantic-ai]'"
+    ) from _err
+
+from .._engine import HostTool  # noqa: E402
+
+#: The one tool the model sees.
+RUN_CODE = "run_code"
+
+#: The policy of an engine the adapter starts without `policy=`: code mode and host tools only
+#: (no terminal, no file or web tools reachable from the model's code).
+_CODEMODE_ONLY_POLICY = """\
+# PaddockCodeMode's own engine: scripts reach the wrapped pydantic-ai tools and nothing else.
+[toolsets]
+enabled = ["codemode", "host"]
+
+[codemode]
+max_kept_sessions = 64   # runs keeping a notebook at once (Paddock's default: 16)
+"""
+
+# Names a wrapped tool cannot take in the script: Paddock's own tool, the script's `tools`,
+# `final_answer` and `asyncio`, keywords and builtins (those would be `tools.<name>` only).
+_RESERVED = frozenset(dir(builtins)) | {"tools", "final_answer", "asyncio", "run_tools_script"}
+_NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
+# How much of an argument or result a failure's list of the calls made shows.
+_PREVIEW_CHARS = 120
+_PREVIEW_CALLS = 10
+
+
+class _RunCodeArguments(TypedDict):
+    code: Annotated[str, Field(description="The Python code to run.")]
+    restart: NotRequired[
+        Annotated[
+            bool,
+            Field(
+                description="true: start from an empty namespace (forget the variables, functions and "
+                "imports of earlier calls) before running the code. Default false: state is kept."
+            ),
+        ]
+    ]
+
+
+_RUN_CODE_ADAPTER: Any = TypeAdapter(_RunCodeArguments)
+_RUN_CODE_SCHEMA: Dict[str, Any] = _RUN_CODE_ADAPTER.json_schema()
+
+_DESCRIPTION_HEAD = """\
+Run Python code in a sandbox and get back what it printed and the value of its last expression.
+
+The sandbox is a full Python 3 interpreter (Paddock's code mode: RustPython in a confined worker): \
+classes with inheritance, generators, comprehensions, dataclasses, match, exceptions, async/await, \
+and the pure-Python standard library (json, re, math, itertools, collections, datetime, functools, \
+statistics, ...). It has no file system, network, processes or environment variables: the world \
+outside is reached only through the functions listed below.
+
+State persists between calls (variables, functions, classes, imports), REPL-style, for this \
+conversation; pass `restart: true` to start from an empty namespace. A script that times out or runs \
+out of memory loses the state too (the answer says so).
+
+The last expression's value is returned; you do not need to print it. With `print()` output the \
+answer is `{"output": <printed text>, "result": <last expression>}`; without, the value alone \
+(`{}` when there is neither). If the code raises, the printed output, the traceback and the error \
+come back instead: fix the code and call again."""
+
+
+def _functions_head(limits: str) -> str:
+    return (
+        "Functions available in the code (already defined: do not import or redefine them). Call them "
+        "directly and synchronously, e.g. `result = name(arg=value)`, with keyword arguments as shown "
+        "(positional ones bind in the order listed too). To run calls concurrently, use their awaitable form "
+        "`tools.<name>(...)`: `a, b = await asyncio.gather(tools.x(arg=1), tools.x(arg=2))` "
+        "(after `import asyncio`). A failing call raises an exception the code can catch: ValueError "
+        "for invalid arguments, PermissionError when a call is denied or needs an approval, "
+        "RuntimeError otherwise." + limits
+    )
+
+
+def _python_name(name: str) -> str:
+    """A wrapped tool's name in the script: non-identifier characters as `_`, `_` before a leading
+    digit, and `_` after a keyword, a builtin or a name the script already has."""
+    safe = _NOT_IDENTIFIER.sub("_", name) or "_"
+    if safe[0].isdigit():
+        safe = "_" + safe
+    if keyword.iskeyword(safe) or safe in _RESERVED:
+        safe += "_"
+    return safe
+
+
+def _parameters(tool_def: ToolDefinition) -> Tuple[str, ...]:
+    """The tool's parameter names in its schema's order (the order positional arguments bind in)."""
+    properties = (tool_def.parameters_json_schema or {}).get("properties") or {}
+    return tuple(str(name) for name in properties)
+
+
+def _loose_schema(parameters: Sequence[str]) -> Dict[str, Any]:
+    """The schema a host tool is registered with: the parameter names only, in order, so Paddock
+    binds positional arguments and pydantic-ai (not Paddock) validates the values."""
+    return {"type": "object", "properties": {name: {} for name in parameters}}
+
+
+def _catalog(defs: Mapping[str, ToolDefinition]) -> str:
+    """The wrapped tools as Python: TypedDicts for their object types, then one signature each."""
+    try:
+        signatures = [d.function_signature for d in defs.values()]
+        conflicting = FunctionSignature.get_conflicting_type_names(signatures)
+        types = FunctionSignature.render_type_definitions(signatures, conflicting)
+        functions = [
+            d.render_signature("...", is_async=False, conflicting_type_names=conflicting) for d in defs.values()
+        ]
+    except Exception:  # noqa: BLE001 - a schema the renderer cannot read: names and docs only
+        types = []
+        functions = []
+        for d in defs.values():
+            params = ", ".join(_parameters(d))
+            doc = f'\n    """{d.description}"""' if d.description else ""
+            functions.append(f"def {d.name}({params}):{doc}\n    ...")
+    blocks = []
+    if types:
+        blocks.append("```python\n" + "\n\n".join(types) + "\n```")
+    blocks.append("```python\n" + "\n\n".join(functions) + "\n```")
+    return "\n\n".join(blocks)
+
+
+def _preview(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= _PREVIEW_CHARS else text[:_PREVIEW_CHARS] + "..."
+
+
+def _jsonable(value: Any) -> Any:
+    """A wrapped tool's return value as JSON data for the script."""
+    if isinstance(value, ToolReturn):
+        value = value.return_value
+    return to_jsonable_python(value, bytes_mode="base64", serialize_unknown=True)
+
+
+@dataclasses.dataclass(kw_only=True)
+class _RunCodeTool(ToolsetTool[Any]):
+    """`run_code` as `get_tools` made it: the folded tools of this step, by original name, and
+    their names in the script."""
+
+    folded: Dict[str, ToolsetTool[Any]]
+    names: Dict[str, str]  # name in the script -> the tool's name
+    parameters: Dict[str, Tuple[str, ...]]  # name in the script -> parameter names, in order
+
+
+# ---------------------------------------------------------------- routing host calls to runs
+
+#: The `run_code` call each script's event loop serves.
+_CALLS: "Dict[asyncio.AbstractEventLoop, _Call]" = {}
+
+
+class _EngineTools:
+    """The dispatchers one engine has (an engine cannot drop a tool): name -> parameter order."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.parameters: Dict[str, Tuple[str, ...]] = {}
+
+
+_ENGINE_TOOLS: "weakref.WeakKeyDictionary[Engine, _EngineTools]" = weakref.WeakKeyDictionary()
+_ENGINE_TOOLS_LOCK = threading.Lock()
+
+
+def _engine_tools(engine: Engine) -> _EngineTools:
+    with _ENGINE_TOOLS_LOCK:
+        entry = _ENGINE_TOOLS.get(engine)
+        if entry is None:
+            entry = _ENGINE_TOOLS[engine] = _EngineTools()
+        return entry
+
+
+def _compatible(have: Tuple[str, ...], want: Tuple[str, ...]) -> bool:
+    """Whether positional arguments bound by `have` mean the same for a tool taking `want`."""
+    common = min(len(have), len(want))
+    return have[:common] == want[:common]
+
+
+def _missing(engine: Engine, wanted: Mapping[str, Tuple[str, ...]]) -> bool:
+    """Whether `_register` has anything to do (add a tool, or refuse one)."""
+    have = _engine_tools(engine).parameters
+    return any(name not in have or not _compatible(have[name], params) for name, params in wanted.items())
+
+
+def _register(engine: Engine, wanted: Mapping[str, Tuple[str, ...]]) -> None:
+    """Adds a dispatcher for each name of `wanted` the engine lacks (blocking: in a thread)."""
+    entry = _engine_tools(engine)
+    with entry.lock:
+        new: List[HostTool] = []
+        for name, parameters in wanted.items():
+            have = entry.parameters.get(name)
+            if have is None:
+                if name in engine.tool_names:
+                    raise UserError(
+                        f"PaddockCodeMode: the tool {name!r} is also a tool of the Paddock engine's own "
+                        "(its policy's toolsets, or a host tool of yours): rename one (e.g. the toolset's "
+                        ".prefixed(...)) or let the adapter start its own engine (no engine=/policy=)"
+                    )
+                new.append(
+                    HostTool(
+                        _dispatcher(name),
+                        name=name,
+                        description=f"pydantic-ai tool {name} (PaddockCodeMode)",
+                        input_schema=_loose_schema(parameters),
+                    )
+                )
+            elif not _compatible(have, parameters):
+                raise UserError(
+                    f"PaddockCodeMode: the tool {name!r} takes the parameters {list(parameters)}, but a tool of "
+                    f"that name with {list(have)} is registered on this Paddock engine already (by another "
+                    "PaddockCodeMode sharing it); positional arguments would bind differently. Give the "
+                    "adapters engines of their own, or the tools different names"
+                )
+        if new:
+            try:
+                engine.add_tools_sync(new)
+            except ValueError as err:
+                raise UserError(f"PaddockCodeMode: Paddock refused the tools {[t.name for t in new]}: {err}") from err
+            for tool in new:
+                entry.parameters[tool.name] = wanted[tool.name]
+
+
+def _dispatcher(name: str) -> Callable[..., Awaitable[Any]]:
+    """The host tool behind `name` on an engine: it runs on the event loop of the script that
+    called it (Paddock's rule for async host tools), which names the `run_code` call."""
+
+    async def dispatch(**kwargs: Any) -> Any:
+        call = _CALLS.get(asyncio.get_running_loop())
+        if call is None:
+            raise LookupError(f"{name}() can only be called from the run_code tool of a PaddockCodeMode")
+        return await call.forward(name, kwargs)
+
+    dispatch.__name__ = dispatch.__qualname__ = name
+    return dispatch
+
+
+def _settle(
+    future: "concurrent.futures.Future[Any]", result: Any = None, error: Optional[BaseException] = None
+) -> None:
+    try:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except concurrent.futures.InvalidStateError:  # cancelled meanwhile
+        pass
+
+
+class _Call:
+    """One `run_code` call: where its script's host calls go (the run's event loop, its
+    contextvars, a ToolManager over the wrapped toolset), and what they did."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        context: contextvars.Context,
+        manager: ToolManager[Any],
+        names: Mapping[str, str],
+        parent_id: str,
+    ) -> None:
+        self.loop = loop
+        self.context = context
+        self.manager = manager
+        self.names = dict(names)
+        self.parent_id = parent_id
+        self.count = 0
+        self.calls: Dict[str, ToolCallPart] = {}
+        self.returns: Dict[str, ToolReturnPart] = {}
+        self.outcomes: Dict[str, str] = {}
+
+    async def forward(self, name: str, kwargs: Dict[str, Any]) -> Any:
+        """On the script's loop: runs the call on the run's loop and waits for it. Cancelled
+        (the script ended or was cancelled), it cancels the call there."""
+        done: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
+        running: Dict[str, "asyncio.Task[Any]"] = {}
+
+        def start() -> None:  # on the run's loop, in the run's contextvars
+            if done.done():
+                return
+            task = asyncio.ensure_future(self._call(name, kwargs))
+            running["task"] = task
+
+            def finish(t: "asyncio.Task[Any]") -> None:
+                if t.cancelled():  # the run's loop is ending: the script still gets an answer
+                    _settle(done, error=RuntimeError(f"{name}() was cancelled"))
+                elif t.exception() is not None:
+                    _settle(done, error=t.exception())
+                else:
+                    _settle(done, result=t.result())
+
+            task.add_done_callback(finish)
+
+        self.loop.call_soon_threadsafe(start, context=self.context)
+        try:
+            return await asyncio.wrap_future(done)
+        except asyncio.CancelledError:
+
+            def stop() -> None:
+                task = running.get("task")
+                if task is not None:
+                    task.cancel()
+
+            try:
+                self.loop.call_soon_threadsafe(stop)
+            except RuntimeError:  # the run's loop is closed
+                pass
+            raise
+
+    async def _call(self, name: str, kwargs: Dict[str, Any]) -> Any:
+        """On the run's loop: the call through pydantic-ai's ToolManager, its failure as the
+        exception the script sees."""
+        original = self.names.get(name)
+        if original is None:
+            raise LookupError(f"{name}() is not available in this run")
+        self.count += 1
+        call_id = f"{self.parent_id}__{self.count}"
+        part = ToolCallPart(tool_name=original, args=dict(kwargs), tool_call_id=call_id)
+        self.calls[call_id] = part
+        try:
+            result = await self.manager.handle_call(part, wrap_validation_errors=False)
+        except (CallDeferred, ApprovalRequired) as err:
+            self.outcomes[call_id] = "needed an approval no one gave, and did not run"
+            raise PermissionError(
+                f"{name}() needs an approval (or runs outside the agent), which nothing resolved: the agent "
+                "has no HandleDeferredToolCalls capability answering it inside run_code"
+            ) from err
+        except _ValidationError as err:
+            self.outcomes[call_id] = "was refused: invalid arguments"
+            said = "; ".join(
+                f"{'.'.join(str(part) for part in e['loc']) or 'arguments'}: {e['msg']}"
+                f" (got {_preview(e.get('input'))})"
+                for e in err.errors(include_url=False)
+            )
+            raise ValueError(f"invalid arguments for {name}(): {said}") from err
+        except Exception as err:
+            self.outcomes[call_id] = f"raised {type(err).__name__}, so it may have done part of its work"
+            raise
+        if isinstance(result, ToolDenied):
+            self.outcomes[call_id] = "was denied and did not run"
+            self.returns[call_id] = ToolReturnPart(
+                tool_name=original, content=result.message, tool_call_id=call_id, outcome="denied"
+            )
+            raise PermissionError(f"the call of {name}() was denied: {result.message}")
+        metadata = result.metadata if isinstance(result, ToolReturn) else None
+        value = _jsonable(result)
+        self.returns[call_id] = ToolReturnPart(
+            tool_name=original, content=value, tool_call_id=call_id, metadata=metadata
+        )
+        self.outcomes[call_id] = f"returned {_preview(value)}"
+        return value
+
+    def summary(self) -> str:
+        """The calls the script made, for a failure's text: repeating one repeats what it did."""
+        if not self.calls:
+            return ""
+        in_script = {original: name for name, original in self.names.items()}
+        lines = [f"{len(self.calls)} tool call(s) ran before the error:"]
+        for call_id, part in list(self.calls.items())[:_PREVIEW_CALLS]:
+            outcome = self.outcomes.get(call_id, "did not finish")
+            lines.append(f"- {in_script.get(part.tool_name, part.tool_name)}({_preview(part.args)}) {outcome}")
+        if len(self.calls) > _PREVIEW_CALLS:
+            lines.append(f"- ... and {len(self.calls) - _PREVIEW_CALLS} more")
+        return "\n".join(lines)
+
+
+class _OwnLoop:
+    """A coroutine run on a new event loop in a thread of its own, registered as a `run_code`
+    call's (so the script's host calls find it); `cancel()` from any thread stops it there."""
+
+    def __init__(self, call: _Call) -> None:
+        self.call = call
+        self.lock = threading.Lock()
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.task: "Optional[asyncio.Task[Any]]" = None
+        self.cancelled = False
+
+    async def run(self, make: Callable[[], Awaitable[_T]]) -> _T:
+        done: "concurrent.futures.Future[_T]" = concurrent.futures.Future()
+
+        async def main() -> _T:
+            loop = asyncio.get_running_loop()
+            with self.lock:
+                if self.cancelled:
+                    raise asyncio.CancelledError()
+                self.loop, self.task = loop, asyncio.current_task()
+            _CALLS[loop] = self.call
+            try:
+                return await make()
+            finally:
+                _CALLS.pop(loop, None)
+
+        def worker() -> None:
+            try:
+                result = asyncio.run(main())
+            except BaseException as err:  # noqa: BLE001 - handed to the caller
+                _settle(done, error=err)
+            else:
+                _settle(done, result=result)
+
+        threading.Thread(target=worker, name="paddock-codemode", daemon=True).start()
+        try:
+            return await asyncio.wrap_future(done)
+        except asyncio.CancelledError:
+            self.cancel()
+            raise
+
+    def cancel(self) -> None:
+        """Stops the coroutine (a script: Paddock cancels it and ends its notebook state)."""
+        with self.lock:
+            self.cancelled = True
+            loop, task = self.loop, self.task
+        if loop is not None and task is not None:
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # finished meanwhile
+                pass
+
+
+# ---------------------------------------------------------------- engine and run state
+
+
+class _Shared:
+    """What an adapter and its per-run copies share: the engine (started once) and the live
+    sessions (closed by `close()`)."""
+
+    def __init__(self, engine: Optional[Engine], policy: Any) -> None:
+        self.given = engine
+        self.policy = policy
+        self.engine: Optional[Engine] = engine
+        self.lock = threading.Lock()
+        self.start: "Optional[concurrent.futures.Future[Engine]]" = None
+        self.policy_file: Optional[str] = None
+        self.sessions: Set[AsyncSession] = set()
+
+    async def get_engine(self) -> Engine:
+        engine = self.engine
+        if engine is not None:
+            return engine
+        with self.lock:
+            start = self.start
+            if start is None or start.cancelled() or (start.done() and start.exception() is not None):
+                start = self.start = concurrent.futures.Future()
+                threading.Thread(target=self._start, args=(start,), name="paddock-codemode-start", daemon=True).start()
+        # Shielded: a caller cancelled meanwhile leaves the engine to the next one.
+        engine = await asyncio.shield(asyncio.wrap_future(start))
+        self.engine = engine
+        return engine
+
+    def _start(self, future: "concurrent.futures.Future[Engine]") -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            policy = self.policy
+            if policy is None:
+                if self.policy_file is None:
+                    fd, path = tempfile.mkstemp(prefix="paddock-codemode-", suffix=".toml")
+                    with os.fdopen(fd, "w") as out:
+                        out.write(_CODEMODE_ONLY_POLICY)
+                    self.policy_file = path
+                policy = self.policy_file
+            future.set_result(Engine(policy=policy, keep_state=True))
+        except BaseException as err:  # noqa: BLE001 - the caller raises it
+            future.set_exception(err)
+
+    async def close(self) -> None:
+        sessions, self.sessions = list(self.sessions), set()
+        for session in sessions:
+            await _end_session(session)
+        if self.given is None:
+            with self.lock:
+                engine, start, self.engine, self.start = self.engine, self.start, None, None
+            if engine is None and start is not None and start.done() and start.exception() is None:
+                engine = start.result()
+            if engine is not None:
+                await engine.aclose()
+            path, self.policy_file = self.policy_file, None
+            if path is not None:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+
+async def _end_session(session: AsyncSession) -> None:
+    """Ends a run's session: its notebook (worker and names) and anything else in it."""
+    try:
+        await session.close()
+    except PaddockError:
+        pass  # the engine is gone already: so is the notebook
+
+
+class _RunState:
+    """One agent run's notebook: its Paddock session, made on the first `run_code`, and the
+    script running in it."""
+
+    def __init__(self) -> None:
+        self.session: Optional[AsyncSession] = None
+        self.engine: Optional[Engine] = None  # the session's
+        self.lock: Optional[asyncio.Lock] = None
+        self.running: Optional[_OwnLoop] = None
+        self.entered = 0
+
+    def locked(self) -> asyncio.Lock:
+        if self.lock is None:
+            self.lock = asyncio.Lock()
+        return self.lock
+
+    async def ensure(self, shared: _Shared, engine: Engine) -> AsyncSession:
+        if self.session is not None and self.engine is not engine:
+            self.session = None  # of an engine `close()` ended: this run starts again, empty
+        if self.session is None:
+            self.session, self.engine = await engine.asession(), engine
+            shared.sessions.add(self.session)
+        return self.session
+
+    async def close(self, shared: _Shared) -> None:
+        running, self.running = self.running, None
+        if running is not None:  # the run ended while its run_code was still going: stop it
+            running.cancel()
+        session, self.session = self.session, None
+        if session is not None:
+            shared.sessions.discard(session)
+            await _end_session(session)
+
+
+# ---------------------------------------------------------------- the toolset
+
+
+class PaddockCodeMode(AbstractToolset[Any]):
+    """A pydantic-ai toolset with one tool, `run_code(code, restart=False)`: the model's Python runs
+    in Paddock's code mode and calls the wrapped toolsets' tools as plain functions (CodeAct).
+
+    ```python
+    agent = Agent(model, toolsets=[PaddockCodeMode(FunctionToolset([lookup, convert]))])
+    ```
+
+    Args:
+        *toolsets: the toolsets whose tools the code calls (pydantic-ai `AbstractToolset`s).
+        engine: an existing `paddock.Engine(keep_state=True)` to run the scripts (never closed here).
+        policy: the policy of an engine the adapter starts itself (closed by `close()`); with neither,
+            the adapter's engine allows code mode and the host tools only.
+        max_duration: seconds a script may run (Paddock's `timeout`); None: the policy's (60 s).
+        max_tool_calls: tool calls per script; None: the policy's (50).
+        max_memory_mb, max_output_chars: the script's memory and printed output; None: the policy's.
+        max_retries: failed `run_code` calls in a row the model may retry (pydantic-ai's tool
+            retries: one more ends the run with `UnexpectedModelBehavior`).
+        id: the toolset's id (durable execution).
+
+    What the model gets back: the value of the code's last expression, with what it printed as
+    `{"output": ..., "result": ...}` (the shape pydantic-ai-harness's `CodeMode` answers in).
+
+    Errors are a `ModelRetry` whose text is the printed output, the traceback and the error (and
+    the tool calls already made, since repeating one repeats what it did). pydantic-ai answers the
+    call with a `ToolReturnPart(outcome="retried")` carrying that text, which the model adapters
+    send on the provider's error channel (Anthropic's `is_error`, Bedrock's `status="error"`), so
+    the model reads it as "this call failed, fix it" rather than as a result; it counts against
+    `max_retries`, so a model stuck on failing code ends the run (`UnexpectedModelBehavior`)
+    instead of looping until the request limit, and a success resets the count. An error
+    returned as plain text would look like a success to the model, to the run's retry
+    accounting and to instrumentation. It is also what pydantic-ai-harness's `CodeMode` does, so
+    prompts written for it carry over.
+
+    One Paddock notebook session per agent run (`for_run`), closed when the run ends; the engine is
+    the adapter's (or the one given), shared by its runs; `close()` ends its live sessions and an
+    engine it started. See the module's documentation for the rest.
+    """
+
+    def __init__(
+        self,
+        *toolsets: AbstractToolset[Any],
+        engine: Optional[Engine] = None,
+        policy: Optional[Union[str, "os.PathLike[str]"]] = None,
+        max_duration: Optional[float] = None,
+        max_tool_calls: Optional[int] = None,
+        max_memory_mb: Optional[int] = None,
+        max_output_chars: Optional[int] = None,
+        max_retries: int = 3,
+        id: Optional[str] = None,
+    ) -> None:
+        _common.check_engine_args(engine, policy)
+        for toolset in toolsets:
+            if not isinstance(toolset, AbstractToolset):
+                raise TypeError(
+                    f"PaddockCodeMode takes pydantic-ai toolsets, got {type(toolset).__name__} "
+                    "(wrap functions in pydantic_ai.toolsets.FunctionToolset([...]))"
+                )
+        if max_retries < 0:
+            raise ValueError("max_retries must be 0 or more")
+        self.wrapped: AbstractToolset[Any] = toolsets[0] if len(toolsets) == 1 else CombinedToolset(list(toolsets))
+        self._shared = _Shared(engine, policy)
+        self._limits: Dict[str, Any] = {
+            key: value
+            for key, value in (
+                ("timeout", max_duration),
+                ("max_tool_calls", max_tool_calls),
+                ("max_memory_mb", max_memory_mb),
+                ("max_output_chars", max_output_chars),
+            )
+            if value is not None
+        }
+        self._max_retries = max_retries
+        self._id = id
+        self._run: Optional[_RunState] = None
+
+    def _copy(self, wrapped: AbstractToolset[Any], run: Optional[_RunState]) -> "PaddockCodeMode":
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.wrapped = wrapped
+        new._run = run
+        return new
+
+    def __repr__(self) -> str:
+        return f"PaddockCodeMode({self.wrapped.label})"
+
+    # ------------------------------------------------------------ identity
+
+    @property
+    def id(self) -> Optional[str]:
+        return self._id
+
+    @property
+    def label(self) -> str:
+        return f"PaddockCodeMode({self.wrapped.label})"
+
+    @property
+    def engine(self) -> Optional[Engine]:
+        """The engine the scripts run on (None before the first `run_code` when the adapter
+        starts its own)."""
+        return self._shared.engine
+
+    @property
+    def session(self) -> Optional[AsyncSession]:
+        """This run's Paddock session (on the per-run copy pydantic-ai uses; None before its
+        first `run_code`)."""
+        return self._run.session if self._run is not None else None
+
+    # ------------------------------------------------------------ life cycle
+
+    async def for_run(self, ctx: RunContext[Any]) -> AbstractToolset[Any]:
+        """A copy with a notebook of its own for this run."""
+        return self._copy(await self.wrapped.for_run(ctx), _RunState())
+
+    async def for_run_step(self, ctx: RunContext[Any]) -> AbstractToolset[Any]:
+        wrapped = await self.wrapped.for_run_step(ctx)
+        if wrapped is self.wrapped:
+            return self
+        return self._copy(wrapped, self._run)  # the run's notebook goes on
+
+    async def __aenter__(self) -> "PaddockCodeMode":
+        await self.wrapped.__aenter__()
+        if self._run is not None:
+            self._run.entered += 1
+        return self
+
+    async def __aexit__(self, *args: Any) -> Optional[bool]:
+        """The end of the run: its Paddock session (the notebook) is closed."""
+        try:
+            return await self.wrapped.__aexit__(*args)
+        finally:
+            run = self._run
+            if run is not None:
+                run.entered -= 1
+                if run.entered <= 0:
+                    run.entered = 0
+                    await run.close(self._shared)
+
+    async def close(self) -> None:
+        """Closes the live sessions of this adapter's runs and an engine it started (the next use
+        starts a new one)."""
+        if self._run is not None:
+            await self._run.close(self._shared)
+        await self._shared.close()
+
+    def apply(self, visitor: Callable[[AbstractToolset[Any]], None]) -> None:
+        self.wrapped.apply(visitor)
+
+    def visit_and_replace(
+        self, visitor: Callable[[AbstractToolset[Any]], AbstractToolset[Any]]
+    ) -> AbstractToolset[Any]:
+        return self._copy(self.wrapped.visit_and_replace(visitor), self._run)
+
+    def _instruction_children(self) -> Sequence[AbstractToolset[Any]]:
+        return (self.wrapped,)
+
+    def _authors_own_instructions(self) -> bool:
+        return False
+
+    # ------------------------------------------------------------ tools
+
+    def _limits_text(self) -> str:
+        said = []
+        if "timeout" in self._limits:
+            said.append(f"{self._limits['timeout']:g} s per call")
+        if "max_tool_calls" in self._limits:
+            said.append(f"{self._limits['max_tool_calls']} function calls per call")
+        return f" Limits: {', '.join(said)}." if said else ""
+
+    async def get_tools(self, ctx: RunContext[Any]) -> Dict[str, ToolsetTool[Any]]:
+        """`run_code` (the wrapped tools folded in), and the tools that stay native: framework
+        control tools, tools not revealed yet, external and output tools, other code tools."""
+        wrapped_tools = await self.wrapped.get_tools(ctx)
+        folded: Dict[str, ToolsetTool[Any]] = {}
+        native: Dict[str, ToolsetTool[Any]] = {}
+        for name, tool in wrapped_tools.items():
+            d = tool.tool_def
+            if (
+                d.tool_kind is not None
+                or d.kind not in ("function", "unapproved")
+                or d.unless_native is not None
+                or (d.metadata is not None and "code_arg_name" in d.metadata)
+                or not ctx.is_tool_available(d)
+            ):
+                native[name] = tool
+            else:
+                folded[name] = tool
+        if RUN_CODE in native:
+            raise UserError(f"PaddockCodeMode: a wrapped tool is named {RUN_CODE!r}, the name of its own tool")
+        names: Dict[str, str] = {}
+        defs: Dict[str, ToolDefinition] = {}
+        for name, tool in folded.items():
+            python = _python_name(name)
+            if python in names:
+                warnings.warn(
+                    f"PaddockCodeMode: tool {name!r} (as {python!r}) collides with {names[python]!r}; "
+                    f"{name!r} is left out of run_code",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                continue
+            names[python] = name
+            defs[python] = tool.tool_def if python == name else dataclasses.replace(tool.tool_def, name=python)
+        description = _DESCRIPTION_HEAD
+        if defs:
+            description += "\n\n" + _functions_head(self._limits_text()) + "\n\n" + _catalog(defs)
+        elif self._limits:
+            description += "\n\n" + self._limits_text().strip()
+        run_code = _RunCodeTool(
+            toolset=self,
+            tool_def=ToolDefinition(
+                name=RUN_CODE,
+                description=description,
+                parameters_json_schema=_RUN_CODE_SCHEMA,
+                metadata={"code_arg_name": "code", "code_arg_language": "python"},
+                sequential=True,
+            ),
+            max_retries=self._max_retries,
+            args_validator=_RUN_CODE_ADAPTER.validator,
+            folded={names[python]: folded[names[python]] for python in names},
+            names=names,
+            parameters={python: _parameters(d) for python, d in defs.items()},
+        )
+        return {**native, RUN_CODE: run_code}
+
+    async def call_tool(
+        self, name: str, tool_args: Dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        if not isinstance(tool, _RunCodeTool):
+            return await self.wrapped.call_tool(name, tool_args, ctx, tool)
+        code = str(tool_args["code"])
+        if self._run is None:  # used outside an agent run: the state is this instance's
+            self._run = _RunState()
+        run, shared = self._run, self._shared
+        async with run.locked():
+            engine = await shared.get_engine()
+            if _missing(engine, tool.parameters):
+                await asyncio.get_running_loop().run_in_executor(None, _register, engine, tool.parameters)
+            if tool_args.get("restart"):
+                await run.close(shared)
+            session = await run.ensure(shared, engine)
+            parent = ctx.tool_manager
+            manager = ToolManager(
+                toolset=self.wrapped,
+                root_capability=parent.root_capability if parent is not None else None,
+                ctx=ctx,
+                tools=tool.folded,
+            )
+            call = _Call(
+                asyncio.get_running_loop(),
+                contextvars.copy_context(),
+                manager,
+                tool.names,
+                ctx.tool_call_id or RUN_CODE,
+            )
+            limits = dict(self._limits)
+            script = run.running = _OwnLoop(call)
+            try:
+                answer = await script.run(lambda: session.run_tools_script(code, **limits))
+            finally:
+                if run.running is script:
+                    run.running = None
+        return _answer(answer, call)
+
+
+def _answer(answer: Mapping[str, Any], call: _Call) -> Any:
+    """What `run_code` returns for a script's result object, or the ModelRetry it raises."""
+    notebook = answer.get("notebook")
+    if not isinstance(notebook, Mapping):
+        raise UserError(
+            "PaddockCodeMode needs an engine that keeps state between scripts: "
+            "paddock.Engine(..., keep_state=True), or let the adapter start its own"
+        )
+    output = str(answer.get("output") or "")
+    if not answer.get("ok"):
+        raise ModelRetry(_failure_text(answer, output, notebook, call))
+    result = answer.get("result")
+    notice = notebook.get("reset_reason")
+    if notice:
+        value: Any = {"notice": f"the state was reset before this call: {notice}"}
+        if output:
+            value["output"] = output
+        if result is not None:
+            value["result"] = result
+    elif not output:
+        value = result if result is not None else {}
+    elif result is None:
+        value = {"output": output}
+    else:
+        value = {"output": output, "result": result}
+    return ToolReturn(
+        return_value=value,
+        metadata={
+            "code_mode": True,
+            "tool_calls": call.calls,
+            "tool_returns": call.returns,
+            "final_answer": bool(answer.get("final_answer")),
+            "stats": answer.get("stats"),
+            "notebook": dict(notebook),
+        },
+    )
+
+
+def _failure_text(answer: Mapping[str, Any], output: str, notebook: Mapping[str, Any], call: _Call) -> str:
+    parts: List[str] = []
+    if output:
+        parts.append("Printed before the error:\n" + output.rstrip("\n"))
+    if answer.get("traceback"):
+        parts.append(str(answer["traceback"]))
+    parts.append(str(answer.get("error") or answer.get("error_code") or "the code failed"))
+    if answer.get("hint"):
+        parts.append(f"Hint: {answer['hint']}")
+    if notebook.get("state_ended"):
+        parts.append(f"Note: {notebook['state_ended']}")
+    summary = call.summary()
+    if summary:
+        parts.append(summary)
+    return "\n".join(parts)
