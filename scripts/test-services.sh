@@ -957,7 +957,8 @@ NodeName=$node NodeAddr=$(slurm_node_addr "$node") CPUs=$SLURM_CPUS Boards=1 Soc
     done
     mkdir -p /etc/slurm
     write_if_changed /etc/slurm/slurm.conf "# Written by Paddock's scripts/test-services.sh: a test cluster of one node on this machine
-# (partition debug) and two compute nodes in namespaces of their own (partition nodes).
+# (partition debug) and two compute nodes in namespaces of their own (partition nodes, which
+# places a job on the least-loaded node, LLN=YES, as production sites do: sessions spread).
 ClusterName=paddock
 # The address the compute nodes reach this machine at (6a); slurmctld listens on all addresses.
 SlurmctldHost=$SLURM_NODE($SLURM_CTLD_ADDR)
@@ -997,7 +998,7 @@ MailProg=/bin/true
 SlurmdParameters=config_overrides
 NodeName=$SLURM_NODE NodeAddr=127.0.0.1 CPUs=$SLURM_CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$SLURM_CPUS ThreadsPerCore=1 RealMemory=$((mem - 512)) State=UNKNOWN$node_lines
 PartitionName=debug Nodes=$SLURM_NODE Default=YES MaxTime=INFINITE State=UP
-PartitionName=nodes Nodes=$(IFS=,; echo "${SLURM_NODES[*]}") MaxTime=INFINITE State=UP"
+PartitionName=nodes Nodes=$(IFS=,; echo "${SLURM_NODES[*]}") MaxTime=INFINITE State=UP LLN=YES"
     slurm_changed=$CHANGED
     write_if_changed /etc/slurm/cgroup.conf "# Written by Paddock's scripts/test-services.sh
 CgroupPlugin=cgroup/v1

@@ -108,6 +108,51 @@ pub fn paddock_bin() -> PathBuf {
     bin
 }
 
+/// `bin` at a path another user (uid 65534 through `setpriv`) can execute: itself when every
+/// directory above it lets anyone through, else a hard link (a copy across file systems) in a
+/// world-readable directory under /tmp. A checkout under a directory only root may traverse
+/// (root's home is mode 700 on Debian, as is a `mktemp -d`) would otherwise answer "Permission
+/// denied" to the tests that run Paddock as an ordinary user.
+pub fn reachable_by_anyone(bin: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let open_to_all = bin.ancestors().skip(1).all(|dir| {
+        dir.as_os_str().is_empty()
+            || std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
+    });
+    if open_to_all {
+        return bin.to_path_buf();
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    std::hash::Hash::hash(&bin, &mut hasher);
+    if let Ok(meta) = std::fs::metadata(bin) {
+        std::hash::Hash::hash(&meta.len(), &mut hasher);
+        std::hash::Hash::hash(&meta.modified().ok(), &mut hasher);
+    }
+    let dir = PathBuf::from(format!(
+        "/tmp/paddock-test-bins/{:016x}",
+        std::hash::Hasher::finish(&hasher)
+    ));
+    let name = bin.file_name().expect("a binary's file name");
+    let target = dir.join(name);
+    if target.exists() {
+        return target;
+    }
+    std::fs::create_dir_all(&dir).expect("a directory for the test binaries");
+    for open in [dir.parent().expect("/tmp/paddock-test-bins"), dir.as_path()] {
+        std::fs::set_permissions(open, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod 755 the test binaries' directory");
+    }
+    // Under a temporary name, then renamed: concurrent tests never see half a copy.
+    let partial = dir.join(format!("{}.{}", name.to_string_lossy(), std::process::id()));
+    if std::fs::hard_link(bin, &partial).is_err() {
+        std::fs::copy(bin, &partial).expect("copy the binary for another user");
+    }
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))
+        .expect("chmod 755 the binary's copy");
+    std::fs::rename(&partial, &target).expect("rename the binary's copy into place");
+    target
+}
+
 /// The hostile-probe binary `paddock-sandbox-probe` (test tooling from sandbox-worker, never
 /// shipped): beside `paddock`, so in the directory of `PADDOCK_BIN` when that is set.
 pub fn sandbox_probe_bin() -> PathBuf {

@@ -158,7 +158,7 @@ fn scripts_run_for_an_ordinary_user_in_a_namespace_of_their_own() {
     let out = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "env"])
         .arg(format!("PADDOCK_HOME={}", home.path().display()))
-        .arg(paddock_tests::paddock_bin())
+        .arg(paddock_tests::reachable_by_anyone(&paddock_tests::paddock_bin()))
         .args(["run", "--timeout", "20", "-"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

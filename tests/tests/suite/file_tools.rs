@@ -316,10 +316,10 @@ fn patch_cases() -> Vec<PatchCase> {
             after: Ok(&[("w.txt", "A\r\nb\r\n")]),
         },
         PatchCase {
-            name: "add over an existing file",
+            name: "add over an existing file replaces it, as in codex",
             before: &[("a.txt", "a\n")],
             patch: "*** Begin Patch\n*** Add File: @D@/a.txt\n+x\n*** End Patch\n",
-            after: Err("a.txt"),
+            after: Ok(&[("a.txt", "x\n")]),
         },
         PatchCase {
             name: "all or nothing across files",

@@ -180,7 +180,7 @@ impl Runner {
                     .arg(format!("--reuid={NOBODY}"))
                     .arg(format!("--regid={NOBODY}"))
                     .arg("--clear-groups")
-                    .arg(program);
+                    .arg(paddock_tests::reachable_by_anyone(program));
                 command
             }
         }

@@ -456,7 +456,9 @@ fn the_suite_holds_for_an_ordinary_user_too() {
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "env"])
         .arg(format!("PADDOCK_HOME={}", h.state().display()))
         .arg(format!("HOME={}", h.home.display()))
-        .arg(paddock_tests::paddock_bin())
+        .arg(paddock_tests::reachable_by_anyone(
+            &paddock_tests::paddock_bin(),
+        ))
         .args(terminal_argv(&h.policy, "h", &args))
         .output()
         .unwrap();

@@ -255,6 +255,36 @@ fn each_node_runs_its_sessions_commands_out_of_the_engines_reach() {
     }
 }
 
+/// Sessions with no node named spread over the cluster, as a production partition with
+/// least-loaded node selection (`LLN=YES`, what scripts/test-services.sh configures) places
+/// single-task jobs: a cluster that packs them all on one node hides every bug that only shows
+/// when sessions are spread.
+#[test]
+fn unpinned_sessions_use_every_node() {
+    let nodes = if backend_skipped("slurm") {
+        return;
+    } else {
+        compute_nodes()
+    };
+    let Some(c) = Cluster::new(None) else {
+        return;
+    };
+    let sessions: Vec<String> = (0..6).map(|i| c.session(&format!("spread{i}"))).collect();
+    let mut placed = std::collections::BTreeSet::new();
+    for s in &sessions {
+        let (_job, node) = c.job_and_node(s);
+        placed.insert(node);
+    }
+    for s in &sessions {
+        c.paddock(&["sessions", "close", s]);
+    }
+    let all: std::collections::BTreeSet<String> = nodes.into_iter().collect();
+    assert_eq!(
+        placed, all,
+        "six unpinned sessions landed on {placed:?} only"
+    );
+}
+
 #[test]
 fn a_killed_relay_is_replaced_and_the_session_keeps_its_state() {
     let Some(c) = Cluster::new(None) else { return };
