@@ -91,7 +91,7 @@ PADDOCK_BIN="$PWD/target/release/paddock" tests/mcp/run-conformance.sh
 step "Python package: the wheel from the built binary (no compile), in a fresh venv, and its tests"
 scripts/test-python.sh                   # maturin + a wheelhouse in /opt/paddock-py-test; idempotent
 
-step "framework integrations: pydantic-ai, LangChain Deep Agents and Inspect AI, each by its own suite at its pinned version"
+step "framework integrations: pydantic-ai, the OpenAI Agents SDK, LangChain Deep Agents, Inspect AI and smolagents, each by its own suite or a scripted model at its pinned version"
 scripts/test-integrations.sh             # a wheelhouse in /opt/paddock-py-test; idempotent
 
 step "benchmarks compile"
