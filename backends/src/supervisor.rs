@@ -234,8 +234,10 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
             std::thread::spawn(move || copy_output(reader, own, &shared))
         })
         .collect();
-    // Input: the stdin FIFO feeds the command; "close" on the control FIFO ends its stdin.
-    spawn_fifo_reader(stdin_fifo, {
+    // Input: the stdin FIFO feeds the command; "close" on the control FIFO ends its stdin. One
+    // thread reads both, stdin first whenever it has bytes: data written before a `close`
+    // reaches the command before its stdin ends (two threads let a close overtake the data).
+    let on_stdin = {
         let stdin = stdin.clone();
         move |bytes: &[u8]| {
             if let Ok(mut guard) = stdin.lock()
@@ -245,8 +247,8 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
                 let _ = w.flush();
             }
         }
-    });
-    spawn_fifo_reader(control_fifo, {
+    };
+    let on_control = {
         let stdin = stdin.clone();
         move |bytes: &[u8]| {
             let text = String::from_utf8_lossy(bytes);
@@ -276,7 +278,8 @@ fn supervise(dir: &Path) -> std::io::Result<()> {
                 }
             }
         }
-    });
+    };
+    spawn_input_reader(stdin_fifo, control_fifo, on_stdin, on_control);
 
     let exit_code = waiter()?;
     // Output still buffered is read for a moment; leftovers of the command's group are ended.
@@ -392,16 +395,58 @@ fn open_fifo(path: &std::path::Path) -> Option<std::fs::File> {
         .ok()
 }
 
-fn spawn_fifo_reader(fifo: Option<std::fs::File>, mut on_data: impl FnMut(&[u8]) + Send + 'static) {
+/// Reads the stdin and control FIFOs on one thread, stdin first: `on_stdin` gets every byte
+/// written before whatever `on_control` gets next.
+fn spawn_input_reader(
+    stdin: Option<std::fs::File>,
+    control: Option<std::fs::File>,
+    mut on_stdin: impl FnMut(&[u8]) + Send + 'static,
+    mut on_control: impl FnMut(&[u8]) + Send + 'static,
+) {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
     std::thread::spawn(move || {
-        let Some(mut fifo) = fifo else {
-            return;
-        };
         let mut buf = vec![0u8; 16 * 1024];
         loop {
-            match fifo.read(&mut buf) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => on_data(&buf[..n]),
+            let (stdin_ready, control_ready) = {
+                let mut fds: Vec<PollFd<'_>> = [&stdin, &control]
+                    .into_iter()
+                    .flatten()
+                    .map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN))
+                    .collect();
+                if fds.is_empty() {
+                    return;
+                }
+                match poll(&mut fds, PollTimeout::NONE) {
+                    Ok(_) => {}
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(_) => return,
+                }
+                let ready = |i: usize| {
+                    fds.get(i)
+                        .and_then(PollFd::revents)
+                        .is_some_and(|r| !r.is_empty())
+                };
+                match (&stdin, &control) {
+                    (Some(_), Some(_)) => (ready(0), ready(1)),
+                    (Some(_), None) => (ready(0), false),
+                    (None, Some(_)) => (false, ready(0)),
+                    (None, None) => return,
+                }
+            };
+            if stdin_ready && let Some(mut f) = stdin.as_ref() {
+                match f.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => on_stdin(&buf[..n]),
+                }
+                // Stdin again before any control message: it may hold more.
+                continue;
+            }
+            if control_ready && let Some(mut f) = control.as_ref() {
+                match f.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => on_control(&buf[..n]),
+                }
             }
         }
     });
@@ -796,6 +841,28 @@ mod tests {
             (ProcessState::Exited, Some(0))
         );
         assert_eq!(s.log(), "got hello\neof\n");
+    }
+
+    #[test]
+    fn input_written_just_before_a_close_is_not_lost() {
+        let s = Supervised::new();
+        s.write_spec(&s.spec("cat; echo eof"));
+        s.fifos();
+        let mut child = s.spawn();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let record: ProcessRecord = loop {
+            let mut line = String::new();
+            assert!(stdout.read_line(&mut line).unwrap() > 0, "no record");
+            if line.starts_with('{') {
+                break serde_json::from_str(&line).unwrap();
+            }
+        };
+        let registry = ProcessRegistry::new(s.root.clone());
+        // Back to back, as an SDK's send_stdin then close_stdin: the close waits its turn.
+        eventually(|| registry.write(&record, b"abc\n"));
+        registry.close_stdin(&record).unwrap();
+        assert_eq!(child.wait().unwrap().code(), Some(0));
+        assert_eq!(s.log(), "abc\neof\n");
     }
 
     #[test]

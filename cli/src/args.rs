@@ -73,6 +73,11 @@ pub(crate) enum Command {
         /// Also accept this Host header (a name this server is reached by).
         #[arg(long, value_name = "HOST")]
         allow_host: Vec<String>,
+        /// Serve an E2B-compatible API (REST and the sandbox daemon, plain HTTP) at ADDR, for
+        /// the `e2b` SDK with E2B_API_URL=E2B_SANDBOX_URL=http://ADDR; keys from `[e2b]
+        /// api_keys`. Alone, or beside `--http`.
+        #[arg(long, value_name = "ADDR")]
+        e2b: Option<String>,
     },
     /// The engine for an embedding program (the Python package): JSON lines on stdin/stdout,
     /// see docs/embedding-protocol.md.

@@ -97,7 +97,8 @@ async fn dispatch(command: Command) -> ExitCode {
             http,
             allow_origin,
             allow_host,
-        } => serve(common, http, allow_origin, allow_host).await,
+            e2b,
+        } => serve(common, http, allow_origin, allow_host, e2b).await,
         Command::Embed => match crate::embed::serve_stdio().await {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => usage_error(&err.to_string()),

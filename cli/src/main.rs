@@ -2,13 +2,14 @@
 //! (`paddock serve`), the embedding protocol (`paddock embed`) and the benchmark harness
 //! (`paddock bench`, `paddock_benches`). Modules, in layers (each imports only from those
 //! after it; `scripts/check-layers.sh`): [`dispatch`] (the entry point) → the command groups
-//! ([`scripts`]: run, call, files; [`serve`]; [`sessions`]: sessions and snapshots;
-//! [`policy`]: tools and policy) → [`args`] (the grammar) and [`common`] (policy loading,
-//! output, errors).
+//! ([`scripts`]: run, call, files; [`serve`], with the E2B front end [`e2b`] below it;
+//! [`sessions`]: sessions and snapshots; [`policy`]: tools and policy) → [`args`] (the
+//! grammar) and [`common`] (policy loading, output, errors).
 
 mod args;
 mod common;
 mod dispatch;
+mod e2b;
 mod embed;
 mod policy;
 mod scripts;

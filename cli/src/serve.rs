@@ -1,4 +1,5 @@
-//! `paddock serve`: the MCP server over stdio or Streamable HTTP.
+//! `paddock serve`: the MCP server over stdio or Streamable HTTP, and the E2B-compatible front
+//! end (`--e2b`, alone or beside `--http`).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -12,10 +13,33 @@ pub(crate) async fn serve(
     http: Option<String>,
     allow_origins: Vec<String>,
     allow_hosts: Vec<String>,
+    e2b: Option<String>,
 ) -> ExitCode {
     let policy = match load_policy(common.policy.as_deref()) {
         Ok(p) => p,
         Err(e) => return usage_error(&e),
+    };
+    let e2b_server = match e2b {
+        Some(addr) => {
+            // Key problems are usage errors, found before anything listens.
+            if let Err(e) = policy.e2b.expanded_keys() {
+                return usage_error(&e);
+            }
+            let policy = policy.clone();
+            let server = async move { crate::e2b::serve(policy, &addr).await };
+            if http.is_none() {
+                return match server.await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e @ crate::e2b::E2bError::Serve(_)) => {
+                        tracing::error!(%e, "paddock serve --e2b stopped");
+                        ExitCode::from(1)
+                    }
+                    Err(e) => usage_error(&e.to_string()),
+                };
+            }
+            Some(tokio::spawn(server))
+        }
+        None => None,
     };
     let options = paddock_engine::engine::EngineOptions {
         session: common.session.clone(),
@@ -47,6 +71,13 @@ pub(crate) async fn serve(
         None => paddock_mcp::serve_stdio(shared.clone()).await,
     };
     sweeper.abort();
+    if let Some(e2b) = e2b_server {
+        match e2b.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(%e, "the e2b front end stopped"),
+            Err(e) => tracing::error!(%e, "the e2b front end's task failed"),
+        }
+    }
     // A stdio server given `--session ID` was that session's one connection: it ends with it.
     // Without `--session` the id is the shared `default`, left to the idle sweep.
     if stdio && let Some(id) = common.session.as_deref() {

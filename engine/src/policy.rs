@@ -387,6 +387,45 @@ impl Default for SnapshotsConfig {
     }
 }
 
+/// `[e2b]`: the E2B-compatible front end (`paddock serve --e2b`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct E2bConfig {
+    /// The API keys its REST API accepts (`X-API-KEY`): `e2b_` and hex, as the SDKs check
+    /// before sending; a value may name the engine's environment variables as `${NAME}`.
+    pub api_keys: Vec<Spanned<String>>,
+}
+
+impl E2bConfig {
+    /// The keys with their `${NAME}`s expanded; an error names a bad or unset one.
+    pub fn expanded_keys(&self) -> Result<Vec<String>, String> {
+        let mut keys = Vec::new();
+        for key in &self.api_keys {
+            let value = expand_credential(key.get_ref()).map_err(|e| {
+                format!(
+                    "e2b.api_keys: {}",
+                    e.replace(" (network.credentials.value)", "")
+                )
+            })?;
+            if !is_e2b_key(&value) {
+                return Err(format!(
+                    "e2b.api_keys: a key must be `e2b_` followed by hex digits (the SDKs refuse \
+                     others), got one of {} characters",
+                    value.len()
+                ));
+            }
+            keys.push(value);
+        }
+        Ok(keys)
+    }
+}
+
+/// Whether `key` has the shape E2B's SDKs accept: `e2b_` and one or more hex digits.
+pub fn is_e2b_key(key: &str) -> bool {
+    key.strip_prefix("e2b_")
+        .is_some_and(|hex| !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
 /// A whole policy file.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -404,6 +443,7 @@ pub struct Policy {
     pub sessions: SessionsConfig,
     pub snapshots: SnapshotsConfig,
     pub network: NetworkConfig,
+    pub e2b: E2bConfig,
     /// Where it came from (`<built-in>` for the default).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -695,6 +735,18 @@ impl Policy {
             }
             credential_variables(credential.value.get_ref())
                 .map_err(|e| invalid(credential.value.span(), "network.credentials.value", e))?;
+        }
+        for key in &self.e2b.api_keys {
+            let value = key.get_ref();
+            let names =
+                credential_variables(value).map_err(|e| invalid(key.span(), "e2b.api_keys", e))?;
+            if names.is_empty() && !is_e2b_key(value) {
+                return Err(invalid(
+                    key.span(),
+                    "e2b.api_keys",
+                    "a key must be `e2b_` followed by hex digits (the SDKs refuse others)".into(),
+                ));
+            }
         }
         for (server, config) in &self.mcp.servers {
             let key = |k: &str| format!("mcp.servers.{server}.{k}");
@@ -1195,6 +1247,27 @@ value = "Bearer ${GITHUB_TOKEN}"
             egress.pinned_or_literal("mirror.internal"),
             Some("10.1.2.3".parse().unwrap())
         );
+    }
+
+    #[test]
+    fn e2b_keys_are_checked_and_expanded() {
+        let policy = Policy::parse(
+            "[e2b]\napi_keys = [\"e2b_00ff\", \"${PADDOCK_POLICY_TEST_E2B_KEY}\"]\n",
+            "p.toml",
+        )
+        .unwrap();
+        assert_eq!(policy.e2b.api_keys.len(), 2);
+        // An unset variable is an error when the keys are used, naming it.
+        let unset = policy.e2b.expanded_keys().unwrap_err();
+        assert!(unset.contains("PADDOCK_POLICY_TEST_E2B_KEY"), "{unset}");
+        let bad = Policy::parse("[e2b]\napi_keys = [\"sk-123\"]\n", "p.toml").unwrap_err();
+        assert!(
+            bad.to_string().starts_with("p.toml:2: e2b.api_keys:"),
+            "{bad}"
+        );
+        assert!(is_e2b_key("e2b_0a"));
+        assert!(!is_e2b_key("e2b_"));
+        assert!(!is_e2b_key("e2b_xyz"));
     }
 
     #[test]

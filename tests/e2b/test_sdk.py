@@ -1,0 +1,291 @@
+"""The unmodified `e2b` SDK against `paddock serve --e2b` (DESIGN section 10).
+
+Run: /tmp/e2bvenv/bin/pytest tests/e2b/test_sdk.py  (after `cargo build --release -p paddock-cli`;
+the venv has `e2b` and `pytest`). The server is started on a free loopback port with a
+PADDOCK_HOME of its own; only loopback is contacted. With PADDOCK_TEST_POLICY naming a policy
+with a `docker` backend, sandboxes are also made from template "docker".
+"""
+
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+PADDOCK = os.environ.get("PADDOCK_BIN", str(REPO / "target" / "release" / "paddock"))
+KEY = "e2b_" + "0123456789abcdef" * 2
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _docker_policy():
+    path = os.environ.get("PADDOCK_TEST_POLICY")
+    if path and os.path.exists(path) and "[backends.docker]" in open(path).read():
+        return path
+    return None
+
+
+@pytest.fixture(scope="session")
+def server():
+    home = tempfile.mkdtemp(prefix="paddock-e2b-")
+    policy = pathlib.Path(home) / "policy.toml"
+    base = open(_docker_policy()).read() if _docker_policy() else ""
+    policy.write_text(base + f'\n[e2b]\napi_keys = ["${{PADDOCK_E2B_TEST_KEY}}", "e2b_ff"]\n')
+    port = _free_port()
+    env = dict(os.environ, PADDOCK_HOME=home, PADDOCK_E2B_TEST_KEY=KEY, RUST_LOG="warn")
+    workdir = pathlib.Path(home) / "cwd"
+    workdir.mkdir()
+    proc = subprocess.Popen(
+        [PADDOCK, "serve", "--e2b", f"127.0.0.1:{port}", "--policy", str(policy)],
+        env=env,
+        cwd=workdir,
+        stderr=open(pathlib.Path(home) / "server.log", "wb"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 20
+    while True:
+        try:
+            urllib.request.urlopen(url + "/v2/sandboxes", timeout=1)
+        except urllib.error.HTTPError:
+            break  # 401: it is up
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(open(pathlib.Path(home) / "server.log").read())
+            time.sleep(0.1)
+    os.environ.update(E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=KEY)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+TEMPLATES = ["base"] + (["docker"] if _docker_policy() else [])
+
+
+@pytest.fixture(params=TEMPLATES)
+def sandbox(server, request):
+    from e2b import Sandbox
+
+    sbx = Sandbox.create(template=request.param, metadata={"test": request.node.name[:40]})
+    yield sbx
+    try:
+        sbx.kill()
+    except Exception:
+        pass
+
+
+def test_create_and_info(sandbox):
+    info = sandbox.get_info()
+    assert info.sandbox_id == sandbox.sandbox_id
+    assert sandbox.is_running()
+
+
+def test_unknown_template_lists_templates(server):
+    from e2b import Sandbox
+    from e2b.exceptions import SandboxException
+
+    with pytest.raises(SandboxException) as err:
+        Sandbox.create(template="no-such-template")
+    assert "base" in str(err.value)
+
+
+def test_two_sandboxes_are_isolated(server):
+    from e2b import Sandbox
+
+    a, b = Sandbox.create(), Sandbox.create()
+    try:
+        a.files.write("only-in-a.txt", "a")
+        a.commands.run("echo secret > /tmp/a-tmp.txt")
+        assert a.files.exists("only-in-a.txt")
+        assert not b.files.exists("only-in-a.txt")
+        assert b.commands.run("test -e /tmp/a-tmp.txt || echo absent").stdout.strip() == "absent"
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_run_streams_stdout_and_stderr(sandbox):
+    out, err = [], []
+    r = sandbox.commands.run(
+        "echo one; echo two >&2; sleep 0.3; echo three",
+        on_stdout=out.append,
+        on_stderr=err.append,
+    )
+    assert r.exit_code == 0
+    assert r.stdout == "one\nthree\n"
+    assert r.stderr == "two\n"
+    assert "".join(out) == "one\nthree\n"
+    assert "".join(err) == "two\n"
+
+
+def test_nonzero_exit_raises(sandbox):
+    from e2b.sandbox.commands.command_handle import CommandExitException
+
+    with pytest.raises(CommandExitException) as err:
+        sandbox.commands.run("echo out; echo bad >&2; exit 3")
+    assert err.value.exit_code == 3
+    assert err.value.stderr == "bad\n"
+
+
+def test_env_and_cwd(sandbox):
+    sandbox.files.make_dir("sub")
+    r = sandbox.commands.run("echo $GREETING; pwd", envs={"GREETING": "hello"}, cwd="sub")
+    lines = r.stdout.splitlines()
+    assert lines[0] == "hello"
+    assert lines[1].endswith("/sub")
+
+
+def test_create_envs_reach_commands(server):
+    from e2b import Sandbox
+
+    sbx = Sandbox.create(envs={"FROM_CREATE": "it's here"})
+    try:
+        assert sbx.commands.run("echo $FROM_CREATE").stdout == "it's here\n"
+        h = sbx.commands.run("echo $FROM_CREATE", background=True)
+        assert h.wait().stdout == "it's here\n"
+    finally:
+        sbx.kill()
+
+
+def test_background_wait_and_kill(sandbox):
+    h = sandbox.commands.run("sleep 0.5; echo done", background=True)
+    assert h.pid > 0
+    r = h.wait()
+    assert r.stdout == "done\n"
+    long = sandbox.commands.run("sleep 60", background=True)
+    assert any(p.pid == long.pid for p in sandbox.commands.list())
+    assert long.kill()
+    assert not any(p.pid == long.pid for p in sandbox.commands.list())
+
+
+def test_stdin(sandbox):
+    h = sandbox.commands.run("read line; echo got:$line", background=True, stdin=True)
+    sandbox.commands.send_stdin(h.pid, "hi there\n")
+    r = h.wait()
+    assert r.stdout == "got:hi there\n"
+    h = sandbox.commands.run("cat", background=True, stdin=True)
+    sandbox.commands.send_stdin(h.pid, "abc")
+    sandbox.commands.close_stdin(h.pid)
+    assert h.wait().stdout == "abc"
+
+
+def test_connect_to_running_command(sandbox):
+    h = sandbox.commands.run("sleep 0.5; echo later", background=True)
+    again = sandbox.commands.connect(h.pid)
+    assert again.wait().stdout == "later\n"
+
+
+def test_files_bytes_exact(sandbox):
+    data = bytes(range(256)) * 40 + b"\r\n--boundary\r\n\x00"
+    sandbox.files.write("dir/blob.bin", data)
+    assert sandbox.files.read("dir/blob.bin", format="bytes") == data
+    sandbox.files.write("/tmp/t.txt", "text ✓")
+    assert sandbox.files.read("/tmp/t.txt") == "text ✓"
+
+
+def test_files_list_exists_remove_rename_make_dir(sandbox):
+    assert sandbox.files.make_dir("d1/d2")
+    assert not sandbox.files.make_dir("d1/d2")  # already there
+    sandbox.files.write("d1/a.txt", "a")
+    names = sorted(e.name for e in sandbox.files.list("d1"))
+    assert names == ["a.txt", "d2"]
+    deep = sorted(e.path.rsplit("/d1/", 1)[1] for e in sandbox.files.list("d1", depth=2))
+    assert deep == ["a.txt", "d2"]
+    entry = sandbox.files.get_info("d1/a.txt")
+    assert entry.size == 1 and entry.type.value == "file" and entry.path.startswith("/")
+    moved = sandbox.files.rename("d1/a.txt", "d1/b.txt")
+    assert moved.name == "b.txt"
+    assert not sandbox.files.exists("d1/a.txt")
+    assert sandbox.files.exists("d1/b.txt")
+    sandbox.files.remove("d1")
+    assert not sandbox.files.exists("d1")
+
+
+def test_download_url_signed(sandbox):
+    sandbox.files.write("/tmp/signed.txt", "signed")
+    with urllib.request.urlopen(sandbox.download_url("/tmp/signed.txt")) as r:
+        assert r.read() == b"signed"
+
+
+def test_list_with_metadata_filter(server):
+    from e2b import Sandbox, SandboxQuery
+
+    a = Sandbox.create(metadata={"suite": "list", "which": "a"})
+    b = Sandbox.create(metadata={"suite": "list", "which": "b"})
+    try:
+        ids = {s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"suite": "list"})).next_items()}
+        assert {a.sandbox_id, b.sandbox_id} <= ids
+        only = Sandbox.list(query=SandboxQuery(metadata={"which": "b"})).next_items()
+        assert [s.sandbox_id for s in only] == [b.sandbox_id]
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_set_timeout_ends_the_sandbox(server):
+    from e2b import Sandbox
+
+    sbx = Sandbox.create()
+    sbx.set_timeout(2)
+    time.sleep(3.5)
+    assert not sbx.is_running()
+    assert sbx.sandbox_id not in {s.sandbox_id for s in Sandbox.list().next_items()}
+
+
+def test_kill(server):
+    from e2b import Sandbox
+
+    sbx = Sandbox.create()
+    sbx.commands.run("sleep 100", background=True)
+    assert sbx.kill()
+    assert not sbx.is_running()
+    assert not Sandbox.kill(sbx.sandbox_id)
+
+
+def test_connect_by_id(server):
+    from e2b import Sandbox
+
+    sbx = Sandbox.create()
+    try:
+        sbx.files.write("/tmp/c.txt", "c")
+        again = Sandbox.connect(sbx.sandbox_id)
+        assert again.files.read("/tmp/c.txt") == "c"
+    finally:
+        sbx.kill()
+
+
+def test_wrong_api_key_is_401(server):
+    from e2b import Sandbox
+    from e2b.exceptions import AuthenticationException
+
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_key="e2b_" + "f" * 40)
+    req = urllib.request.Request(server + "/process.Process/List", method="POST", data=b"{}")
+    req.add_header("Content-Type", "application/json")
+    req.add_header("E2b-Sandbox-Id", "nope")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req)
+    assert err.value.code in (401, 502)
+
+
+def test_wrong_access_token_is_401(sandbox, server):
+    req = urllib.request.Request(server + "/process.Process/List", method="POST", data=b"{}")
+    req.add_header("Content-Type", "application/json")
+    req.add_header("E2b-Sandbox-Id", sandbox.sandbox_id)
+    req.add_header("X-Access-Token", "wrong")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req)
+    assert err.value.code == 401
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
