@@ -94,6 +94,9 @@ scripts/test-python.sh                   # maturin + a wheelhouse in /opt/paddoc
 step "framework integrations: pydantic-ai, the OpenAI Agents SDK, LangChain Deep Agents, Inspect AI and smolagents, each by its own suite or a scripted model at its pinned version"
 scripts/test-integrations.sh             # a wheelhouse in /opt/paddock-py-test; idempotent
 
+step "E2B front end: paddock serve --e2b driven by the unmodified e2b SDK"
+scripts/test-e2b.sh                      # a cached venv in /opt/paddock-py-test; idempotent
+
 step "benchmarks compile"
 cargo bench --ignore-rust-version --locked --no-run -p paddock-benches
 

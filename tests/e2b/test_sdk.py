@@ -8,6 +8,7 @@ with a `docker` backend, sandboxes are also made from template "docker".
 
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -66,6 +67,7 @@ def server():
     yield url
     proc.terminate()
     proc.wait(timeout=30)
+    shutil.rmtree(home, ignore_errors=True)
 
 
 TEMPLATES = ["base"] + (["docker"] if _docker_policy() else [])
