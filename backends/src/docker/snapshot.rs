@@ -11,6 +11,19 @@ use crate::Result;
 /// The repository of snapshot images; the tag names the home and the snapshot.
 const REPOSITORY: &str = "paddock-snapshot";
 
+/// /tmp into an archive in the container's root (`/.paddock-tmp.tar`: the tmpfs itself is not
+/// committed, the archive is), before the commit.
+const ARCHIVE_TMP: &str = "tar -C /tmp -cf /.paddock-tmp.tar .";
+/// The archive out of the live container, after the commit.
+const DROP_TMP_ARCHIVE: &str = "rm -f /.paddock-tmp.tar";
+/// The archive into a fork's /tmp, Paddock's own directory there (`.paddock`, the agent's)
+/// left out: the fork's agent has its own. Nothing to do for an image without one.
+const RESTORE_TMP: &str = "[ -f /.paddock-tmp.tar ] || exit 0; \
+     r=/tmp/.paddock-restore && mkdir -p \"$r\" && tar -C \"$r\" -xf /.paddock-tmp.tar && \
+     rm -rf \"$r/.paddock\" && cd \"$r\" && \
+     for f in .[!.]* ..?* *; do if [ -e \"$f\" ] || [ -L \"$f\" ]; then mv -f \"$f\" /tmp/ || exit 1; fi; done && \
+     cd / && rmdir \"$r\" && rm -f /.paddock-tmp.tar";
+
 impl DockerTransport {
     /// The image name of snapshot `tag` of this backend, for this home (docker's names are
     /// lowercase).
@@ -31,6 +44,15 @@ impl DockerTransport {
         let name = self.container_name(session);
         let image = self.snapshot_image(tag);
         let (repo, image_tag) = image.split_once(':').unwrap_or((&image, "latest"));
+        // /tmp is a tmpfs, which `docker commit` does not see: its files go into the image as
+        // an archive, unpacked into the fork's /tmp before its first command.
+        let tmp_carried = self.run_quietly(&name, ARCHIVE_TMP).await == Some(0);
+        if !tmp_carried {
+            tracing::warn!(
+                session,
+                "the snapshot does not carry /tmp: it could not be archived (a read-only root?)"
+            );
+        }
         let options = CommitContainerOptionsBuilder::default()
             .container(&name)
             .repo(repo)
@@ -38,10 +60,13 @@ impl DockerTransport {
             .comment(&format!("paddock snapshot {tag} of session {session}"))
             .pause(true)
             .build();
-        match docker
+        let committed = docker
             .commit_container(options, ContainerConfig::default())
-            .await
-        {
+            .await;
+        if tmp_carried {
+            self.run_quietly(&name, DROP_TMP_ARCHIVE).await;
+        }
+        match committed {
             Ok(_) => {}
             Err(e) if status_of(&e) == Some(404) => {
                 return Err(self.unavailable(format!(
@@ -92,7 +117,31 @@ impl DockerTransport {
         if let Ok(mut from) = self.from_snapshot.lock() {
             from.insert(name.clone(), image.to_owned());
         }
-        self.ensure_container(session).await.map(drop)
+        let name = self.ensure_container(session).await?;
+        match self.run_quietly(&name, RESTORE_TMP).await {
+            Some(0) => Ok(()),
+            other => Err(self.unavailable(format!(
+                "the snapshot's /tmp could not be restored in {name} (exit {other:?})"
+            ))),
+        }
+    }
+
+    /// Runs a shell line in the container, its output dropped: its exit code, or None when
+    /// docker could not run it.
+    async fn run_quietly(&self, name: &str, line: &str) -> Option<i32> {
+        let run = crate::remote::TargetRun {
+            argv: vec!["sh".into(), "-c".into(), line.into()],
+            stdin: None,
+            pty: false,
+        };
+        let sink = crate::stream::OutputSink::new(4096);
+        match self.exec_once(name, &run, &sink).await {
+            Ok(code) => Some(code),
+            Err(err) => {
+                tracing::warn!(container = name, %err, "docker exec failed");
+                None
+            }
+        }
     }
 
     /// Removes a snapshot's image (gone already: nothing to do).

@@ -186,10 +186,11 @@ fn mode(path: &Path) -> u32 {
 /// of each other and of the original, which goes on unchanged; the snapshot is owner-only,
 /// listed with its size and age, and removed with everything it holds.
 fn snapshot_and_fork(t: &Target) {
-    // Docker's /tmp is a tmpfs, never in a committed image: the files go where a container
-    // keeps them. The local sandbox writes its workspace only.
+    // Docker's /tmp is a tmpfs, which `docker commit` does not see: the snapshot carries it
+    // apart, so a fork finds the files there and starts in the directory the session was in
+    // (agents work in /tmp all the time). The local sandbox writes its workspace only.
     let base = match t.backend {
-        "docker" => "/var/tmp/snap",
+        "docker" => "/tmp/snap",
         // The image's own tree (the instance's writable overlay), not only its /tmp.
         "apptainer" | "slurm_apptainer" => "/opt/snap",
         _ => ".",
@@ -218,6 +219,13 @@ fn snapshot_and_fork(t: &Target) {
     assert_eq!(mode(&dir.join("manifest.json")), 0o600);
     // The original goes on, and what it does after the snapshot is not in it.
     t.ok("orig", "echo later >> f.txt");
+    if t.backend == "docker" {
+        // Nothing of how /tmp travelled is left in the original.
+        t.ok(
+            "orig",
+            "test ! -e /.paddock-tmp.tar && test ! -e /tmp/.paddock-restore",
+        );
+    }
 
     let forks = Target::ids(&t.paddock(&["sessions", "start", "--from", "snap1", "--count", "2"]));
     assert_eq!(forks.len(), 2, "{forks:?}");
