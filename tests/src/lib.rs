@@ -108,6 +108,15 @@ pub fn paddock_bin() -> PathBuf {
     bin
 }
 
+/// Whether every directory above `path` lets any user through (their `x` bit for others).
+pub fn traversable_by_anyone(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.ancestors().skip(1).all(|dir| {
+        dir.as_os_str().is_empty()
+            || std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
+    })
+}
+
 /// `bin` at a path another user (uid 65534 through `setpriv`) can execute: itself when every
 /// directory above it lets anyone through, else a hard link (a copy across file systems) in a
 /// world-readable directory under /tmp. A checkout under a directory only root may traverse
@@ -115,11 +124,7 @@ pub fn paddock_bin() -> PathBuf {
 /// denied" to the tests that run Paddock as an ordinary user.
 pub fn reachable_by_anyone(bin: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let open_to_all = bin.ancestors().skip(1).all(|dir| {
-        dir.as_os_str().is_empty()
-            || std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
-    });
-    if open_to_all {
+    if traversable_by_anyone(bin) {
         return bin.to_path_buf();
     }
     let mut hasher = std::collections::hash_map::DefaultHasher::new();

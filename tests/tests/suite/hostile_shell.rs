@@ -25,9 +25,25 @@ impl Host {
     fn new() -> Self {
         // Not under /tmp: inside the sandbox /tmp is the session's own, so a host path there
         // (the fake $HOME) would vanish.
+        Self::in_dir(Path::new(env!("CARGO_TARGET_TMPDIR")))
+    }
+
+    /// [`Host::new`] where another user can reach it too: the target directory when every
+    /// directory above it lets anyone through, else /var/tmp (a checkout under a directory only
+    /// root may traverse, such as root's home).
+    fn for_anyone() -> Self {
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        if paddock_tests::traversable_by_anyone(&target.join("x")) {
+            Self::new()
+        } else {
+            Self::in_dir(Path::new("/var/tmp"))
+        }
+    }
+
+    fn in_dir(parent: &Path) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("hostile-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .tempdir_in(parent)
             .unwrap();
         let workspace = dir.path().join("ws");
         let home = dir.path().join("home");
@@ -433,7 +449,7 @@ fn the_suite_holds_for_an_ordinary_user_too() {
         return;
     }
     // The engine itself as nobody: its sandbox then starts with a user namespace.
-    let h = Host::new();
+    let h = Host::for_anyone();
     let _ = std::process::Command::new("chown")
         .args(["-R", "65534:65534", h.dir.path().to_str().unwrap()])
         .status();
@@ -460,6 +476,7 @@ fn the_suite_holds_for_an_ordinary_user_too() {
             &paddock_tests::paddock_bin(),
         ))
         .args(terminal_argv(&h.policy, "h", &args))
+        .current_dir(h.dir.path())
         .output()
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout)
