@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -34,6 +33,7 @@ if not os.environ.get("PADDOCK_HOME"):
     os.environ["PADDOCK_HOME"] = tempfile.mkdtemp(prefix="paddock-inspect-")
     os.environ.pop("PADDOCK_POLICY", None)
 
+from _backends import needs_docker, policy_with_docker  # noqa: E402
 import paddock  # noqa: E402
 import paddock.integrations.inspect_ai as adapter  # noqa: E402  (registers "paddock")
 from inspect_ai.util import (  # noqa: E402
@@ -57,36 +57,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:The test .* is marked with '@pytest.mark.asyncio' but it is not an async"),
 ]
 
-DOCKER_POLICY = """
-[backends.local]
-kind = "local"
-sandbox = "workspace-write"
-workspace = "."
-
-[backends.box]
-kind = "docker"
-image = "paddock-test"
-network = "none"
-workdir = "/workspace"
-"""
-
-
-def _docker_ready() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        found = subprocess.run(["docker", "image", "inspect", "paddock-test"], capture_output=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return found.returncode == 0
-
-
-# CI (scripts/test-integrations.sh with the test services up) requires docker: there the docker
-# runs happen, and fail if docker is missing, rather than skip.
-_DOCKER_REQUIRED = os.environ.get("PADDOCK_INTEGRATIONS_DOCKER") == "required"
-_DOCKER = pytest.mark.skipif(
-    not _DOCKER_REQUIRED and not _docker_ready(), reason="docker or the paddock-test image is not available"
-)
 
 _AS_ROOT = os.geteuid() == 0
 _PERMISSION_CHECKS = (
@@ -134,7 +104,7 @@ KNOWN_FAILURES: Dict[str, Dict[str, str]] = {
 @pytest.fixture(scope="module")
 def docker_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     policy = tmp_path_factory.mktemp("policy") / "docker.toml"
-    policy.write_text(DOCKER_POLICY)
+    policy.write_text(policy_with_docker("box"))
     return policy
 
 
@@ -146,7 +116,7 @@ class BackendAndEnv(NamedTuple):
 @pytest_asyncio.fixture(
     scope="module",
     loop_scope="module",
-    params=[pytest.param("local", id="local"), pytest.param("docker", id="docker", marks=_DOCKER)],
+    params=[pytest.param("local", id="local"), pytest.param("docker", id="docker", marks=needs_docker)],
 )
 async def _backend_and_env(request: pytest.FixtureRequest, docker_policy: Path) -> AsyncIterator[BackendAndEnv]:
     """One sample's environment per backend, made and ended as Inspect's runner does it:
@@ -440,7 +410,7 @@ async def test_an_inspect_eval_runs_its_samples_in_paddock(tmp_path: Path, empty
     assert list(empty_cwd.iterdir()) == []  # nothing of the samples in the caller's directory
 
 
-@_DOCKER
+@needs_docker
 async def test_docker_runs_commands_as_other_users(docker_policy: Path) -> None:
     config = PaddockSandboxConfig(policy=str(docker_policy), backend="box")
     await PaddockSandboxEnvironment.task_init("users", config)
@@ -462,7 +432,6 @@ async def test_docker_runs_commands_as_other_users(docker_policy: Path) -> None:
     finally:
         await PaddockSandboxEnvironment.sample_cleanup("users", config, envs, False)
         await PaddockSandboxEnvironment.task_cleanup("users", config, True)
-
 
 
 async def test_a_dangerous_command_is_refused_at_once_with_nobody_to_ask(sample: PaddockSandboxEnvironment) -> None:

@@ -12,13 +12,13 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator, List, Optional
 
+from _backends import needs_docker, policy_with_docker, TWO_BACKENDS_POLICY  # noqa: E402
 import paddock
 import pytest
 from agents import RunConfig, Runner, set_tracing_disabled
@@ -54,49 +54,6 @@ pytestmark = pytest.mark.anyio
 # Nothing here talks to OpenAI: no traces are sent either.
 set_tracing_disabled(True)
 
-DOCKER_POLICY = """
-[backends.local]
-kind = "local"
-sandbox = "workspace-write"
-workspace = "."
-
-[backends.docker]
-kind = "docker"
-image = "paddock-test"
-network = "none"
-workdir = "/workspace"
-"""
-
-TWO_BACKENDS_POLICY = """
-[backends.local]
-kind = "local"
-sandbox = "workspace-write"
-workspace = "."
-
-[backends.other]
-kind = "local"
-sandbox = "read-only"
-workspace = "."
-"""
-
-
-def _docker_ready() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        found = subprocess.run(["docker", "image", "inspect", "paddock-test"], capture_output=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return found.returncode == 0
-
-
-# CI (scripts/test-integrations.sh with the test services up) requires docker: there the docker
-# runs happen, and fail if docker is missing, rather than skip.
-_DOCKER_REQUIRED = os.environ.get("PADDOCK_INTEGRATIONS_DOCKER") == "required"
-_DOCKER = pytest.mark.skipif(
-    not _DOCKER_REQUIRED and not _docker_ready(), reason="docker or the paddock-test image is not available"
-)
-
 
 @dataclass
 class Target:
@@ -118,7 +75,7 @@ def docker_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if given:
         return Path(given)
     policy = tmp_path_factory.mktemp("policy") / "docker.toml"
-    policy.write_text(DOCKER_POLICY)
+    policy.write_text(policy_with_docker("docker"))
     return policy
 
 
@@ -131,7 +88,7 @@ def docker_engine(paddock_state: Path, docker_policy: Path) -> Iterator[paddock.
         engine.close()
 
 
-@pytest.fixture(params=[pytest.param("local", id="local"), pytest.param("docker", id="docker", marks=_DOCKER)])
+@pytest.fixture(params=[pytest.param("local", id="local"), pytest.param("docker", id="docker", marks=needs_docker)])
 def target(request: pytest.FixtureRequest, engine: paddock.Engine) -> Target:
     if request.param == "local":
         return Target("local", engine, None, None)

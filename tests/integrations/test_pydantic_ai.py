@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable, Iterator, List
@@ -16,6 +15,7 @@ from typing import AsyncIterator, Awaitable, Callable, Iterator, List
 import pytest
 
 
+from _backends import needs_docker, policy_with_docker, TWO_BACKENDS_POLICY  # noqa: E402
 import paddock  # noqa: E402
 from paddock.integrations.pydantic_ai import PaddockWorkspace  # noqa: E402
 from pydantic_ai import Agent, RunContext  # noqa: E402
@@ -38,43 +38,6 @@ DETACHED_REASON = (
     "run id (agent/src/run.rs: kill_leftovers after the job exits), including a process that "
     "`setsid` detached into its own session; the rule wants it to keep running"
 )
-
-DOCKER_POLICY = """
-[backends.local]
-kind = "local"
-sandbox = "workspace-write"
-workspace = "."
-
-[backends.box]
-kind = "docker"
-image = "paddock-test"
-network = "none"
-workdir = "/workspace"
-"""
-
-TWO_BACKENDS_POLICY = """
-[backends.local]
-kind = "local"
-sandbox = "workspace-write"
-workspace = "."
-
-[backends.other]
-kind = "local"
-sandbox = "read-only"
-workspace = "."
-"""
-
-
-def _docker_ready() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        found = subprocess.run(
-            ["docker", "image", "inspect", "paddock-test"], capture_output=True, timeout=30
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return found.returncode == 0
 
 
 def _sessions(policy: Path) -> List[dict]:
@@ -157,7 +120,7 @@ class TestPaddockWorkspaceConformance(WorkspaceBackendSuite):
 @pytest.fixture(scope="module")
 def docker_engine(paddock_state: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[paddock.Engine]:
     policy = tmp_path_factory.mktemp("policy") / "docker.toml"
-    policy.write_text(DOCKER_POLICY)
+    policy.write_text(policy_with_docker("box"))
     engine = paddock.Engine(policy=str(policy))
     try:
         yield engine
@@ -167,12 +130,7 @@ def docker_engine(paddock_state: Path, tmp_path_factory: pytest.TempPathFactory)
 
 # CI (scripts/test-integrations.sh with the test services up) requires docker: there the
 # class runs, and fails if docker is missing, rather than skipping.
-_DOCKER_REQUIRED = os.environ.get("PADDOCK_INTEGRATIONS_DOCKER") == "required"
-
-
-@pytest.mark.skipif(
-    not _DOCKER_REQUIRED and not _docker_ready(), reason="docker or the paddock-test image is not available"
-)
+@needs_docker
 class TestPaddockWorkspaceConformanceDocker(TestPaddockWorkspaceConformance):
     """The same suite with the session's tools on a docker backend (a container per session)."""
 
