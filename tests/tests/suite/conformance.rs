@@ -466,10 +466,17 @@ fn a_background_process_that_ends_keeps_the_sessions_later_changes(t: &Target) {
         json!({"command": format!("mkdir -p {d}/a {d}/b && cd {d}/a")}),
     );
     assert_eq!(v["exit_code"], 0, "{v}");
-    let started = t.sh(&s, json!({"command": "sleep 1", "background": true}));
+    // The background process ends only once the later change is saved: it waits for a line
+    // sent through `process write`, which saves no shell state. A fixed `sleep` raced with a
+    // slow `cd` on a loaded machine.
+    let started = t.sh(&s, json!({"command": "read -r _", "background": true}));
     let id = started["session_id"].as_str().unwrap().to_owned();
     let v = t.sh(&s, json!({"command": format!("cd {d}/b && export X=1")}));
     assert_eq!(v["exit_code"], 0, "{v}");
+    t.process(
+        &s,
+        json!({"action": "write", "session_id": id, "data": "go\n"}),
+    );
     let waited = t.process(
         &s,
         json!({"action": "wait", "session_id": id, "timeout": 60}),
