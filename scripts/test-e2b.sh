@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The E2B front end (`paddock serve --e2b`, docs/e2b.md) driven by the unmodified `e2b` Python
-# SDK at the pinned version (tests/e2b/requirements.txt), installed into a virtual environment
-# cached by the requirements' hash, against the workspace build's `paddock`. Only loopback is
-# contacted by the tests.
+# The E2B front end (`paddock serve --e2b`, docs/e2b.md) driven by the unmodified `e2b` and
+# `e2b-code-interpreter` Python SDKs at the pinned versions (tests/e2b/requirements.txt),
+# installed into a virtual environment cached by the requirements' hash, against the workspace
+# build's `paddock`. Only loopback is contacted by the tests.
 #
 #   scripts/test-e2b.sh [PYTEST ARGS...]     # after `cargo build --release ... --workspace`
 #
@@ -55,6 +55,19 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$VENV.partial/bin/pip" check >&2
     mv "$VENV.partial" "$VENV"
     log "made $VENV ($("$python" --version))"
+fi
+
+# The code interpreter's contexts run the local backend's `python3` (the first on PATH, which
+# the sandbox shares): the figure test needs matplotlib there. pip where that Python is its own
+# (pyenv, a venv), apt where Debian manages it (PEP 668). One that cannot be installed fails the
+# run: the figure test is not skipped for want of it.
+if ! python3 -c 'import matplotlib' 2>/dev/null; then
+    log "installing matplotlib for $(command -v python3) (the sandboxes' python3)"
+    if [ -f "$(python3 -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-matplotlib >&2
+    else
+        python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore matplotlib >&2
+    fi
 fi
 
 export PADDOCK_BIN=$binary

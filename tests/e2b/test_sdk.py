@@ -1,83 +1,24 @@
 """The unmodified `e2b` SDK against `paddock serve --e2b` (DESIGN section 10).
 
-Run: /tmp/e2bvenv/bin/pytest tests/e2b/test_sdk.py  (after `cargo build --release -p paddock-cli`;
-the venv has `e2b` and `pytest`). The server is started on a free loopback port with a
-PADDOCK_HOME of its own; only loopback is contacted. With PADDOCK_TEST_POLICY naming a policy
-with a `docker` backend, sandboxes are also made from template "docker".
+Run: scripts/test-e2b.sh (after `cargo build --release -p paddock-cli`). The server is started
+by conftest.py on a free loopback port with a PADDOCK_HOME of its own; only loopback is
+contacted. With PADDOCK_TEST_POLICY naming a policy with a `docker` backend, sandboxes are also
+made from template "docker".
 """
 
-import os
-import pathlib
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-PADDOCK = os.environ.get("PADDOCK_BIN", str(REPO / "target" / "release" / "paddock"))
-KEY = "e2b_" + "0123456789abcdef" * 2
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _docker_policy():
-    path = os.environ.get("PADDOCK_TEST_POLICY")
-    if path and os.path.exists(path) and "[backends.docker]" in open(path).read():
-        return path
-    return None
-
-
-@pytest.fixture(scope="session")
-def server():
-    home = tempfile.mkdtemp(prefix="paddock-e2b-")
-    policy = pathlib.Path(home) / "policy.toml"
-    base = open(_docker_policy()).read() if _docker_policy() else ""
-    policy.write_text(base + f'\n[e2b]\napi_keys = ["${{PADDOCK_E2B_TEST_KEY}}", "e2b_ff"]\n')
-    port = _free_port()
-    env = dict(os.environ, PADDOCK_HOME=home, PADDOCK_E2B_TEST_KEY=KEY, RUST_LOG="warn")
-    workdir = pathlib.Path(home) / "cwd"
-    workdir.mkdir()
-    proc = subprocess.Popen(
-        [PADDOCK, "serve", "--e2b", f"127.0.0.1:{port}", "--policy", str(policy)],
-        env=env,
-        cwd=workdir,
-        stderr=open(pathlib.Path(home) / "server.log", "wb"),
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 20
-    while True:
-        try:
-            urllib.request.urlopen(url + "/v2/sandboxes", timeout=1)
-        except urllib.error.HTTPError:
-            break  # 401: it is up
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(open(pathlib.Path(home) / "server.log").read())
-            time.sleep(0.1)
-    os.environ.update(E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=KEY)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
-    shutil.rmtree(home, ignore_errors=True)
-
-
-TEMPLATES = ["base"] + (["docker"] if _docker_policy() else [])
-
-
-@pytest.fixture(params=TEMPLATES)
-def sandbox(server, request):
+@pytest.fixture
+def sandbox(server, template, request):
     from e2b import Sandbox
 
-    sbx = Sandbox.create(template=request.param, metadata={"test": request.node.name[:40]})
+    sbx = Sandbox.create(template=template, metadata={"test": request.node.name[:40]})
     yield sbx
     try:
         sbx.kill()

@@ -5,7 +5,7 @@
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
-/// The code interpreter's port (not served in this slice).
+/// The code interpreter's port.
 pub(crate) const INTERPRETER_PORT: &str = "49999";
 
 /// The headers and query values routing and authorisation look at.

@@ -3,15 +3,17 @@
 //! and `E2B_API_KEY` pointed here. One plain-HTTP/1.1 address serves the REST API
 //! ([`rest`]) and every sandbox's environment daemon: its process ([`process`]) and
 //! filesystem ([`filesystem`]) services over Connect ([`connect`]), `/files` ([`files`]) and
-//! `/health`. Requests are routed and authorised by [`auth`]; [`state`] holds the sandboxes.
+//! `/health`, and its code interpreter ([`interpreter`]: `/execute`, `/contexts`, for the
+//! `e2b-code-interpreter` SDK). Requests are routed and authorised by [`auth`]; [`state`] holds
+//! the sandboxes.
 //!
-//! Not served yet: PTY, watching, pause/resume, metrics, snapshots, the code interpreter
-//! (`/execute`, `/contexts`), `--e2b-tls`.
+//! Not served yet: PTY, watching, pause/resume, metrics, snapshots, `--e2b-tls`.
 
 pub(crate) mod auth;
 pub(crate) mod connect;
 pub(crate) mod files;
 pub(crate) mod filesystem;
+pub(crate) mod interpreter;
 pub(crate) mod process;
 pub(crate) mod rest;
 pub(crate) mod state;
@@ -210,10 +212,10 @@ async fn handle(Shared(state): Shared<Arc<State>>, request: Request) -> Response
             )
             .await
         }
-        Ok(Target::Interpreter(_)) => rest_error(
-            501,
-            "the code interpreter (/execute, /contexts) is not served by Paddock's E2B front end yet",
-        ),
+        Ok(Target::Interpreter(id)) => match state.get(&id) {
+            Some(sandbox) => interpreter::serve(sandbox, &method, &path, &body).await,
+            None => rest_error(502, format!("sandbox {id} is not running")),
+        },
         Err(err @ AuthError::UnknownSandbox(_)) => {
             // The SDK's health probe reads 502 as "the sandbox is gone".
             rest_error(502, err.to_string())

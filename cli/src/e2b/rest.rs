@@ -208,6 +208,8 @@ async fn start(
         procs: Default::default(),
         timer: Default::default(),
         next_pid: AtomicU64::new(100_000),
+        envs: body.env_vars.clone().unwrap_or_default(),
+        contexts: Default::default(),
     });
     state.insert(sandbox.clone());
     let timer = tokio::spawn(end_when_due(state.clone(), id));

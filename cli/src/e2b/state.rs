@@ -43,6 +43,43 @@ pub(crate) struct Proc {
     pub(crate) tag: Option<String>,
 }
 
+/// One context of the sandbox's code interpreter (`/contexts`): one of the session's Paddock
+/// CPython contexts, under the same id.
+pub(crate) struct CodeContext {
+    pub(crate) id: String,
+    /// Where its interpreter starts (absolute, inside the environment).
+    pub(crate) cwd: String,
+    /// The context `/execute` uses without `context_id` (made on first use).
+    pub(crate) default: bool,
+    /// Held for a whole execution: a context runs one at a time, as a Jupyter kernel does,
+    /// so a second request waits instead of failing on a busy interpreter.
+    pub(crate) run: tokio::sync::Mutex<ContextRun>,
+}
+
+/// What the front end knows of a context's interpreter.
+#[derive(Debug, Default)]
+pub(crate) struct ContextRun {
+    /// Whether the Paddock context exists yet.
+    pub(crate) made: bool,
+    /// Executions the front end ran itself (setting and restoring per-execution env vars),
+    /// left out of the execution count the SDK is told.
+    pub(crate) hidden: u64,
+    /// Per-execution env vars are set and not yet restored (the client left mid-execution):
+    /// the next execution restores them first.
+    pub(crate) env_set: bool,
+}
+
+impl CodeContext {
+    pub(crate) fn new(id: String, cwd: String, default: bool) -> Self {
+        Self {
+            id,
+            cwd,
+            default,
+            run: tokio::sync::Mutex::default(),
+        }
+    }
+}
+
 /// One E2B sandbox: one Paddock session.
 pub(crate) struct Sandbox {
     /// The sandbox id, which is also its session's id.
@@ -66,11 +103,19 @@ pub(crate) struct Sandbox {
     pub(crate) timer: Mutex<Option<tokio::task::AbortHandle>>,
     /// Hands out pids for processes whose backend reports none.
     pub(crate) next_pid: AtomicU64,
+    /// The create's `envVars`: the interpreter's contexts start with them too.
+    pub(crate) envs: BTreeMap<String, String>,
+    /// The code interpreter's contexts, in the order made (the default one first).
+    pub(crate) contexts: Mutex<Vec<Arc<CodeContext>>>,
 }
 
 impl Sandbox {
     pub(crate) fn procs(&self) -> MutexGuard<'_, BTreeMap<u32, Proc>> {
         lock(&self.procs)
+    }
+
+    pub(crate) fn contexts(&self) -> MutexGuard<'_, Vec<Arc<CodeContext>>> {
+        lock(&self.contexts)
     }
 }
 
