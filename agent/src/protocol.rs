@@ -23,7 +23,7 @@ use std::io::{Read, Write};
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever a message changes shape. The engine replaces an agent that answers another.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Frames larger than this are refused (a corrupt or hostile peer cannot make us allocate more).
 pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
@@ -131,6 +131,12 @@ pub struct RunRequest {
     /// one stream). Without it both share one pipe and keep their order (since protocol 6).
     #[serde(default)]
     pub split_stderr: bool,
+    /// Processes that left the run's group (`setsid`, a daemon's double fork) outlive the run
+    /// and end with the agent, that is with the session, instead of with the run. The group
+    /// itself still ends with the run. Off by default: a finished command leaves nothing
+    /// behind (since protocol 7).
+    #[serde(default)]
+    pub keep_detached: bool,
 }
 
 /// One action on the session's CPython contexts ([`crate::contexts`]).

@@ -120,8 +120,8 @@ pub fn serve_run(
     let (drained_rx, _deadline) = helpers.go(pgid, output, input);
     let status = child.wait()?;
     // What the program left behind goes with it: its group, and daemons that left the group
-    // but carry the run id.
-    kill_leftovers(pgid, request.run_id.as_deref());
+    // but carry the run id (unless the run keeps those for the session).
+    end_leftovers(pgid, request.run_id.as_deref(), request.keep_detached);
     // The session's state: merged with what overlapping runs saved meanwhile.
     for problem in commit_renames(&request.renames) {
         let _ = send(
@@ -183,7 +183,11 @@ fn serve_live(
             }
         }
     };
-    kill_leftovers(pgid, run_id);
+    end_leftovers(
+        pgid,
+        run_id,
+        request.keep_detached && !timed_out && watching,
+    );
     job.drain(Instant::now() + DRAIN_AFTER_EXIT, &mut to_engine);
     let problems = job.finish();
     if !watching || engine_gone {
@@ -507,6 +511,40 @@ pub fn end_tagged(run_id: &str) {
     signal_run(0, Some(run_id), rustix::process::Signal::TERM);
     std::thread::sleep(KILL_GRACE);
     kill_leftovers(0, Some(run_id));
+}
+
+/// What a finished run leaves behind ends: its group at once, and the processes that left the
+/// group (found by the run id) with it, or, when the run keeps them, with the agent
+/// ([`end_kept_detached`]): a session's own processes, like its background commands.
+fn end_leftovers(pgid: u32, run_id: Option<&str>, keep_detached: bool) {
+    match run_id.filter(|_| keep_detached) {
+        Some(run_id) => {
+            signal_run(pgid, None, rustix::process::Signal::KILL);
+            if !processes_of_run(run_id).is_empty()
+                && let Ok(mut kept) = KEPT_DETACHED.lock()
+            {
+                kept.insert(run_id.to_owned());
+            }
+        }
+        None => kill_leftovers(pgid, run_id),
+    }
+}
+
+/// Run ids whose detached processes were kept past their run: ended with the agent.
+static KEPT_DETACHED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Ends the detached processes runs kept (see [`RunRequest::keep_detached`]): called as the
+/// agent exits, so that they end with the session even where no namespace or container would
+/// take them along (a remote host).
+pub fn end_kept_detached() {
+    let kept = match KEPT_DETACHED.lock() {
+        Ok(mut kept) => std::mem::take(&mut *kept),
+        Err(_) => return,
+    };
+    for run_id in kept {
+        kill_leftovers(0, Some(&run_id));
+    }
 }
 
 /// KILLs a run's leftovers until none is left. The group goes at once (the kernel signals a

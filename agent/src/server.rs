@@ -117,6 +117,7 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
                 std::thread::sleep(Duration::from_secs(1));
                 if std::fs::symlink_metadata(&socket).is_err() {
                     contexts.close_all();
+                    crate::run::end_kept_detached();
                     std::process::exit(0);
                 }
                 let idle_for = now_secs().saturating_sub(activity.last.load(Ordering::SeqCst));
@@ -125,6 +126,7 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
                     && idle_for >= idle.as_secs()
                 {
                     contexts.close_all();
+                    crate::run::end_kept_detached();
                     let _ = std::fs::remove_file(&socket);
                     std::process::exit(0);
                 }
@@ -137,6 +139,7 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 contexts.close_all();
+                crate::run::end_kept_detached();
                 return Err(AgentError::Io(e));
             }
         };
@@ -157,6 +160,7 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
                     spares.drain();
                     live.drain();
                     contexts.close_all();
+                    crate::run::end_kept_detached();
                     let _ = std::fs::remove_file(&socket);
                     std::process::exit(0);
                 }
@@ -171,6 +175,7 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
         }
     }
     contexts.close_all();
+    crate::run::end_kept_detached();
     Ok(())
 }
 

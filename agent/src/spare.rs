@@ -259,6 +259,7 @@ mod tests {
             stdin: false,
             run_id: None,
             split_stderr: false,
+            keep_detached: false,
         }
     }
 

@@ -62,6 +62,7 @@ fn run_request() -> impl Strategy<Value = RunRequest> {
                 stdin,
                 run_id,
                 split_stderr: false,
+                keep_detached: false,
             },
         )
 }
@@ -579,6 +580,7 @@ fn a_frame_at_the_cap_round_trips_and_one_byte_more_is_refused_before_writing() 
         stdin: false,
         run_id: None,
         split_stderr: false,
+        keep_detached: false,
     });
     let mut out = Vec::new();
     let err = write_message(&mut out, &huge).unwrap_err();

@@ -38,6 +38,16 @@ pub fn stop_session(mark: &str, cgroups: &[PathBuf]) -> usize {
     paddock_agent::run::stop_until_settled(|| session_processes(mark, cgroups)).len()
 }
 
+/// Ends every process of the session marked `mark` as the session closes: stopped first, scan
+/// after scan (so that none forks a successor meanwhile), then killed. Where the session has
+/// no sandbox of its own to take them along (the unconfined local backend), this is what ends
+/// a daemon a command detached (`setsid`) and a process a command kept on purpose.
+pub fn end_session(mark: &str, cgroups: &[PathBuf]) {
+    for pid in paddock_agent::run::stop_until_settled(|| session_processes(mark, cgroups)) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}
+
 /// Continues every process of the session marked `mark`.
 pub fn continue_session(mark: &str, cgroups: &[PathBuf]) {
     for pid in session_processes(mark, cgroups) {

@@ -37,6 +37,7 @@ pub mod freeze;
 pub mod ids;
 pub mod kill;
 pub mod launch;
+pub mod lifetime;
 pub mod local;
 pub mod naming;
 pub mod output;
@@ -138,6 +139,11 @@ pub struct ExecRequest {
     /// Where the command's stdout and stderr go, apart and chunk by chunk, as they are
     /// written (the merged `output` is answered as well).
     pub chunks: Option<ChunkSender>,
+    /// Processes the command detached from its process group (`setsid`, a daemon's double
+    /// fork) live on until the session ends instead of ending with the command, as in a
+    /// terminal. Honoured where the in-environment agent runs the command; elsewhere they
+    /// end with the command as usual.
+    pub keep_detached: bool,
 }
 
 /// What a foreground command produced. stdout and stderr are merged, in order.
@@ -345,6 +351,15 @@ pub trait Environment: Send + Sync {
     /// Starts filling this backend's warm pool, if it has one (a long-lived engine does so
     /// when it starts, so that its first sessions find environments ready).
     fn prewarm(&self) {}
+
+    /// `session` is in use: its environment (a container, an instance, a Slurm job) must not
+    /// end by itself before `until`, and ends by itself some seconds after it unless told
+    /// again ([`lifetime`]), whether or not any engine runs then. Called whenever the session
+    /// is marked active; cheap, and never fails the call it accompanies. The default keeps
+    /// nothing: a backend whose environments do not end by themselves.
+    fn keep_alive(&self, session: &str, until: std::time::SystemTime) {
+        let _ = (session, until);
+    }
 
     /// The workspace a client named for `session` (an MCP client's first root, a directory on
     /// this machine): the session's commands start there and a workspace-write sandbox lets

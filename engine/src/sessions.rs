@@ -313,6 +313,9 @@ pub struct Sessions {
     pause_after: Option<Duration>,
     /// The engine's notebooks, whose names a snapshot saves.
     notebook_saver: std::sync::OnceLock<crate::codemode::NotebookSaver>,
+    /// Per (session, backend): when its environment was last told to stay alive
+    /// ([`Sessions::keep_environments_alive`]).
+    kept: Mutex<HashMap<(String, String), Instant>>,
 }
 
 impl Sessions {
@@ -330,6 +333,7 @@ impl Sessions {
             idle_timeout,
             pause_after: None,
             notebook_saver: std::sync::OnceLock::new(),
+            kept: Mutex::default(),
         }
     }
 
@@ -424,24 +428,66 @@ impl Sessions {
     /// meanwhile.
     pub fn activity(self: &Arc<Self>, session: &str, backend: Option<&str>) -> ActivityGuard {
         self.store.touch(session, backend);
+        self.keep_environments_alive(session, backend);
         let period = (self.idle_timeout / 3).clamp(TOUCH_INTERVAL, Duration::from_secs(60));
         let this = self.clone();
         let id = session.to_owned();
         let backend = backend.map(str::to_owned);
-        let keeper = tokio::runtime::Handle::try_current().ok().map(|handle| {
-            handle.spawn(async move {
-                let mut tick =
-                    tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-                loop {
-                    tick.tick().await;
-                    this.store.touch(&id, backend.as_deref());
-                }
-            })
+        let keeper = tokio::runtime::Handle::try_current().ok().map({
+            let backend = backend.clone();
+            |handle| {
+                handle.spawn(async move {
+                    let mut tick =
+                        tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+                    loop {
+                        tick.tick().await;
+                        this.store.touch(&id, backend.as_deref());
+                        this.keep_environments_alive(&id, backend.as_deref());
+                    }
+                })
+            }
         });
         ActivityGuard {
             sessions: self.clone(),
             session: session.to_owned(),
+            backend,
             keeper,
+        }
+    }
+
+    /// Tells the environments of `session` (on `backend`, or on every backend its record
+    /// names: a `process` call polls a background command without naming one) that it is
+    /// active now, so that each ends by itself only once the idle timeout has passed without
+    /// another word, whether or not any `paddock` runs then ([`Environment::keep_alive`]).
+    /// The same moments as the record's touches, so an environment ends when the sweep would
+    /// close its session. Told at most once per [`TOUCH_INTERVAL`]: the time is in seconds.
+    pub fn keep_environments_alive(&self, session: &str, backend: Option<&str>) {
+        let backends: Vec<String> = match backend {
+            Some(name) => vec![name.to_owned()],
+            None => self
+                .store
+                .get(session)
+                .map(|r| r.backends.into_iter().collect())
+                .unwrap_or_default(),
+        };
+        let until = SystemTime::now() + self.idle_timeout;
+        for name in backends {
+            let Some(env) = self.backends.get(&name) else {
+                continue;
+            };
+            let due = self.kept.lock().map_or(true, |mut kept| {
+                let key = (session.to_owned(), name);
+                let due = kept
+                    .get(&key)
+                    .is_none_or(|at| at.elapsed() >= TOUCH_INTERVAL);
+                if due {
+                    kept.insert(key, Instant::now());
+                }
+                due
+            });
+            if due {
+                env.keep_alive(session, until);
+            }
         }
     }
 
@@ -787,6 +833,8 @@ impl Sessions {
 pub struct ActivityGuard {
     sessions: Arc<Sessions>,
     session: String,
+    /// The backend the command runs on, if any: its environment is kept alive too.
+    backend: Option<String>,
     keeper: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -796,6 +844,9 @@ impl Drop for ActivityGuard {
             keeper.abort();
         }
         self.sessions.store.touch(&self.session, None);
+        // The idle time counts from the command's end, in the environment as in the record.
+        self.sessions
+            .keep_environments_alive(&self.session, self.backend.as_deref());
     }
 }
 

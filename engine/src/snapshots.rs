@@ -571,8 +571,10 @@ impl<'a> Snapshots<'a> {
                         break;
                     }
                 };
-                // Recorded first, so that closing it reaches what the backend made.
+                // Recorded first, so that closing it reaches what the backend made; and kept
+                // alive, so that a fork nobody uses ends by itself like any idle session.
                 self.sessions.store().touch(id, Some(backend));
+                self.sessions.keep_environments_alive(id, Some(backend));
                 if let Err(err) = env.start_from_snapshot(id, part, &dir).await {
                     result = Err(SnapshotError::Backend {
                         backend: backend.clone(),

@@ -164,6 +164,7 @@ def terminal_args(
     background: bool,
     pty: bool,
     stdin: Optional[Union[str, bytes]],
+    keep_detached: bool = False,
 ) -> Dict[str, Any]:
     """The `terminal` tool's arguments for `Session.run`; only what was given is sent, so the
     engine's defaults (a 180 s timeout) apply otherwise."""
@@ -182,6 +183,8 @@ def terminal_args(
         args["timeout"] = timeout
     if stdin is not None:
         args["stdin"] = stdin.decode("utf-8") if isinstance(stdin, bytes) else stdin
+    if keep_detached:
+        args["keep_detached"] = True
     return args
 
 
@@ -480,6 +483,7 @@ class Session(_SessionState):
         background: Literal[False] = ...,
         pty: bool = ...,
         stdin: Optional[Union[str, bytes]] = ...,
+        keep_detached: bool = ...,
     ) -> CommandResult: ...
 
     @overload
@@ -509,6 +513,7 @@ class Session(_SessionState):
         background: bool = False,
         pty: bool = False,
         stdin: Optional[Union[str, bytes]] = None,
+        keep_detached: bool = False,
     ) -> Any:
         """Runs `command` (a shell line, or a list: an argv) in the session; `cwd` and `env`
         for this command only (over the session's directory and exports). Foreground: waits
@@ -516,8 +521,19 @@ class Session(_SessionState):
         after `timeout` seconds (default: the engine's, 180 s), with the output so far.
         `background=True`: returns a `CommandHandle` at once. `on_stdout`/`on_stderr` get the
         text as it is written, stdout and stderr apart (a `pty=True` command's terminal is all
-        stdout)."""
-        args = terminal_args(command, cwd=cwd, env=env, timeout=timeout, background=background, pty=pty, stdin=stdin)
+        stdout). `keep_detached=True`: processes the command detaches from itself (`setsid`,
+        a daemon) keep running until the session ends, as in a terminal; by default they end
+        with the command."""
+        args = terminal_args(
+            command,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            background=background,
+            pty=pty,
+            stdin=stdin,
+            keep_detached=keep_detached,
+        )
         on_stdout = _sync_callback(on_stdout, "on_stdout")
         on_stderr = _sync_callback(on_stderr, "on_stderr")
         if background:
@@ -933,6 +949,7 @@ class AsyncSession(_SessionState):
         background: Literal[False] = ...,
         pty: bool = ...,
         stdin: Optional[Union[str, bytes]] = ...,
+        keep_detached: bool = ...,
     ) -> CommandResult: ...
 
     @overload
@@ -962,9 +979,19 @@ class AsyncSession(_SessionState):
         background: bool = False,
         pty: bool = False,
         stdin: Optional[Union[str, bytes]] = None,
+        keep_detached: bool = False,
     ) -> Any:
         """`Session.run`, awaitable: a `CommandResult`, or an `AsyncCommandHandle`."""
-        args = terminal_args(command, cwd=cwd, env=env, timeout=timeout, background=background, pty=pty, stdin=stdin)
+        args = terminal_args(
+            command,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            background=background,
+            pty=pty,
+            stdin=stdin,
+            keep_detached=keep_detached,
+        )
         if background:
             return AsyncCommandHandle(self, await self._call("terminal", args), on_stdout, on_stderr)
         streams = OutputStreams(on_stdout, on_stderr)

@@ -12,8 +12,9 @@ import subprocess
 import pytest
 
 
-def policy_with_docker(name: str) -> str:
-    """The local sandbox (`local`) and a docker backend `name` on the test services' image."""
+def policy_with_docker(name: str, extra: str = "") -> str:
+    """The local sandbox (`local`) and a docker backend `name` on the test services' image, with
+    `extra` lines in its section."""
     return f"""
 [backends.local]
 kind = "local"
@@ -25,6 +26,7 @@ kind = "docker"
 image = "paddock-test"
 network = "none"
 workdir = "/workspace"
+{extra}
 """
 
 

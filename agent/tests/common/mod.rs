@@ -41,5 +41,6 @@ pub fn plain_run(argv: Vec<String>, timeout_ms: Option<u64>) -> RunRequest {
         pty: false,
         stdin: false,
         split_stderr: false,
+        keep_detached: false,
     }
 }

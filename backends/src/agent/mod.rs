@@ -89,6 +89,7 @@ pub trait AgentHost: Transport {
                 argv: self.agent_start_argv(session),
                 stdin: None,
                 pty: false,
+                keep_detached: false,
             };
             let (status, output) = run_collecting(self, session, run).await?;
             check_started(self, status, &output)
@@ -112,6 +113,7 @@ pub trait AgentHost: Transport {
                 argv: vec![AGENT_PATH_INSIDE.to_owned(), "version".to_owned()],
                 stdin: None,
                 pty: false,
+                keep_detached: false,
             };
             match run_collecting(self, session, run).await {
                 Ok((0, output)) => !output.contains(&format!("protocol {PROTOCOL_VERSION}")),
@@ -249,6 +251,7 @@ fn agent_request(argv: Vec<String>, pty: bool) -> RunRequest {
         pty,
         stdin: false,
         split_stderr: false,
+        keep_detached: false,
     };
     if let Some(wrapper) = crate::remote::script::wrapper_run(&request.argv) {
         request.argv.drain(..2);
@@ -438,6 +441,7 @@ impl<T: AgentHost> AgentTransport<T> {
     ) -> Result<i32> {
         let link = self.connect(session).await?;
         let mut request = agent_request(run.argv, run.pty);
+        request.keep_detached = run.keep_detached;
         if sink.splits() && !run.pty {
             // The command script merges stderr into stdout unless told not to (it unsets the
             // variable at once: it never reaches the command or the session's state).
@@ -674,6 +678,10 @@ impl<T: AgentHost> Transport for AgentTransport<T> {
         if self.binary.is_ok() {
             self.inner.prewarm();
         }
+    }
+
+    fn keep_alive(&self, session: &str, until: std::time::SystemTime) {
+        self.inner.keep_alive(session, until);
     }
 
     fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {

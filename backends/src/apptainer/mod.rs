@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::agent::{
-    AGENT_PATH_INSIDE, AgentHost, AgentPlacement, agent_dir, placed_agent_socket, prepare_agent_dir,
+    AGENT_DIR_INSIDE, AGENT_PATH_INSIDE, AgentHost, AgentPlacement, agent_dir, placed_agent_socket,
+    prepare_agent_dir,
 };
 use crate::naming;
 use crate::remote::client::run_client;
@@ -179,7 +180,11 @@ impl ApptainerTransport {
         let exit = run_client(binary, &self.start_args(session), None, false, sink.clone())
             .await
             .map_err(|e| self.unavailable(e.to_string()))?;
-        if exit.status == 0 || exit.stderr.contains("already exists") {
+        if exit.status == 0 {
+            self.start_watchdog(session).await;
+            return Ok(());
+        }
+        if exit.stderr.contains("already exists") {
             return Ok(());
         }
         let stdout = sink.finish().0;
@@ -191,6 +196,42 @@ impl ApptainerTransport {
             exit.stderr.trim(),
             stdout.trim()
         )))
+    }
+
+    /// Starts the instance's watchdog ([`crate::lifetime`]), detached inside it: it stops the
+    /// instance (a TERM to the instance's init, which `instance stop` sends too) once the
+    /// time the engine last kept the session until has passed. Only with the agent, whose
+    /// directory holds that time. A watchdog that cannot start leaves the instance to the
+    /// engine's idle sweep, as before: logged, not an error of the command.
+    async fn start_watchdog(&self, session: &str) {
+        if self.config.agent.is_none() {
+            return;
+        }
+        let Ok(binary) = self.binary() else {
+            return;
+        };
+        let watchdog = crate::lifetime::watchdog_script(
+            &format!("{AGENT_DIR_INSIDE}/{}", crate::lifetime::EXPIRES_FILE),
+            "kill -TERM 1",
+        );
+        // In the background with no descriptor of the exec's: the exec returns at once, and
+        // the loop lives on under the instance's init.
+        let argv = [
+            "/bin/sh".to_owned(),
+            "-c".to_owned(),
+            format!("( {watchdog} ) </dev/null >/dev/null 2>&1 &"),
+        ];
+        let sink = crate::stream::OutputSink::new(4096);
+        let started = run_client(binary, &self.exec_args(session, &argv), None, false, sink).await;
+        match started {
+            Ok(exit) if exit.status == 0 => {}
+            Ok(exit) => {
+                tracing::warn!(backend = %self.config.name, session, status = exit.status, stderr = %exit.stderr.trim(), "the instance's watchdog did not start")
+            }
+            Err(err) => {
+                tracing::warn!(backend = %self.config.name, session, %err, "the instance's watchdog did not start")
+            }
+        }
     }
 
     /// `argv` run on a terminal that the instance allocates itself, when `pty` asks for one
@@ -413,6 +454,20 @@ impl Transport for ApptainerTransport {
 
     fn sweep_orphans<'a>(&'a self, live_sessions: &'a [String]) -> BackendFuture<'a, usize> {
         Box::pin(self.remove_orphans(live_sessions))
+    }
+
+    fn keep_alive(&self, session: &str, until: std::time::SystemTime) {
+        let Some(agent) = &self.config.agent else {
+            return;
+        };
+        // Written before the instance starts too (the call that starts it marks the session
+        // active first): its watchdog then finds a time from the start.
+        let dir = agent_dir(&agent.runtime_dir, &self.instance_name(session));
+        let written = prepare_agent_dir(&dir, "apptainer", &self.config.name)
+            .and_then(|_| crate::lifetime::write_expiry(&dir, until).map_err(BackendError::from));
+        if let Err(err) = written {
+            tracing::warn!(backend = %self.config.name, session, %err, "the instance's expiry was not written");
+        }
     }
 
     fn close_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, ()> {

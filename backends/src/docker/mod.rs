@@ -37,7 +37,9 @@ pub mod section;
 mod snapshot;
 mod warm;
 
-use crate::agent::{AgentHost, AgentPlacement, agent_dir, placed_agent_socket, prepare_agent_dir};
+use crate::agent::{
+    AGENT_DIR_INSIDE, AgentHost, AgentPlacement, agent_dir, placed_agent_socket, prepare_agent_dir,
+};
 use crate::naming::{self, OWNER_CHARS, base_session};
 use crate::remote::{ClientArgv, ExitFuture, OutputSink, TargetRun, Transport};
 use crate::{BackendError, BackendFuture, Result};
@@ -47,7 +49,7 @@ pub const ATTACH_SUBCOMMAND: &str = "__docker-attach";
 
 /// Capabilities a shell needs for ordinary work as root in its container (file ownership,
 /// permission bits, switching user, signalling its own processes).
-const SHELL_CAPABILITIES: &[&str] = &[
+pub(crate) const SHELL_CAPABILITIES: &[&str] = &[
     "CHOWN",
     "DAC_OVERRIDE",
     "FOWNER",
@@ -60,9 +62,19 @@ const SHELL_CAPABILITIES: &[&str] = &[
 /// Longer than any command may run: bollard's timeout covers a whole attached exec.
 const CLIENT_TIMEOUT_S: u64 = 4 * 3600;
 
-/// PID 1 of a session container: waits forever and reaps orphans (bash reaps every child on
-/// SIGCHLD), and ends on `docker stop`.
-const KEEPALIVE: &str = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done";
+/// PID 1 of a session container: reaps orphans (bash reaps every child on SIGCHLD), ends on
+/// `docker stop`, and ends by itself once the time the engine last kept the session until has
+/// passed ([`crate::lifetime`]; the file is in the agent directory, so a container without the
+/// agent waits for ever, as before). The container is made to be removed when PID 1 exits.
+fn keepalive_script() -> String {
+    format!(
+        "trap 'exit 0' TERM; {}",
+        crate::lifetime::watchdog_script(
+            &format!("{AGENT_DIR_INSIDE}/{}", crate::lifetime::EXPIRES_FILE),
+            "exit 0"
+        )
+    )
+}
 
 /// A docker backend's settings, from its policy section ([`section::DockerSection`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -93,6 +105,10 @@ pub struct DockerConfig {
     /// A digest of the engine's state directory: containers are bound to its agent
     /// directories, so engines with another `PADDOCK_HOME` neither sweep nor claim them.
     pub home: String,
+    #[serde(default)]
+    /// The capabilities the container keeps: [`SHELL_CAPABILITIES`] less the policy's
+    /// `drop_capabilities`.
+    pub capabilities: Vec<String>,
 }
 
 impl DockerConfig {
@@ -118,6 +134,9 @@ impl DockerConfig {
             ..self.clone()
         };
         let text = serde_json::to_string(&made_with).unwrap_or_default();
+        // PID 1's program too: a container made with an older one (that never ended by
+        // itself) is replaced.
+        let text = format!("{text}\0{}", keepalive_script());
         hex::encode(&Sha256::digest(text.as_bytes())[..8])
     }
 }
@@ -307,7 +326,7 @@ impl DockerTransport {
         let binds = (!binds.is_empty()).then_some(binds);
         let host_config = HostConfig {
             cap_drop: Some(vec!["ALL".into()]),
-            cap_add: Some(SHELL_CAPABILITIES.iter().map(|s| (*s).to_owned()).collect()),
+            cap_add: Some(c.capabilities.clone()),
             security_opt: Some(vec!["no-new-privileges".into()]),
             pids_limit: Some(c.pids_limit),
             memory: c.memory_mb.map(|mb| (mb * 1024 * 1024) as i64),
@@ -320,6 +339,8 @@ impl DockerTransport {
                 format!("rw,exec,nosuid,nodev,size={}m", c.tmp_size_mb),
             )])),
             binds,
+            // PID 1 ends when the session has been idle too long: nothing of it is left then.
+            auto_remove: Some(true),
             ..Default::default()
         };
         let image = self
@@ -330,7 +351,7 @@ impl DockerTransport {
             .unwrap_or_else(|| c.image.clone());
         ContainerCreateBody {
             image: Some(image),
-            cmd: Some(vec!["bash".into(), "-c".into(), KEEPALIVE.into()]),
+            cmd: Some(vec!["bash".into(), "-c".into(), keepalive_script()]),
             labels: Some(self.labels(session)),
             working_dir: Some(workdir),
             env: Some(c.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
@@ -701,6 +722,21 @@ impl Transport for DockerTransport {
 
     fn sweep_orphans<'a>(&'a self, live_sessions: &'a [String]) -> BackendFuture<'a, usize> {
         Box::pin(self.remove_orphans(live_sessions))
+    }
+
+    fn keep_alive(&self, session: &str, until: std::time::SystemTime) {
+        let Some(agent) = &self.config.agent else {
+            return;
+        };
+        // Written before the container exists too (the call that makes it marks the session
+        // active first): its PID 1 then finds a time from the start. A claimed warm container's
+        // directory is a link to the one bound into it, so the time reaches it.
+        let dir = agent_dir(&agent.runtime_dir, &self.container_name(session));
+        let written = prepare_agent_dir(&dir, "docker", &self.config.name)
+            .and_then(|_| crate::lifetime::write_expiry(&dir, until).map_err(BackendError::from));
+        if let Err(err) = written {
+            tracing::warn!(backend = %self.config.name, session, %err, "the container's expiry was not written");
+        }
     }
 
     fn prewarm(&self) {

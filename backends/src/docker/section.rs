@@ -42,6 +42,10 @@ pub struct DockerSection {
     pub agent: Option<Spanned<bool>>,
     /// Containers kept ready, agent running, for new sessions (default 0).
     pub warm: Option<Spanned<u64>>,
+    /// Capabilities the container goes without, of those its root keeps by default
+    /// ([`super::SHELL_CAPABILITIES`]): `["DAC_OVERRIDE"]` makes root respect a file's
+    /// permission bits, as an ordinary user does.
+    pub drop_capabilities: Option<Spanned<Vec<String>>>,
     /// Environment variables set for every command.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
@@ -67,6 +71,22 @@ impl BackendSection for DockerSection {
         }
         if self.image.is_none() {
             return Err(SectionError::missing(Self::KIND, "image"));
+        }
+        if let Some(drop) = &self.drop_capabilities
+            && let Some(unknown) = drop
+                .get_ref()
+                .iter()
+                .find(|c| !super::SHELL_CAPABILITIES.contains(&c.as_str()))
+        {
+            return Err(SectionError::at(
+                drop,
+                "drop_capabilities",
+                format!(
+                    "`{unknown}` is not one of the capabilities a container keeps ({}); the rest \
+                     are dropped already",
+                    super::SHELL_CAPABILITIES.join(", ")
+                ),
+            ));
         }
         if let (Some(warm), Some(agent)) = (&self.warm, &self.agent)
             && *warm.get_ref() > 0
@@ -122,6 +142,16 @@ impl BackendSection for DockerSection {
                 agent: ctx.placement(&agent),
                 home: DockerConfig::home_of(ctx.state_root),
                 warm: value(&self.warm).map_or(0, |v| usize::try_from(v).unwrap_or(usize::MAX)),
+                capabilities: super::SHELL_CAPABILITIES
+                    .iter()
+                    .filter(|c| {
+                        !self
+                            .drop_capabilities
+                            .as_ref()
+                            .is_some_and(|d| d.get_ref().iter().any(|x| x == *c))
+                    })
+                    .map(|c| (*c).to_owned())
+                    .collect(),
             },
             ctx.exe.to_path_buf(),
         );

@@ -133,6 +133,7 @@ impl DockerTransport {
             argv: vec!["sh".into(), "-c".into(), line.into()],
             stdin: None,
             pty: false,
+            keep_detached: false,
         };
         let sink = crate::stream::OutputSink::new(4096);
         match self.exec_once(name, &run, &sink).await {

@@ -200,6 +200,7 @@ impl DockerTransport {
                 argv: self.agent_start_argv(&session),
                 stdin: None,
                 pty: false,
+                keep_detached: false,
             };
             let status = self
                 .exec_once(&name, &run, &sink)

@@ -999,6 +999,7 @@ impl LocalEnvironment {
             pty: request.pty,
             stdin: false,
             split_stderr: false,
+            keep_detached: request.keep_detached,
         };
         let sink = OutputSink::streaming(request.max_output_chars, request.chunks.clone());
         // The agent ends the command at its timeout; the engine bounds its own wait as well, so
@@ -1177,6 +1178,7 @@ impl LocalEnvironment {
             pty: false,
             stdin: false,
             split_stderr: false,
+            keep_detached: request.keep_detached,
         }
     }
 
@@ -1928,6 +1930,14 @@ impl Environment for LocalEnvironment {
                     let _ = std::fs::remove_dir_all(agent_dir);
                 }
             }
+            // What still carries the session's mark (a daemon a command detached, which no
+            // sandbox takes along on the unconfined backend) ends with it.
+            let cgroups = self.ceiling_plan(session).cgroups;
+            let mark = self.freeze_mark(session);
+            let _ = tokio::task::spawn_blocking(move || {
+                crate::freeze::end_session(&mark, &cgroups);
+            })
+            .await;
             // What is left in the session's cgroups (background processes, escapees) is
             // killed and the groups removed; its /tmp tmpfs is unmounted before it is removed.
             self.release_ceilings(session);

@@ -57,6 +57,8 @@ pub struct TargetRun {
     pub argv: Vec<String>,
     pub stdin: Option<Vec<u8>>,
     pub pty: bool,
+    /// See [`crate::ExecRequest::keep_detached`].
+    pub keep_detached: bool,
 }
 
 /// A way to run programs on one backend's target.
@@ -179,6 +181,10 @@ pub trait Transport: Send + Sync + 'static {
     }
     /// Starts filling the warm pool, if the backend has one.
     fn prewarm(&self) {}
+    /// See [`crate::Environment::keep_alive`].
+    fn keep_alive(&self, session: &str, until: std::time::SystemTime) {
+        let _ = (session, until);
+    }
 }
 
 /// Any [`Transport`] as an [`Environment`].
@@ -256,6 +262,7 @@ impl<T: Transport> RemoteEnvironment<T> {
             argv: Self::kill_argv(run_id),
             stdin: None,
             pty: false,
+            keep_detached: false,
         };
         let why =
             match tokio::time::timeout(KILL_COMMAND_TIMEOUT, transport.run(session, run, sink))
@@ -290,6 +297,7 @@ impl<T: Transport> RemoteEnvironment<T> {
             argv,
             stdin: request.stdin.clone(),
             pty: request.pty,
+            keep_detached: request.keep_detached,
         };
         let transport = self.transport.clone();
         let session = request.session.clone();
@@ -526,6 +534,7 @@ impl<T: Transport> RemoteEnvironment<T> {
                 pty: false,
                 max_output_chars,
                 chunks: None,
+                keep_detached: false,
             })
             .await?;
         if out.exit_code != 0 {
@@ -708,6 +717,10 @@ impl<T: Transport> Environment for RemoteEnvironment<T> {
 
     fn sweep_orphans<'a>(&'a self, live_sessions: &'a [String]) -> BackendFuture<'a, usize> {
         self.transport.sweep_orphans(live_sessions)
+    }
+
+    fn keep_alive(&self, session: &str, until: std::time::SystemTime) {
+        self.transport.keep_alive(session, until);
     }
 
     fn pause_session<'a>(&'a self, session: &'a str) -> BackendFuture<'a, bool> {

@@ -41,6 +41,7 @@ fn request(command: &str) -> ExecRequest {
         pty: false,
         max_output_chars: 10_000,
         chunks: None,
+        keep_detached: false,
     }
 }
 

@@ -229,6 +229,7 @@ echo "{AGENT_SOCKET}$s/agent.sock""#
             argv: vec!["sh".into(), "-c".into(), start.clone()],
             stdin: None,
             pty: false,
+            keep_detached: false,
         };
         let (mut status, mut output) = run_collecting(self, session, start_run()).await?;
         if status == 0 && output.contains(AGENT_MISSING) {
@@ -243,6 +244,7 @@ echo "{AGENT_SOCKET}$s/agent.sock""#
                     argv: vec!["sh".into(), "-c".into(), upload],
                     stdin: Some(binary),
                     pty: false,
+                    keep_detached: false,
                 },
             )
             .await?;
@@ -427,6 +429,7 @@ impl Transport for SshTransport {
                 argv: vec!["true".into()],
                 stdin: None,
                 pty: false,
+                keep_detached: false,
             };
             self.run("ensure", run, sink).await.map(|_| ())
         })
@@ -439,6 +442,7 @@ impl Transport for SshTransport {
                 argv: vec!["bash".into(), "-c".into(), "echo paddock-ok".into()],
                 stdin: None,
                 pty: false,
+                keep_detached: false,
             };
             let status = self.run("health", run, sink.clone()).await?;
             let text = sink.finish().0;
@@ -462,6 +466,7 @@ impl Transport for SshTransport {
                 argv: vec!["rm".into(), "-rf".into(), "--".into(), dir],
                 stdin: None,
                 pty: false,
+                keep_detached: false,
             };
             self.run(session, run, sink).await.map(|_| ())
         })

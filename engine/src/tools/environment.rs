@@ -279,6 +279,9 @@ struct TerminalArgs {
     /// Variables of this command only, over the session's exports.
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// Processes the command detaches (`setsid`, daemons) live until the session ends.
+    #[serde(default)]
+    keep_detached: bool,
 }
 
 /// `env` checked and made the request's: every name a shell variable's (not the engine's own
@@ -340,7 +343,8 @@ impl Tool for Terminal {
                     "pty": {"type": "boolean", "default": false},
                     "notify_on_complete": {"type": "boolean", "default": false},
                     "stdin": {"type": "string", "description": "Text fed to the command's stdin, then closed (foreground only)"},
-                    "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Variables for this command only, over the session's exports"}
+                    "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Variables for this command only, over the session's exports"},
+                    "keep_detached": {"type": "boolean", "default": false, "description": "Processes the command detaches from itself (setsid, daemons) keep running until the session ends; otherwise they end with the command (foreground only)"}
                 },
                 "required": ["command"],
                 "additionalProperties": false
@@ -359,6 +363,13 @@ impl Tool for Terminal {
                 return Err(ToolError::invalid_arguments(
                     "invalid arguments for 'terminal': `stdin` applies to a foreground command; \
                      feed a background one with the process tool (write, submit, close)",
+                ));
+            }
+            if args.background && args.keep_detached {
+                return Err(ToolError::invalid_arguments(
+                    "invalid arguments for 'terminal': `keep_detached` applies to a foreground \
+                     command; a background command's processes already run until it ends or \
+                     the process tool kills it",
                 ));
             }
             let call_env = call_env(args.env)?;
@@ -410,6 +421,7 @@ impl Tool for Terminal {
                     pty: args.pty,
                     max_output_chars: MAX_OUTPUT_CHARS,
                     chunks: ctx.output.clone(),
+                    keep_detached: args.keep_detached,
                 })
                 .await
                 .map_err(backend_error)?;

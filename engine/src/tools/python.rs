@@ -124,6 +124,7 @@ async fn python_on_backend(
             pty: false,
             max_output_chars: MAX_OUTPUT_CHARS,
             chunks: ctx.output.clone(),
+            keep_detached: false,
         })
         .await
         .map_err(backend_error)?;
@@ -255,6 +256,7 @@ impl Tool for PythonEnvironmentInfo {
                     pty: false,
                     max_output_chars: 1_000_000,
                     chunks: None,
+                    keep_detached: false,
                 })
                 .await
                 .map_err(backend_error)?;

@@ -103,6 +103,7 @@ impl Environments {
                 pty: false,
                 max_output_chars,
                 chunks: None,
+                keep_detached: false,
             })
             .await?;
         if out.exit_code != 0 {

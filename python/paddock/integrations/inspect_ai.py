@@ -94,7 +94,8 @@ Not supported, or different
 - Permissions are the session user's: Paddock's local sandbox drops every capability, so even
   root there keeps to permission bits (Inspect's three permission checks pass); a session that
   is root with `CAP_DAC_OVERRIDE` (a docker container as root) reads and writes any file, and
-  those checks fail there, as Inspect's own docker sandbox as root fails its write checks. The
+  those checks fail there, as Inspect's own docker sandbox as root fails its write checks, unless
+  the docker backend says `drop_capabilities = ["DAC_OVERRIDE"]`. The
   adapter reports what the session's user can do and does not judge by the mode bits.
 - Every command passes Paddock's policy, the adapter's helper commands too. What its rules send
   for a human's approval (changing user accounts, writing system files, a recursive delete

@@ -89,11 +89,11 @@ Not supported, or different
 
 - `timeout=None` (no limit) and timeouts above 3600 s: Paddock's `terminal` accepts at most
   3600 s, so such a command is stopped after 3600 s with `WorkspaceTimeoutError`.
-- A process that outlives its command: Paddock's in-environment agent ends what a finished
-  command leaves running (local sandbox and docker alike), including a process that `setsid`
-  detached into its own session, since it still carries the command's run id. The suite's rule
-  "a backend attached by ref reaches a detached process" fails for that reason; long-running
-  work belongs in `adapter.session.run(..., background=True)` (Paddock's `process` tool).
+- A process a command detaches from itself (`setsid`, a daemon's double fork) runs on after the
+  command, as in a terminal, and ends when the workspace's Paddock session ends (the adapter runs
+  its commands with `keep_detached=True`); what stays in the command's own process group ends
+  with the command. Long-running work is better in `adapter.session.run(..., background=True)`
+  (Paddock's `process` tool), which can be polled and killed.
 - Commands share the Paddock session's shell state: what a `shell=True` command `export`s is
   still set for the next command (the working directory is not: every command `cd`s first).
 - `write_bytes` replaces the file (a hard link to it keeps the old content); its permission
@@ -578,6 +578,9 @@ class PaddockWorkspace(WorkspaceBackend, SupportsCommands, SupportsFilesystem, S
                 timeout=limit,
                 on_stdout=collect(stdout),
                 on_stderr=collect(stderr),
+                # A workspace is a terminal: a process the command detached (`setsid ... &`)
+                # runs on, until the workspace's session ends.
+                keep_detached=True,
             )
         except CommandTimeout as err:
             if await self._gone():

@@ -820,6 +820,80 @@ fn idle_sessions_lose_their_containers() {
     t.close(&other);
 }
 
+/// Processes other than this test whose environment names `home` as their `PADDOCK_HOME`:
+/// every `paddock` this state directory started (engines, supervisors, warm fillers).
+fn paddock_processes_of(home: &Path) -> Vec<i32> {
+    let wanted = format!("PADDOCK_HOME={}", home.display());
+    let me = std::process::id() as i32;
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == wanted.as_bytes()))
+        })
+        .collect()
+}
+
+/// Issue 48 item 7: a session nobody closes and no `paddock` ever sweeps again (an engine that
+/// crashed, a one-off `paddock call`) ends by itself once idle past `idle_timeout_seconds`: its
+/// container or instance is gone. Commands within the timeout find it as they left it.
+fn an_abandoned_session_ends_by_itself(backend: &str) {
+    let Some(t) = Target::new(&[backend], "[sessions]\nidle_timeout_seconds = 5\n") else {
+        return;
+    };
+    let s = t.session("abandoned");
+    let v = t.sh(
+        backend,
+        &s,
+        json!({"command": "echo kept > /tmp/mark; echo up"}),
+    );
+    assert_eq!(v["output"], json!("up\n"), "{v}");
+    let name = environment_name(backend, t.home.path(), &s);
+    let exists = || match backend {
+        "docker" => docker_containers(&name) == name,
+        _ => apptainer_instances()
+            .split_whitespace()
+            .any(|word| word == name),
+    };
+    assert!(exists(), "{name} was not made");
+    // Between commands, younger than the timeout each time (twice the timeout in all): the
+    // environment and its files stay.
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(2500));
+        let v = t.sh(backend, &s, json!({"command": "cat /tmp/mark"}));
+        assert_eq!(v["output"], json!("kept\n"), "{v}");
+    }
+    // Abandoned: no paddock of this state directory is left to sweep it.
+    assert_eq!(paddock_processes_of(t.home.path()), Vec::<i32>::new());
+    wait_until(
+        &format!("{name} ends by itself, idle past the timeout"),
+        Duration::from_secs(40),
+        || !exists(),
+    );
+    // Nothing swept it: the session's record is still there.
+    assert!(
+        t.home
+            .path()
+            .join("session-records")
+            .join(format!("{s}.json"))
+            .exists(),
+        "the session's record is gone: something swept it"
+    );
+}
+
+#[test]
+fn an_abandoned_docker_session_ends_by_itself() {
+    an_abandoned_session_ends_by_itself("docker");
+}
+
+#[test]
+fn an_abandoned_apptainer_session_ends_by_itself() {
+    an_abandoned_session_ends_by_itself("apptainer");
+}
+
 /// An idle sweep in one state directory never stops an apptainer instance another state
 /// directory's live session owns (instances carry no labels: the sweep only considers those
 /// whose agent directory is its own).

@@ -719,6 +719,34 @@ fn remote_ceilings(backend: &str, extra: &str, tmp_mb: Option<u64>) {
     remote_close(dir.path(), &policy, &session);
 }
 
+/// `drop_capabilities = ["DAC_OVERRIDE"]`: the container's root respects permission bits (a
+/// file it made unreadable stays unreadable to it), where by default it reads it anyway.
+#[test]
+fn docker_drop_capabilities_makes_root_respect_permission_bits() {
+    let probe =
+        "echo secret > /tmp/locked; chmod 000 /tmp/locked; cat /tmp/locked 2>&1; echo rc=$?";
+    for (extra, readable) in [
+        ("", true),
+        ("drop_capabilities = [\"DAC_OVERRIDE\"]", false),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(policy) = service_policy(dir.path(), "docker", extra) else {
+            return;
+        };
+        let session = format!("capdocker{}", std::process::id());
+        let _closer = RemoteCloser {
+            dir: dir.path(),
+            policy: &policy,
+            session: &session,
+        };
+        let result = remote_call(dir.path(), &policy, &session, probe);
+        let output = result["output"].as_str().unwrap_or_default();
+        assert_eq!(output.contains("secret"), readable, "{extra:?}: {result}");
+        assert_eq!(output.contains("rc=0"), readable, "{extra:?}: {result}");
+        remote_close(dir.path(), &policy, &session);
+    }
+}
+
 #[test]
 #[ignore = "loads the machine on purpose: scripts/test-all.sh runs it alone"]
 fn docker_bounds_a_fork_bomb_and_its_tmp() {

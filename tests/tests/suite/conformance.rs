@@ -389,6 +389,56 @@ fn leftovers_of_a_finished_command_do_not_outlive_it(t: &Target) {
     assert!(processes_matching(&t.marker("300.4713")).is_empty());
 }
 
+/// `keep_detached`: what a command detached from itself (`setsid`) runs on past the command,
+/// through the session's later commands, and ends when the session is closed. Where no agent
+/// runs the commands (`docker_exec`) the option is not honoured: the process ends with the
+/// command, as any leftover does.
+fn a_kept_detached_process_lives_until_its_session_is_closed(t: &Target) {
+    let session = t.session("kd");
+    let marker = t.marker("300.4715");
+    let v = t.sh(
+        &session,
+        json!({
+            // Started once detached: a process group ended at once would take a fork that has
+            // not called setsid yet.
+            "command": format!(
+                "setsid sh -c 'echo up > /tmp/{session}.up; exec sleep {marker}' > /dev/null 2>&1 \
+                 < /dev/null & while [ ! -s /tmp/{session}.up ]; do sleep 0.05; done; echo started"
+            ),
+            "keep_detached": true,
+        }),
+    );
+    assert_eq!(v["output"], json!("started\n"), "{v}");
+    std::thread::sleep(Duration::from_millis(300));
+    if t.backend == "docker_exec" {
+        assert!(processes_matching(&marker).is_empty());
+        return;
+    }
+    assert!(
+        !processes_matching(&marker).is_empty(),
+        "the detached process ended with its command"
+    );
+    let v = t.sh(&session, json!({"command": "echo next"}));
+    assert_eq!(v["output"], json!("next\n"), "{v}");
+    assert!(
+        !processes_matching(&marker).is_empty(),
+        "the detached process ended with a later command"
+    );
+    let closed = t.paddock_in_home(
+        vec!["sessions", "close", &session],
+        Duration::from_secs(120),
+    );
+    assert_eq!(closed.code, 0, "{}", closed.stderr);
+    let until = std::time::Instant::now() + Duration::from_secs(15);
+    while !processes_matching(&marker).is_empty() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        processes_matching(&marker).is_empty(),
+        "the detached process outlived its session"
+    );
+}
+
 fn cwd_exports_functions_and_aliases_persist_within_a_session_only(t: &Target) {
     let d = t.scratch();
     t.sh(&t.session("a"), json!({"command": format!("mkdir -p {d} && cd {d} && export PADDOCK_T=42 && greet() {{ echo hi-$1; }} && alias ll='echo aliased'")}));
@@ -1299,6 +1349,7 @@ conformance!([
     a_timeout_kills_the_whole_tree_and_answers_124,
     a_command_ignoring_sigterm_is_killed_after_the_grace,
     leftovers_of_a_finished_command_do_not_outlive_it,
+    a_kept_detached_process_lives_until_its_session_is_closed,
     cwd_exports_functions_and_aliases_persist_within_a_session_only,
     overlapping_commands_keep_each_others_changes,
     a_background_process_that_ends_keeps_the_sessions_later_changes,

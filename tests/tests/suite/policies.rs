@@ -71,6 +71,11 @@ fn broken_policies_fail_with_file_line_and_key() {
             "[codemode]\nmax_memory_mb = 0\n",
             ":2: codemode.max_memory_mb: must be",
         ),
+        (
+            "unknown_capability.toml",
+            "[backends.box]\nkind = \"docker\"\nimage = \"x\"\ndrop_capabilities = [\"SYS_ADMIN\"]\n",
+            ":4: backends.box.drop_capabilities: `SYS_ADMIN` is not one of the capabilities",
+        ),
     ];
     for (name, text, expected) in cases {
         let path = write_file(&dir, name, text);
