@@ -51,6 +51,13 @@ def test_two_sandboxes_are_isolated(server):
         assert a.files.exists("only-in-a.txt")
         assert not b.files.exists("only-in-a.txt")
         assert b.commands.run("test -e /tmp/a-tmp.txt || echo absent").stdout.strip() == "absent"
+        # Nor through a's home by its absolute path: every sandbox sees only its own home.
+        a_home = a.commands.run("pwd").stdout.strip()
+        assert a_home and a.commands.run(f"cat {a_home}/only-in-a.txt").stdout == "a"
+        seen = b.commands.run(f"test -e {a_home}/only-in-a.txt && echo visible || echo hidden")
+        assert seen.stdout.strip() == "hidden"
+        listing = b.commands.run(f"ls -A {a_home}/.. 2>/dev/null; true").stdout.split()
+        assert a_home.rstrip("/").rsplit("/", 1)[-1] not in listing, listing
     finally:
         a.kill()
         b.kill()

@@ -288,6 +288,11 @@ pub fn python_runs_dir(state_root: &Path, session: &str) -> PathBuf {
         .join(crate::naming::base_session(session))
 }
 
+/// A file that marks a directory as holding the workspaces of separate sessions, one each: a
+/// sandboxed session whose workspace lies in it sees none of the others (the directory is
+/// masked, its own workspace bound back).
+pub const SEPARATE_WORKSPACES_MARKER: &str = ".paddock-separate-workspaces";
+
 /// The name of the sandbox subcommand of the `paddock` binary.
 pub const SANDBOX_SUBCOMMAND: &str = "__sandbox-exec";
 /// The same sandbox as a small program of its own, looked for next to `paddock`.
@@ -771,6 +776,15 @@ impl LocalEnvironment {
         let mut masked = masked_paths(&home);
         // Paddock's own state: other sessions, approvals, processes.
         masked.push(self.state_root.clone());
+        // A directory of separate sessions' workspaces (the E2B front end's sandbox homes,
+        // marked so): the session sees its own workspace there, never its neighbours'.
+        if let Some(shared) = sandbox
+            .workspace
+            .parent()
+            .filter(|dir| dir.join(SEPARATE_WORKSPACES_MARKER).is_file())
+        {
+            masked.push(shared.to_path_buf());
+        }
         let mut writable = vec![state.to_path_buf(), python];
         let mut readable = vec![home.clone()];
         // The agent's socket directory, and the directory its program lies in (which the

@@ -263,6 +263,17 @@ impl State {
                 path: home.display().to_string(),
                 source,
             })?;
+        // Each sandbox sees its own home, never the others' (the local sandbox masks a
+        // directory so marked).
+        let marker = self
+            .homes
+            .join(paddock_backends::local::SEPARATE_WORKSPACES_MARKER);
+        if !marker.is_file() {
+            std::fs::write(&marker, b"").map_err(|source| StateError::Home {
+                path: marker.display().to_string(),
+                source,
+            })?;
+        }
         Ok(home)
     }
 }
