@@ -432,8 +432,25 @@ impl SlurmTransport {
     /// there is one.
     fn holder_argv(&self, session: &str, socket: &Path) -> Result<Vec<String>> {
         let agent = self.agent()?;
+        // The job ends by itself once the session has been idle past its timeout, whether or
+        // not an engine runs then ([`crate::lifetime`]): a watchdog beside the agent reads the
+        // time the engine keeps the session until (the node sees the agent's directory at the
+        // same path) and cancels the job. It ends with the step, as every process of it.
+        let expires = socket.with_file_name(crate::lifetime::EXPIRES_FILE);
+        let watchdog = format!(
+            "( {} ) </dev/null >/dev/null 2>&1 &",
+            crate::lifetime::watchdog_script(
+                &expires.display().to_string(),
+                r#"{ scancel "$SLURM_JOB_ID" || kill -TERM $$; exit 0; }"#,
+            )
+        );
         match &self.apptainer {
             None => Ok(vec![
+                "/bin/bash".into(),
+                "-c".into(),
+                // `exec`: the agent stays the step's first process (its end ends the step).
+                format!("{watchdog}\nexec \"$@\""),
+                "paddock-holder".into(),
                 agent.binary.display().to_string(),
                 "serve".into(),
                 "--socket".into(),
@@ -443,6 +460,7 @@ impl SlurmTransport {
                 // An instance of an earlier holder (killed without its cgroup) is replaced.
                 let script = format!(
                     r#"a=$1; n=$2; shift 2
+{watchdog}
 "$a" instance stop "$n" >/dev/null 2>&1
 "$a" "$@" >&2 || exit 1
 exec "$a" exec --cleanenv --pwd / "instance://$n" {AGENT_PATH_INSIDE} serve --socket {AGENT_DIR_INSIDE}/{SOCKET_NAME}{egress}"#,
@@ -735,6 +753,21 @@ impl AgentHost for SlurmTransport {
 }
 
 impl Transport for SlurmTransport {
+    fn keep_alive(&self, session: &str, until: std::time::SystemTime) {
+        // Through a relay the node does not see the agent's directory: no watchdog there (the
+        // job waits for the engine's sweep, or its time limit).
+        if self.config.relay.is_some() || self.config.agent.is_none() {
+            return;
+        }
+        let written = self.agent_socket(session).and_then(|socket| {
+            let dir = socket.parent().unwrap_or(Path::new("/")).to_path_buf();
+            crate::lifetime::write_expiry(&dir, until).map_err(BackendError::from)
+        });
+        if let Err(err) = written {
+            tracing::warn!(backend = %self.config.name, session, %err, "the job's expiry was not written");
+        }
+    }
+
     fn kind(&self) -> &'static str {
         "slurm"
     }
@@ -970,14 +1003,20 @@ mod tests {
             .holder_argv("s1", Path::new("/state/agents/ab/agent.sock"))
             .unwrap();
         assert_eq!(
-            argv,
+            argv[3..],
             [
+                "paddock-holder",
                 "/x/paddock-agent",
                 "serve",
                 "--socket",
                 "/state/agents/ab/agent.sock"
             ]
         );
+        // The agent replaces the shell (it is the step's first process); the watchdog beside
+        // it cancels the job once the time in the agent directory's `expires` has passed.
+        assert!(argv[2].ends_with("exec \"$@\""), "{}", argv[2]);
+        assert!(argv[2].contains("/state/agents/ab/expires"), "{}", argv[2]);
+        assert!(argv[2].contains("scancel \"$SLURM_JOB_ID\""), "{}", argv[2]);
         // No `--daemon`: a daemon would leave the step, and Slurm ends the step's strays.
         assert!(!argv.iter().any(|a| a == "--daemon"));
     }

@@ -820,8 +820,9 @@ fn idle_sessions_lose_their_containers() {
     t.close(&other);
 }
 
-/// Processes other than this test whose environment names `home` as their `PADDOCK_HOME`:
-/// every `paddock` this state directory started (engines, supervisors, warm fillers).
+/// `paddock` processes other than this test whose environment names `home` as their
+/// `PADDOCK_HOME`: every engine, supervisor or warm filler this state directory started (not
+/// the `srun` relaying a Slurm holder step, which inherited the variable but sweeps nothing).
 fn paddock_processes_of(home: &Path) -> Vec<i32> {
     let wanted = format!("PADDOCK_HOME={}", home.display());
     let me = std::process::id() as i32;
@@ -831,6 +832,10 @@ fn paddock_processes_of(home: &Path) -> Vec<i32> {
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| *pid != me)
         .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/exe"))
+                .is_ok_and(|exe| exe.file_name().is_some_and(|n| n == "paddock"))
+        })
+        .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/environ"))
                 .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == wanted.as_bytes()))
         })
@@ -839,7 +844,8 @@ fn paddock_processes_of(home: &Path) -> Vec<i32> {
 
 /// Issue 48 item 7: a session nobody closes and no `paddock` ever sweeps again (an engine that
 /// crashed, a one-off `paddock call`) ends by itself once idle past `idle_timeout_seconds`: its
-/// container or instance is gone. Commands within the timeout find it as they left it.
+/// container, instance or Slurm job is gone. Commands within the timeout find it as they left
+/// it.
 fn an_abandoned_session_ends_by_itself(backend: &str) {
     let Some(t) = Target::new(&[backend], "[sessions]\nidle_timeout_seconds = 5\n") else {
         return;
@@ -854,6 +860,13 @@ fn an_abandoned_session_ends_by_itself(backend: &str) {
     let name = environment_name(backend, t.home.path(), &s);
     let exists = || match backend {
         "docker" => docker_containers(&name) == name,
+        "slurm" => {
+            let out = std::process::Command::new("squeue")
+                .args(["-h", "-n", &name, "-o", "%j %T"])
+                .output()
+                .expect("squeue runs");
+            !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+        }
         _ => apptainer_instances()
             .split_whitespace()
             .any(|word| word == name),
@@ -892,6 +905,11 @@ fn an_abandoned_docker_session_ends_by_itself() {
 #[test]
 fn an_abandoned_apptainer_session_ends_by_itself() {
     an_abandoned_session_ends_by_itself("apptainer");
+}
+
+#[test]
+fn an_abandoned_slurm_session_ends_by_itself() {
+    an_abandoned_session_ends_by_itself("slurm");
 }
 
 /// An idle sweep in one state directory never stops an apptainer instance another state
