@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The E2B front end (`paddock serve --e2b`, docs/e2b.md) driven by the unmodified `e2b` and
-# `e2b-code-interpreter` Python SDKs at the pinned versions (tests/e2b/requirements.txt),
-# installed into a virtual environment cached by the requirements' hash, against the workspace
-# build's `paddock`. Only loopback is contacted by the tests.
+# `e2b-code-interpreter` Python SDKs in three pinned sets (tests/e2b/requirements*.txt: the
+# newest, e2b 2.7.0, and e2b-code-interpreter 2.9.0 with e2b 2.26.0), each installed into a
+# virtual environment cached by its requirements' hash, against the workspace build's
+# `paddock`. Only loopback is contacted by the tests.
 #
 #   scripts/test-e2b.sh [PYTEST ARGS...]     # after `cargo build --release ... --workspace`
+#   E2B_SETS=newest scripts/test-e2b.sh      # one set only
 #
 # The wheels are downloaded once into $PADDOCK_PY_ENV/e2b-wheelhouse (default
 # /opt/paddock-py-test); a re-run needs no network. A SDK that cannot be installed fails the
@@ -15,10 +17,7 @@ cd "$(dirname "$0")/.."
 export LC_ALL=C
 
 ENV_DIR=${PADDOCK_PY_ENV:-/opt/paddock-py-test}
-REQUIREMENTS=tests/e2b/requirements.txt
-HASH=$(sha256sum "$REQUIREMENTS" | cut -c1-16)
 WHEELHOUSE=$ENV_DIR/e2b-wheelhouse
-VENV=$ENV_DIR/e2b-venv-$HASH
 
 log() { printf 'test-e2b: %s\n' "$*" >&2; }
 
@@ -41,21 +40,29 @@ if [ ! -x "$binary" ]; then
     exit 1
 fi
 
-if [ ! -x "$VENV/bin/python" ]; then
-    if [ ! -f "$WHEELHOUSE/stamp-$HASH" ]; then
-        log "downloading the e2b SDK's wheels into $WHEELHOUSE (once per change of $REQUIREMENTS)"
-        mkdir -p "$WHEELHOUSE"
-        "$python" -m pip download --quiet --disable-pip-version-check --dest "$WHEELHOUSE" -r "$REQUIREMENTS"
-        touch "$WHEELHOUSE/stamp-$HASH"
+# The virtual environment of one requirements file (made once, cached by its hash); its path on
+# stdout.
+venv_for() {
+    local requirements=$1 hash venv
+    hash=$(sha256sum "$requirements" | cut -c1-16)
+    venv=$ENV_DIR/e2b-venv-$hash
+    if [ ! -x "$venv/bin/python" ]; then
+        if [ ! -f "$WHEELHOUSE/stamp-$hash" ]; then
+            log "downloading the wheels of $requirements into $WHEELHOUSE (once per change of it)"
+            mkdir -p "$WHEELHOUSE"
+            "$python" -m pip download --quiet --disable-pip-version-check --dest "$WHEELHOUSE" -r "$requirements" >&2
+            touch "$WHEELHOUSE/stamp-$hash"
+        fi
+        rm -rf "$venv.partial"
+        "$python" -m venv "$venv.partial"
+        "$venv.partial/bin/pip" install --quiet --disable-pip-version-check --no-index \
+            --find-links "$WHEELHOUSE" -r "$requirements" >&2
+        "$venv.partial/bin/pip" check >&2
+        mv "$venv.partial" "$venv"
+        log "made $venv for $requirements ($("$python" --version))"
     fi
-    rm -rf "$VENV.partial"
-    "$python" -m venv "$VENV.partial"
-    "$VENV.partial/bin/pip" install --quiet --disable-pip-version-check --no-index \
-        --find-links "$WHEELHOUSE" -r "$REQUIREMENTS"
-    "$VENV.partial/bin/pip" check >&2
-    mv "$VENV.partial" "$VENV"
-    log "made $VENV ($("$python" --version))"
-fi
+    echo "$venv"
+}
 
 # The code interpreter's contexts run the local backend's `python3` (the first on PATH, which
 # the sandbox shares): the figure test needs matplotlib there. pip where that Python is its own
@@ -71,4 +78,22 @@ if ! python3 -c 'import matplotlib' 2>/dev/null; then
 fi
 
 export PADDOCK_BIN=$binary
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/e2b "$@"
+# The three SDK sets of DESIGN.md section 10, each against its own server: the newest e2b and
+# e2b-code-interpreter (every test), e2b 2.7.0 (old create/connect paths, a bare access token
+# after connect; it has no code interpreter), and e2b-code-interpreter 2.9.0 with e2b 2.26.0.
+# E2B_SETS picks some of them (newest, e2b-2.7.0, ci-2.9.0).
+sets=${E2B_SETS:-newest e2b-2.7.0 ci-2.9.0}
+for set in $sets; do
+    case $set in
+    newest) requirements=tests/e2b/requirements.txt; tests=(tests/e2b) ;;
+    e2b-2.7.0) requirements=tests/e2b/requirements-e2b-2.7.0.txt; tests=(tests/e2b/test_sdk.py) ;;
+    ci-2.9.0)
+        requirements=tests/e2b/requirements-ci-2.9.0.txt
+        tests=(tests/e2b/test_sdk.py tests/e2b/test_code_interpreter.py)
+        ;;
+    *) log "unknown SDK set $set (E2B_SETS: newest, e2b-2.7.0, ci-2.9.0)"; exit 2 ;;
+    esac
+    venv=$(venv_for "$requirements")
+    log "SDK set $set: $(grep -E '^e2b(-code-interpreter)?==' "$requirements" | tr '\n' ' ')"
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}" "$@"
+done

@@ -122,6 +122,13 @@ def test_stdin(sandbox):
     sandbox.commands.send_stdin(h.pid, "hi there\n")
     r = h.wait()
     assert r.stdout == "got:hi there\n"
+
+
+def test_close_stdin(sandbox):
+    from importlib.metadata import version
+
+    if not hasattr(sandbox.commands, "close_stdin"):
+        pytest.skip(f"e2b {version('e2b')} has no commands.close_stdin (the SDK added it later)")
     h = sandbox.commands.run("cat", background=True, stdin=True)
     sandbox.commands.send_stdin(h.pid, "abc")
     sandbox.commands.close_stdin(h.pid)

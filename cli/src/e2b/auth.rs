@@ -105,7 +105,10 @@ pub(crate) fn authorise<'a>(
     by_token: impl Fn(&str) -> Option<String>,
     by_signature: impl Fn(&str) -> Option<String>,
 ) -> Result<Target, AuthError> {
-    if creds.sandbox_id.is_none() && is_rest_path(path) {
+    // A REST path is the API's whatever else the request carries: SDKs before 2.51 send
+    // `connect` with the sandbox's routing headers (E2b-Sandbox-Id/-Port) and the API key,
+    // and envd serves no such path.
+    if is_rest_path(path) {
         return if api_key_ok(keys, creds.api_key) {
             Ok(Target::Rest)
         } else {
@@ -176,6 +179,14 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(run("/v2/sandboxes", ok), Ok(Target::Rest));
+        // e2b 2.7-2.50: connect carries the sandbox's routing headers beside the API key.
+        let routed = Credentials {
+            api_key: Some(KEY),
+            sandbox_id: Some("sbx1"),
+            sandbox_port: Some("49983"),
+            ..Credentials::default()
+        };
+        assert_eq!(run("/sandboxes/sbx1/connect", routed), Ok(Target::Rest));
         let wrong = Credentials {
             api_key: Some("e2b_01"),
             ..Default::default()

@@ -864,7 +864,7 @@ fn an_abandoned_session_ends_by_itself(backend: &str) {
             let out = std::process::Command::new("squeue")
                 .args(["-h", "-n", &name, "-o", "%j %T"])
                 .output()
-                .expect("squeue runs");
+                .unwrap();
             !String::from_utf8_lossy(&out.stdout).trim().is_empty()
         }
         _ => apptainer_instances()
