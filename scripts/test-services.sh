@@ -19,13 +19,16 @@
 # Environment:
 #   PADDOCK_SERVICES_DIR    all state (default /tmp/paddock-services)
 #   PADDOCK_SSH_PORT        port of the private sshd on 127.0.0.1 (default 2222)
-#   PADDOCK_SKIP_BACKENDS   comma list of docker,ssh,apptainer,slurm not to set up (left out of the
-#                           policy)
+#   PADDOCK_SKIP_BACKENDS   comma list of docker,docker_runsc,ssh,apptainer,slurm not to set up
+#                           (left out of the policy; docker_runsc is docker under gVisor, left out
+#                           with docker too)
 #   PADDOCK_DEBIAN_MIRROR   Debian mirror for the sid downloads (default: the one apt already uses)
 #
 # Why things are done the way they are (tested recipes, timings, pitfalls): the project notes
 # "backends-on-debian.md" and "slurm-on-debian.md". Outside $SERVICES_DIR this touches: apt
-# packages, /var/lib/docker (image paddock-test:latest), /opt/apptainer, /run/sshd, the user
+# packages, /var/lib/docker (image paddock-test:latest), the runtime "runsc" merged into the
+# daemon.json of the dockerd in use (/etc/docker/daemon.json unless it was started with
+# --config-file; the daemon reloads it on SIGHUP), /opt/apptainer, /run/sshd, the user
 # paddock-ci, and for Slurm (a machine-wide cluster: this machine's node and two compute nodes in
 # namespaces): /etc/slurm/slurm.conf and cgroup.conf, the munge key /etc/munge/munge.key
 # (created if absent), /run/munge, /run/slurm (pid files), Slurm's state in /var/lib/slurm,
@@ -127,8 +130,8 @@ write_if_changed() { # path content: rewrite only on a change, so a re-run chang
 IFS=, read -r -a skip_list <<<"$SKIP"
 for b in "${skip_list[@]}"; do
     case $b in
-    docker | ssh | apptainer | slurm | "") ;;
-    *) fail "PADDOCK_SKIP_BACKENDS: unknown backend '$b' (known: docker,ssh,apptainer,slurm)" ;;
+    docker | docker_runsc | ssh | apptainer | slurm | "") ;;
+    *) fail "PADDOCK_SKIP_BACKENDS: unknown backend '$b' (known: docker,docker_runsc,ssh,apptainer,slurm)" ;;
     esac
 done
 if ! [[ $SSH_PORT =~ ^[0-9]{1,5}$ ]] || [ "$SSH_PORT" -lt 1 ] || [ "$SSH_PORT" -gt 65535 ]; then
@@ -164,6 +167,8 @@ log "state in $SERVICES_DIR${SKIP:+; skipping: $SKIP}"
 # xfsprogs: the reflink-capable file system of the snapshot tests (step 6b).
 pkgs=(xfsprogs)
 if want docker; then pkgs+=(docker.io iptables curl busybox-static python3.11); fi
+# gVisor's runsc (Debian's 2022 build), a second docker runtime (step 3b).
+if want docker && want docker_runsc; then pkgs+=(runsc); fi
 if want ssh; then pkgs+=(openssh-server openssh-client python3); fi
 if want apptainer; then
     pkgs+=(busybox-static python3.11 patchelf squashfs-tools uidmap e2fsprogs libseccomp2
@@ -378,6 +383,112 @@ if want docker; then
         fail "docker run $IMAGE failed"
     [ "$out" = "$SMOKE_EXPECTED" ] || fail "docker run $IMAGE printed '$out'"
     log "docker: ok"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# 3b. gVisor: runsc registered with the running dockerd as the runtime "runsc" (the backend
+#     docker_runsc, `runtime = "runsc"`), through its daemon.json and a SIGHUP: dockerd reloads
+#     `runtimes` without a restart, so containers of running sessions (and other users of the
+#     daemon) are left alone. The flags, for Debian 12's runsc 0.0~20221219 on this kind of VM:
+#       --platform=ptrace   the kvm platform hangs on a paravirtualised KVM, and this build has no
+#                           systrap platform (`runsc flags` lists ptrace and kvm only);
+#       --network=none      this build decides it is in the host's network namespace when
+#                           /proc/sys/net/core/rmem_default exists, which kernel 6.18 shows in
+#                           every namespace, and then refuses to start any container that has a
+#                           network ("cannot run with network enabled in root network
+#                           namespace"): the sandbox gets loopback only, which is all Paddock's
+#                           network = "none" and "proxy" give a container anyway;
+#       --host-uds=all      the agent listens on a Unix socket in its bind-mounted directory,
+#                           which the engine connects to from the host, and with network =
+#                           "proxy" connects to the engine's egress.sock there: by default
+#                           gVisor keeps sockets it creates to itself and connects to none of
+#                           the host's. (A runc container reaches the sockets of its bind mounts
+#                           as well: this gives the sandbox nothing runc would not.)
+# ---------------------------------------------------------------------------------------------
+RUNSC_RUNTIME='{"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none", "--host-uds=all"]}'
+
+runsc_registered() { # does the daemon list runtime "runsc" exactly as RUNSC_RUNTIME says?
+    docker info --format '{{json .Runtimes}}' 2>/dev/null | "$HOST_PYTHON" -c '
+import json, sys
+have = json.load(sys.stdin).get("runsc") or {}
+want = json.loads(sys.argv[1])
+sys.exit(0 if have.get("path") == want["path"]
+         and (have.get("runtimeArgs") or []) == want["runtimeArgs"] else 1)' "$RUNSC_RUNTIME"
+}
+
+dockerd_pid() { # the pid of the dockerd answering on /var/run/docker.sock: ours, or the default's
+    local f
+    for f in "$DOCKERD_PIDFILE" /var/run/docker.pid; do
+        if pid_alive "$f" dockerd; then
+            cat "$f"
+            return 0
+        fi
+    done
+    # One started some other way (by hand, for another services directory): the only one there.
+    local pids
+    pids=$(pidof dockerd || true)
+    if [ -n "$pids" ] && [ "$(wc -w <<<"$pids")" -eq 1 ]; then
+        echo "$pids"
+        return 0
+    fi
+    return 1
+}
+
+dockerd_config_file() { # pid: the daemon.json it reads (--config-file, else the default)
+    local arg next=0
+    while IFS= read -r -d '' arg; do
+        if [ "$next" = 1 ]; then
+            echo "$arg"
+            return
+        fi
+        case $arg in
+        --config-file=*) echo "${arg#--config-file=}"; return ;;
+        --config-file) next=1 ;;
+        esac
+    done <"/proc/$1/cmdline"
+    echo /etc/docker/daemon.json
+}
+
+if want docker && want docker_runsc; then
+    if runsc_registered; then
+        log "docker: runtime runsc registered"
+    else
+        step "docker: register runtime runsc (gVisor, ptrace platform)" "$SERVICES_DIR/runsc.log"
+        pid=$(dockerd_pid) || fail "the dockerd answering on /var/run/docker.sock has no pid file \
+($DOCKERD_PIDFILE or /var/run/docker.pid): register runsc in its daemon.json by hand, or set \
+PADDOCK_SKIP_BACKENDS=docker_runsc"
+        config=$(dockerd_config_file "$pid")
+        mkdir -p "${config%/*}"
+        # Merged into what is there: other settings of the daemon stay as they are.
+        "$HOST_PYTHON" - "$config" "$RUNSC_RUNTIME" >>"$STEP_LOG" 2>&1 <<'PY' ||
+import json, os, sys
+path, runtime = sys.argv[1], json.loads(sys.argv[2])
+config = {}
+if os.path.exists(path) and open(path).read().strip():
+    config = json.load(open(path))
+config.setdefault("runtimes", {})["runsc"] = runtime
+with open(path + ".tmp", "w") as f:
+    json.dump(config, f, indent=2)
+    f.write("\n")
+os.replace(path + ".tmp", path)
+print("wrote", path)
+PY
+            fail "$config is not valid JSON: fix it, or set PADDOCK_SKIP_BACKENDS=docker_runsc"
+        kill -HUP "$pid"
+        for _ in $(seq 50); do
+            runsc_registered && break
+            sleep 0.2
+        done
+        runsc_registered || fail "dockerd (pid $pid) did not list runsc after reloading $config: \
+see its log ($SERVICES_DIR/dockerd.log when this script started it)"
+        step_done "merged into $config"
+    fi
+    STEP="docker: smoke test (docker run --runtime runsc $IMAGE)" STEP_LOG=$SERVICES_DIR/runsc.log
+    out=$(docker run --rm --runtime runsc --network none --label paddock.managed=true "$IMAGE" \
+        /bin/bash -c "$SMOKE; dmesg | grep -c gVisor" 2>>"$STEP_LOG") ||
+        fail "docker run --runtime runsc $IMAGE failed (PADDOCK_SKIP_BACKENDS=docker_runsc leaves gVisor out)"
+    [ "$out" = "$SMOKE_EXPECTED"$'\n1' ] || fail "docker run --runtime runsc $IMAGE printed '$out'"
+    log "docker: runsc ok"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -1128,6 +1239,18 @@ network = \"none\"
 memory_mb = 512
 cpus = 1.0
 pids_limit = 256")
+    if want docker_runsc; then
+        up+=(docker_runsc)
+        # The same container under gVisor (step 3b).
+        sections+=("[backends.docker_runsc]
+kind = \"docker\"
+image = \"$IMAGE\"
+runtime = \"runsc\"
+network = \"none\"
+memory_mb = 512
+cpus = 1.0
+pids_limit = 256")
+    fi
 fi
 if want ssh; then
     up+=(ssh)

@@ -102,6 +102,16 @@ pub trait AgentHost: Transport {
         Box::pin(async { Ok(false) })
     }
 
+    /// Whether the session's environment, when it exists, was made with the backend's current
+    /// settings. A running agent is used without asking the backend otherwise, so an
+    /// environment made with settings the policy has changed since (another runtime, say)
+    /// would serve on; one that is not current is closed and made again before its agent is
+    /// used. The default: always current (nothing recorded to compare).
+    fn made_with_current_settings(&self, session: &str) -> bool {
+        let _ = session;
+        true
+    }
+
     /// Whether the agent binary the environment holds speaks another protocol than this
     /// engine (asked when a start failed). The default asks [`AGENT_PATH_INSIDE`] `version`.
     fn agent_is_stale<'a>(
@@ -349,6 +359,14 @@ impl<T: AgentHost> AgentTransport<T> {
             return Err(self.unavailable(missing.explain()));
         }
         let socket = self.inner.agent_socket(session)?;
+        if !self.inner.made_with_current_settings(session) {
+            tracing::info!(
+                backend = self.inner.name(),
+                session,
+                "the environment was made with other settings than the policy's; replacing it"
+            );
+            self.inner.close_session(session).await?;
+        }
         let mut old_versions = 0;
         let mut silent = 0;
         let mut tried_warm = false;

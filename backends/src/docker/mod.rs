@@ -59,6 +59,27 @@ pub(crate) const SHELL_CAPABILITIES: &[&str] = &[
     "SETUID",
 ];
 
+/// Whether `name` can name a runtime registered with dockerd (`runsc`, `kata-runtime`,
+/// `io.containerd.runsc.v1`): what the policy check accepts before the daemon is asked.
+pub(crate) fn is_runtime_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// Where the settings digest a container was made with ([`DockerConfig::digest`]) is kept, for
+/// an engine that finds its agent running to compare: beside its agent directory, not in it
+/// (the container can write there, and must not keep itself from being replaced), and for a
+/// claimed warm container beside the directory its session's directory links to.
+fn made_with_path(runtime_dir: &std::path::Path, container: &str) -> PathBuf {
+    let dir = agent_dir(runtime_dir, container);
+    std::fs::read_link(&dir)
+        .unwrap_or(dir)
+        .with_extension("made-with")
+}
+
 /// Longer than any command may run: bollard's timeout covers a whole attached exec.
 const CLIENT_TIMEOUT_S: u64 = 4 * 3600;
 
@@ -109,6 +130,11 @@ pub struct DockerConfig {
     /// The capabilities the container keeps: [`SHELL_CAPABILITIES`] less the policy's
     /// `drop_capabilities`.
     pub capabilities: Vec<String>,
+    /// The OCI runtime the container runs with (`runtime = "runsc"`); the daemon's default
+    /// when `None`. Left out of the digest's text when unset, so containers made before the
+    /// key existed are not replaced for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
 }
 
 impl DockerConfig {
@@ -150,6 +176,9 @@ pub struct DockerTransport {
     /// Containers this engine saw running (checked again when an exec fails).
     running: Mutex<HashSet<String>>,
     swept: tokio::sync::OnceCell<()>,
+    /// The daemon was found to know [`DockerConfig::runtime`] (asked once, before the first
+    /// container is made).
+    runtime_known: tokio::sync::OnceCell<()>,
     /// Containers of forked sessions (name → the snapshot image they are made from), until
     /// they are made.
     from_snapshot: Mutex<std::collections::HashMap<String, String>>,
@@ -237,6 +266,7 @@ impl DockerTransport {
             client: tokio::sync::OnceCell::new(),
             running: Mutex::new(HashSet::new()),
             swept: tokio::sync::OnceCell::new(),
+            runtime_known: tokio::sync::OnceCell::new(),
             from_snapshot: Mutex::default(),
         }
     }
@@ -341,6 +371,7 @@ impl DockerTransport {
             binds,
             // PID 1 ends when the session has been idle too long: nothing of it is left then.
             auto_remove: Some(true),
+            runtime: c.runtime.clone(),
             ..Default::default()
         };
         let image = self
@@ -398,6 +429,39 @@ impl DockerTransport {
         }
     }
 
+    /// Fails unless dockerd knows the policy's `runtime`: a daemon given a runtime it does not
+    /// know refuses the container anyway, but in words that name neither the policy key nor
+    /// the fix. Asked once per transport; nothing to ask without the key.
+    async fn check_runtime(&self, docker: &Docker) -> Result<()> {
+        let Some(runtime) = &self.config.runtime else {
+            return Ok(());
+        };
+        self.runtime_known
+            .get_or_try_init(|| async {
+                let info = docker.info().await.map_err(|e| self.lost(e))?;
+                let known = info.runtimes.unwrap_or_default();
+                if known.contains_key(runtime) {
+                    return Ok(());
+                }
+                let mut names: Vec<&str> = known.keys().map(String::as_str).collect();
+                names.sort_unstable();
+                Err(self.unavailable(format!(
+                    "`runtime = \"{runtime}\"`: dockerd at {} has no runtime of that name (it \
+                     knows {}); register it in the daemon's daemon.json (`\"runtimes\": \
+                     {{\"{runtime}\": {{\"path\": \"/usr/bin/{runtime}\"}}}}`) and reload dockerd \
+                     (SIGHUP) or restart it; Paddock does not fall back to the default runtime",
+                    self.config.socket,
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                )))
+            })
+            .await
+            .map(|_| ())
+    }
+
     /// Makes sure the session's container runs; answers its name.
     async fn ensure_container(&self, session: &str) -> Result<String> {
         let name = self.container_name(session);
@@ -437,6 +501,7 @@ impl DockerTransport {
     }
 
     async fn create(&self, docker: &Docker, session: &str, name: &str) -> Result<()> {
+        self.check_runtime(docker).await?;
         if let Some(agent) = &self.config.agent {
             // The bind source must exist before the container does.
             prepare_agent_dir(
@@ -457,6 +522,13 @@ impl DockerTransport {
             // Another engine, or another call of this one, is creating it: docker reserves the
             // name before the container exists, and until it does a start by name is a 404.
             Err(e) if status_of(&e) == Some(409) => self.wait_until_created(docker, name).await?,
+            // A request the daemon refuses (a runtime unregistered since it was checked, a
+            // setting this daemon does not support): its words, not "went away".
+            Err(e) if status_of(&e) == Some(400) => {
+                return Err(
+                    self.unavailable(format!("dockerd refused to create container {name}: {e}"))
+                );
+            }
             Err(e) if status_of(&e) == Some(404) => {
                 return Err(self.unavailable(format!(
                     "the image {} is not on this docker host (no registry is pulled from: load or \
@@ -465,6 +537,13 @@ impl DockerTransport {
                 )));
             }
             Err(e) => return Err(self.lost(e)),
+        }
+        if let Some(agent) = &self.config.agent {
+            // Best effort: without it the container counts as current.
+            let made_with = made_with_path(&agent.runtime_dir, name);
+            if let Err(err) = std::fs::write(&made_with, &self.config_digest) {
+                tracing::warn!(path = %made_with.display(), %err, "the container's settings digest was not recorded");
+            }
         }
         self.start(docker, name).await
     }
@@ -495,7 +574,17 @@ impl DockerTransport {
         {
             Ok(()) => Ok(()),
             Err(e) if status_of(&e) == Some(304) => Ok(()),
-            Err(e) => Err(self.unavailable(format!("starting container {name} failed: {e}"))),
+            Err(e) => Err(self.unavailable(match &self.config.runtime {
+                // The runtime's own failure (gVisor refusing this kernel, say) comes back
+                // through dockerd: say which runtime, and how to try it outside Paddock.
+                Some(runtime) => format!(
+                    "starting container {name} with runtime `{runtime}` failed: {e} (check \
+                     that the runtime works on this host: `docker run --rm --runtime {runtime} \
+                     {} true`)",
+                    self.config.image
+                ),
+                None => format!("starting container {name} failed: {e}"),
+            })),
         }
     }
 
@@ -604,6 +693,7 @@ impl DockerTransport {
             if force_remove(docker, &id).await.is_ok() {
                 removed += 1;
                 if let Some(agent) = &self.config.agent {
+                    let _ = std::fs::remove_file(made_with_path(&agent.runtime_dir, &name));
                     let _ = std::fs::remove_dir_all(agent_dir(&agent.runtime_dir, &name));
                 }
                 self.forget(&name);
@@ -622,6 +712,21 @@ impl AgentHost for DockerTransport {
 
     fn claim_warm<'a>(&'a self, session: &'a str) -> BackendFuture<'a, bool> {
         Box::pin(self.claim_warm(session))
+    }
+
+    fn made_with_current_settings(&self, session: &str) -> bool {
+        let Some(agent) = &self.config.agent else {
+            return true;
+        };
+        match std::fs::read_to_string(made_with_path(
+            &agent.runtime_dir,
+            &self.container_name(session),
+        )) {
+            Ok(digest) => digest.trim() == self.config_digest,
+            // None recorded (no container yet, or one made before digests were kept): the
+            // container's own label is compared when it is next made sure of.
+            Err(_) => true,
+        }
     }
 
     fn agent_socket(&self, session: &str) -> Result<PathBuf> {
@@ -690,11 +795,27 @@ impl Transport for DockerTransport {
     }
 
     fn attach_argv(&self, session: &str, argv: &[String], pty: bool) -> Result<ClientArgv> {
+        // Under a runtime of the policy's choosing, the terminal is opened inside by the
+        // agent's `terminal` (as in an apptainer instance): gVisor's exec console is the
+        // host's terminal imported into the sandbox, a terminal with no /dev/pts/N there, so
+        // `tty` answers "not a tty". runc's console is a node of the container's devpts.
+        let (argv, tty) = match (&self.config.runtime, &self.config.agent) {
+            (Some(_), Some(_)) if pty => {
+                let mut inside = vec![
+                    crate::agent::AGENT_PATH_INSIDE.to_owned(),
+                    "terminal".to_owned(),
+                    "--".to_owned(),
+                ];
+                inside.extend(argv.iter().cloned());
+                (inside, false)
+            }
+            _ => (argv.to_vec(), pty),
+        };
         let spec = AttachSpec {
             socket: self.config.socket.clone(),
             container: self.container_name(session),
-            argv: argv.to_vec(),
-            tty: pty,
+            argv,
+            tty,
         };
         let json =
             serde_json::to_string(&spec).map_err(|e| BackendError::Io(std::io::Error::other(e)))?;
@@ -716,7 +837,7 @@ impl Transport for DockerTransport {
                 .inspect_image(&self.config.image)
                 .await
                 .map_err(|e| self.unavailable(format!("image {}: {e}", self.config.image)))?;
-            Ok(())
+            self.check_runtime(docker).await
         })
     }
 
@@ -804,6 +925,9 @@ impl Transport for DockerTransport {
             let docker = self.client().await?;
             let name = self.container_name(session);
             self.forget(&name);
+            if let Some(agent) = &self.config.agent {
+                let _ = std::fs::remove_file(made_with_path(&agent.runtime_dir, &name));
+            }
             // A claimed warm container's agent directory is where the session's links to.
             if let Some(agent) = &self.config.agent
                 && let Ok(target) = std::fs::read_link(agent_dir(&agent.runtime_dir, &name))
@@ -912,4 +1036,77 @@ async fn attach(spec: AttachSpec) -> std::result::Result<i32, String> {
         .await
         .map_err(|e| e.to_string())?;
     Ok(inspected.exit_code.map_or(255, |c| c as i32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(runtime: Option<&str>) -> DockerConfig {
+        DockerConfig {
+            name: "box".into(),
+            image: "img".into(),
+            network: "none".into(),
+            egress: false,
+            memory_mb: None,
+            cpus: None,
+            pids_limit: 512,
+            read_only: false,
+            tmp_size_mb: 512,
+            workspace: None,
+            workdir: None,
+            env: BTreeMap::new(),
+            socket: "/var/run/docker.sock".into(),
+            agent: None,
+            warm: 0,
+            home: "0011223344556677".into(),
+            capabilities: Vec::new(),
+            runtime: runtime.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn runtime_names_are_what_dockerd_registers() {
+        for good in [
+            "runsc",
+            "kata-runtime",
+            "io.containerd.runsc.v1",
+            "runsc_ptrace",
+        ] {
+            assert!(is_runtime_name(good), "{good}");
+        }
+        for bad in [
+            "",
+            "run sc",
+            "/usr/bin/runsc",
+            "runsc;true",
+            &"r".repeat(129),
+        ] {
+            assert!(!is_runtime_name(bad), "{bad}");
+        }
+    }
+
+    /// The runtime is part of what a container was made with: changing it replaces the
+    /// session's container, and a policy without the key keeps the digest it had before the
+    /// key existed.
+    #[test]
+    fn the_runtime_is_part_of_the_settings_digest() {
+        let plain = config(None);
+        let text = serde_json::to_string(&plain).unwrap();
+        assert!(!text.contains("runtime"), "{text}");
+        let runsc = config(Some("runsc"));
+        assert_ne!(plain.digest(), runsc.digest());
+        assert_ne!(runsc.digest(), config(Some("kata-runtime")).digest());
+        assert_eq!(runsc.digest(), config(Some("runsc")).digest());
+    }
+
+    #[test]
+    fn the_container_is_made_with_the_policys_runtime() {
+        for runtime in [None, Some("runsc")] {
+            let transport = DockerTransport::new(config(runtime), PathBuf::from("/bin/paddock"));
+            let body = transport.create_body("s1");
+            let host = body.host_config.unwrap();
+            pretty_assertions::assert_eq!(host.runtime.as_deref(), runtime);
+        }
+    }
 }

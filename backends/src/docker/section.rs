@@ -46,6 +46,10 @@ pub struct DockerSection {
     /// ([`super::SHELL_CAPABILITIES`]): `["DAC_OVERRIDE"]` makes root respect a file's
     /// permission bits, as an ordinary user does.
     pub drop_capabilities: Option<Spanned<Vec<String>>>,
+    /// The OCI runtime dockerd runs the container with (`runtime = "runsc"`: gVisor); the
+    /// daemon's default (runc) when unset. It must be registered with the daemon
+    /// (`runtimes` in its daemon.json): one it does not know is an error, never runc instead.
+    pub runtime: Option<Spanned<String>>,
     /// Environment variables set for every command.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
@@ -85,6 +89,19 @@ impl BackendSection for DockerSection {
                     "`{unknown}` is not one of the capabilities a container keeps ({}); the rest \
                      are dropped already",
                     super::SHELL_CAPABILITIES.join(", ")
+                ),
+            ));
+        }
+        if let Some(runtime) = &self.runtime
+            && !super::is_runtime_name(runtime.get_ref())
+        {
+            return Err(SectionError::at(
+                runtime,
+                "runtime",
+                format!(
+                    "`{}` is not a runtime name: name one registered with dockerd (its \
+                     daemon.json `runtimes`), such as \"runsc\" for gVisor",
+                    runtime.get_ref()
                 ),
             ));
         }
@@ -152,6 +169,7 @@ impl BackendSection for DockerSection {
                     })
                     .map(|c| (*c).to_owned())
                     .collect(),
+                runtime: text(&self.runtime),
             },
             ctx.exe.to_path_buf(),
         );

@@ -2,7 +2,9 @@
 //! file scripts/test-services.sh prints), through the in-environment agent and with
 //! `agent = false` (a copy of the backend's section), against the bare tool doing the same
 //! (`docker exec`, `ssh` over a ControlMaster, `apptainer exec instance://`), interleaved
-//! sample by sample; on docker also a whole `paddock call terminal` process per command.
+//! sample by sample; on docker also a whole `paddock call terminal` process per command, and,
+//! when the policy's docker backends differ in `runtime` (runc and gVisor's runsc, say), every
+//! one of them in one loop (`backend_docker_runtimes`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -482,6 +484,12 @@ async fn first_of_session(
     let mut docker_run: Vec<String> = ["docker", "run", "--rm", "--network", "none"]
         .map(str::to_owned)
         .to_vec();
+    // The bare tool makes its container with the backend's runtime too.
+    if let BackendConfig::Docker(c) = config
+        && let Some(runtime) = &c.runtime
+    {
+        docker_run.extend(["--runtime".to_owned(), runtime.get_ref().clone()]);
+    }
     docker_run.push(
         match config {
             BackendConfig::Docker(c) => c.image.as_ref().map(|i| i.get_ref().clone()),
@@ -547,6 +555,91 @@ async fn first_of_session(
     Ok(r)
 }
 
+/// The runtime a docker backend's containers run with, as the report names it.
+fn runtime_label(config: &BackendConfig) -> String {
+    match config {
+        BackendConfig::Docker(c) => c.runtime.as_ref().map_or_else(
+            || "the daemon's default, runc".to_owned(),
+            |r| r.get_ref().clone(),
+        ),
+        _ => String::new(),
+    }
+}
+
+/// `backend_docker_runtimes`: `terminal true` per command through the agent, and the bare
+/// `docker exec`, on each of `docker` (name, bare argv; the first is the reference: the one
+/// without a `runtime`), every contender taking one sample in turn in one loop, so that the
+/// runtimes are compared under the same load.
+async fn runtimes_side_by_side(
+    b: &Bench,
+    policy: &Policy,
+    docker: &[(String, Vec<String>)],
+) -> Result<ScenarioReport> {
+    let mut r = ScenarioReport::new(
+        "backend_docker_runtimes",
+        "`terminal` per command (`true`) on docker backends with different runtimes, side by side",
+        "ms",
+        Better::Lower,
+    );
+    let mut engines = Vec::new();
+    for (name, argv) in docker {
+        let engine = engine_on(b, policy, name)?;
+        // Warm-up: the container (made again if the per-backend scenario closed it) and agent.
+        for _ in 0..2 {
+            terminal_true(&engine, name).await?;
+            terminal_script_once(&engine, &b.limits, name).await?;
+            bare_once(argv, name).await?;
+        }
+        engines.push(engine);
+    }
+    let samples = b.pick(5, 20);
+    let mut agent: Vec<TerminalSamples> = docker.iter().map(|_| Default::default()).collect();
+    let mut bare: Vec<Vec<f64>> = vec![Vec::new(); docker.len()];
+    for _ in 0..samples {
+        for (i, (name, argv)) in docker.iter().enumerate() {
+            agent[i]
+                .take(&engines[i], &b.limits, name, &format!("{name}: terminal"))
+                .await?;
+            bare[i].push(bare_once(argv, name).await?);
+        }
+    }
+    for (i, ((name, argv), samples)) in docker.iter().zip(agent).enumerate() {
+        let runtime = policy
+            .backends
+            .get(name)
+            .map(runtime_label)
+            .unwrap_or_default();
+        let what = format!("backend `{name}` (docker, runtime {runtime}), through the agent");
+        let label = format!("{name} ({runtime})");
+        let (role, call_role) = if i == 0 {
+            (Role::Paddock, Role::Variant)
+        } else {
+            (Role::Peer, Role::Peer)
+        };
+        r.push_measured(&label, role, None, script_method(&what), samples.script);
+        r.push_measured(
+            &format!("{label}, one call"),
+            call_role,
+            None,
+            format!("Engine::call_tool(\"terminal\", {{\"command\": \"true\"}}) on backend `{name}`: host wall time from call to result."),
+            samples.call,
+        );
+        r.push_measured(
+            &format!("docker exec ({runtime})"),
+            Role::Peer,
+            None,
+            format!("`{}`: host wall time from spawn to exit.", argv.join(" ")),
+            std::mem::take(&mut bare[i]),
+        );
+    }
+    r.note(
+        "Every contender (each backend through the agent from one script, then one call, then \
+         the bare `docker exec` into the same container) takes one sample in turn, backend after \
+         backend, in one loop. The first backend (no `runtime`: runc) is the reference.",
+    );
+    Ok(r)
+}
+
 fn failed(name: &str, title: &str, error: String) -> ScenarioReport {
     let mut report = ScenarioReport::new(name, title, "ms", Better::Lower);
     report.error = Some(error);
@@ -579,6 +672,8 @@ pub async fn backends(b: &Bench) -> Vec<ScenarioReport> {
     };
     let mut out = Vec::new();
     let mut closer = None;
+    // The docker backends (name, bare argv), the one without a `runtime` first.
+    let mut docker: Vec<(String, Vec<String>)> = Vec::new();
     for (name, config) in &policy.backends {
         if name.ends_with("-noagent") {
             continue;
@@ -610,7 +705,12 @@ pub async fn backends(b: &Bench) -> Vec<ScenarioReport> {
             report.wall_s = t.elapsed().as_secs_f64();
         }
         out.extend(reports);
-        if matches!(config, BackendConfig::Docker(_)) {
+        if let BackendConfig::Docker(c) = config {
+            if c.runtime.is_some() {
+                docker.push((name.clone(), argv.clone()));
+            } else {
+                docker.insert(0, (name.clone(), argv.clone()));
+            }
             let t = Instant::now();
             let title = format!("`paddock call terminal` on backend `{name}`");
             let mut report = paddock_call(b, path, name, &argv)
@@ -631,6 +731,24 @@ pub async fn backends(b: &Bench) -> Vec<ScenarioReport> {
             out.push(report);
         }
         closer = Some(agent);
+    }
+    let runtimes: std::collections::BTreeSet<String> = docker
+        .iter()
+        .filter_map(|(name, _)| policy.backends.get(name).map(runtime_label))
+        .collect();
+    if runtimes.len() > 1 {
+        let t = Instant::now();
+        let mut report = runtimes_side_by_side(b, &policy, &docker)
+            .await
+            .unwrap_or_else(|err| {
+                failed(
+                    "backend_docker_runtimes",
+                    "`terminal` on docker backends with different runtimes",
+                    err.to_string(),
+                )
+            });
+        report.wall_s = t.elapsed().as_secs_f64();
+        out.push(report);
     }
     if out.is_empty() {
         skipped.skipped = Some(format!(

@@ -264,12 +264,9 @@ pub fn sandbox_and_docker(
         engine: session_engine(b, sandboxed, session, Some("sandboxed"))?,
         docker: false,
     }];
-    for (name, image) in docker_images(b)? {
+    for (name, keys) in docker_keys(b)? {
         let policy = paddock_engine::policy::Policy::parse(
-            &format!(
-                "[backends.{name}]\nkind = \"docker\"\nimage = {}\n",
-                toml::Value::String(image)
-            ),
+            &format!("[backends.{name}]\nkind = \"docker\"\n{keys}"),
             &format!("<bench {what}: docker>"),
         )?;
         out.push(Place {
@@ -294,8 +291,10 @@ pub fn backends_where(
         .collect()
 }
 
-/// The docker backends of `--backends` (name, image), for scenarios that make their own.
-pub fn docker_images(b: &Bench) -> Result<Vec<(String, String)>> {
+/// The docker backends of `--backends`, for scenarios that make their own: each one's name and
+/// the keys of what its containers are (`image`, and `runtime` when it names one: a gVisor
+/// backend measured as runc would be mislabelled), as TOML lines.
+pub fn docker_keys(b: &Bench) -> Result<Vec<(String, String)>> {
     let Some(path) = &b.backends else {
         return Ok(Vec::new());
     };
@@ -304,10 +303,15 @@ pub fn docker_images(b: &Bench) -> Result<Vec<(String, String)>> {
         .backends
         .iter()
         .filter_map(|(name, config)| match config {
-            paddock_engine::policy::BackendConfig::Docker(config) => config
-                .image
-                .as_ref()
-                .map(|image| (name.clone(), image.get_ref().clone())),
+            paddock_engine::policy::BackendConfig::Docker(config) => {
+                let image = config.image.as_ref()?.get_ref().clone();
+                let mut keys = format!("image = {}\n", toml::Value::String(image));
+                if let Some(runtime) = &config.runtime {
+                    let runtime = toml::Value::String(runtime.get_ref().clone());
+                    keys.push_str(&format!("runtime = {runtime}\n"));
+                }
+                Some((name.clone(), keys))
+            }
             _ => None,
         })
         .collect())

@@ -203,12 +203,11 @@ async fn places(b: &Bench, scratch: &Scratch, python: &str) -> Result<Vec<Place>
         client: client.display().to_string(),
         python: python.to_owned(),
     }];
-    for (name, image) in super::docker_images(b)? {
+    for (name, keys) in super::docker_keys(b)? {
         let policy = Policy::parse(
             &format!(
-                "[backends.{name}]\nkind = \"docker\"\nimage = {}\nnetwork = \"proxy\"\n\
-                 memory_mb = 512\n\n{NETWORK}",
-                Value::String(image)
+                "[backends.{name}]\nkind = \"docker\"\n{keys}network = \"proxy\"\n\
+                 memory_mb = 512\n\n{NETWORK}"
             ),
             "<bench network: docker>",
         )?;

@@ -747,6 +747,92 @@ fn docker_drop_capabilities_makes_root_respect_permission_bits() {
     }
 }
 
+/// The runtime of the container of `session` (in state directory `dir`) on docker backend
+/// `backend`, as dockerd reports it; empty when there is no such container.
+fn container_runtime(dir: &Path, backend: &str, session: &str) -> String {
+    let name = paddock_tests::environment_name(backend, &dir.join("state"), session);
+    let out = std::process::Command::new("docker")
+        .args(["inspect", "-f", "{{.HostConfig.Runtime}}", &name])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// `runtime = "NAME"` that dockerd does not know: an error naming the key and how to register
+/// it, and nothing made or run with the default runtime instead.
+#[test]
+fn docker_refuses_a_runtime_the_daemon_does_not_know() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(policy) = service_policy(
+        dir.path(),
+        "docker",
+        "runtime = \"paddock-no-such-runtime\"",
+    ) else {
+        return;
+    };
+    let session = format!("rtdocker{}", std::process::id());
+    let _closer = RemoteCloser {
+        dir: dir.path(),
+        policy: &policy,
+        session: &session,
+    };
+    let args = json!({"command": "echo ran-with-runc"}).to_string();
+    let run = paddock_home(
+        &dir.path().join("state"),
+        &terminal_argv(&policy, &session, &args),
+        Duration::from_secs(120),
+    );
+    let v = run.json();
+    assert_eq!(run.code, 1, "{v}");
+    let error = v["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("`runtime = \"paddock-no-such-runtime\"`")
+            && error.contains("daemon.json")
+            && error.contains("runc"),
+        "{v}"
+    );
+    assert!(!v.to_string().contains("ran-with-runc"), "{v}");
+    assert_eq!(container_runtime(dir.path(), "docker", &session), "");
+}
+
+/// `runtime = "runsc"` (the services' `docker_runsc`): the session's commands run under gVisor's
+/// kernel; a policy that changes the runtime replaces the session's container.
+#[test]
+fn docker_runtime_runsc_runs_the_session_in_gvisor_and_a_change_replaces_it() {
+    if paddock_tests::backend_skipped("docker") {
+        eprintln!("SKIPPED: docker (PADDOCK_SKIP_BACKENDS)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let session = format!("rtrunsc{}", std::process::id());
+    let probe = "dmesg | head -1; uname -r";
+    let Some(first) = service_policy(dir.path(), "docker_runsc", "") else {
+        return;
+    };
+    // The same file, rewritten below: closing needs only the backend's name and kind.
+    let _closer = RemoteCloser {
+        dir: dir.path(),
+        policy: &first,
+        session: &session,
+    };
+    for (runtime, gvisor) in [("runsc", true), ("runc", false)] {
+        let policy = service_policy(
+            dir.path(),
+            "docker_runsc",
+            &format!("runtime = \"{runtime}\""),
+        )
+        .unwrap();
+        let v = remote_call(dir.path(), &policy, &session, probe);
+        let output = v["output"].as_str().unwrap_or_default();
+        assert_eq!(output.contains("Starting gVisor"), gvisor, "{runtime}: {v}");
+        assert_eq!(
+            container_runtime(dir.path(), "docker_runsc", &session),
+            runtime,
+            "{v}"
+        );
+    }
+}
+
 #[test]
 #[ignore = "loads the machine on purpose: scripts/test-all.sh runs it alone"]
 fn docker_bounds_a_fork_bomb_and_its_tmp() {

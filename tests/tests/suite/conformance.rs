@@ -1,14 +1,16 @@
 //! The environment conformance suite: the contract of `Environment` (paddock-backends), checked
 //! through the real binary's `terminal`, `process` and `python_execute` tools. Every check runs
 //! on every backend: `local` (unconfined, `sandbox = "none"`, and in its workspace-write
-//! sandbox), and `docker`, `ssh`, `apptainer` and `slurm` (bare, and with its commands in
-//! Apptainer: `slurm_apptainer`) against the real services that `scripts/test-services.sh` starts (it writes the policy naming them). A backend whose service
+//! sandbox), and `docker` (also under gVisor: `docker_runsc`), `ssh`, `apptainer` and `slurm`
+//! (bare, and with its commands in Apptainer: `slurm_apptainer`) against the real services that
+//! `scripts/test-services.sh` starts (it writes the policy naming them). A backend whose service
 //! is not up fails its checks with a message saying how to start it, unless
 //! `PADDOCK_SKIP_BACKENDS` names it.
 //!
 //! Evidence is taken on the host: the ssh target is this machine, and container and instance
 //! processes are visible in the host's /proc, so "nothing survived" is checked the same way for
-//! all four.
+//! all four. Under gVisor they are not (the sandbox's processes live in its own kernel): there
+//! the evidence is the container's own /proc, read through `docker exec`.
 
 use std::time::{Duration, Instant};
 
@@ -98,7 +100,10 @@ impl Target {
                 sessions: Default::default(),
             });
         }
-        if backend_skipped(backend) || (backend == "slurm_apptainer" && backend_skipped("slurm")) {
+        if backend_skipped(backend)
+            || (backend == "slurm_apptainer" && backend_skipped("slurm"))
+            || (backend == "docker_runsc" && backend_skipped("docker"))
+        {
             eprintln!("SKIPPED: the {backend} backend (PADDOCK_SKIP_BACKENDS)");
             return None;
         }
@@ -241,6 +246,7 @@ impl Target {
             "slurm_node2",
             "slurm_node1_apptainer",
             "slurm_node2_apptainer",
+            "docker_runsc",
         ]
         .iter()
         .position(|b| *b == self.backend)
@@ -280,7 +286,7 @@ impl Drop for Target {
             let base = session.strip_suffix(".python").unwrap_or(session);
             let name = paddock_tests::environment_name(self.backend, self.home.path(), base);
             let _ = match self.backend {
-                "docker" | "docker_exec" => std::process::Command::new("docker")
+                "docker" | "docker_exec" | "docker_runsc" => std::process::Command::new("docker")
                     .args(["rm", "-f", &name])
                     .output(),
                 "apptainer" => std::process::Command::new(apptainer_binary())
@@ -314,7 +320,57 @@ impl Drop for Target {
     }
 }
 
-/// Processes whose command line contains `marker`.
+impl Target {
+    /// Processes of this target whose command line contains `marker`: on the host (its /proc
+    /// shows the processes of local sandboxes, containers, instances and jobs), or, under
+    /// gVisor, inside the containers of this target's sessions (their pids there).
+    fn processes_matching(&self, marker: &str) -> Vec<i32> {
+        if self.backend != "docker_runsc" {
+            return processes_matching(marker);
+        }
+        let containers: std::collections::BTreeSet<String> = self
+            .sessions
+            .borrow()
+            .iter()
+            .map(|s| paddock_tests::environment_name(self.backend, self.home.path(), s))
+            .collect();
+        // Each process as "PID CMDLINE"; the reader's own command line lacks the marker.
+        let list = r#"for p in /proc/[0-9]*; do printf '%s ' "${p#/proc/}"; tr '\0' ' ' < "$p/cmdline" 2>/dev/null; echo; done"#;
+        let mut found = Vec::new();
+        for container in containers {
+            let Ok(out) = std::process::Command::new("docker")
+                .args(["exec", &container, "sh", "-c", list])
+                .output()
+            else {
+                continue;
+            };
+            // A container that is gone (its session closed) has no processes left.
+            found.extend(
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .filter(|l| l.contains(marker))
+                    .filter_map(|l| l.split_whitespace().next()?.parse::<i32>().ok()),
+            );
+        }
+        found
+    }
+
+    /// Ends this target's processes whose command line contains `marker`. Under gVisor the
+    /// pids are the sandbox's, out of the host's reach: removing the container at the end
+    /// ends them.
+    fn kill_matching(&self, marker: &str) {
+        if self.backend == "docker_runsc" {
+            return;
+        }
+        for pid in processes_matching(marker) {
+            let _ = std::process::Command::new("kill")
+                .arg(pid.to_string())
+                .status();
+        }
+    }
+}
+
+/// Processes whose command line contains `marker`, in the host's /proc.
 fn processes_matching(marker: &str) -> Vec<i32> {
     std::fs::read_dir("/proc")
         .unwrap()
@@ -356,7 +412,7 @@ fn a_timeout_kills_the_whole_tree_and_answers_124(t: &Target) {
     assert!(v["error"].as_str().unwrap().contains("timed out"), "{v}");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
-        processes_matching(&t.marker("300.4711")),
+        t.processes_matching(&t.marker("300.4711")),
         Vec::<i32>::new(),
         "a background sleep survived the timeout"
     );
@@ -371,7 +427,7 @@ fn a_command_ignoring_sigterm_is_killed_after_the_grace(t: &Target) {
     assert_eq!(v["exit_code"], json!(124), "{v}");
     assert!(started.elapsed() < Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(200));
-    assert!(processes_matching(&t.marker("60.4712")).is_empty());
+    assert!(t.processes_matching(&t.marker("60.4712")).is_empty());
 }
 
 fn leftovers_of_a_finished_command_do_not_outlive_it(t: &Target) {
@@ -386,7 +442,7 @@ fn leftovers_of_a_finished_command_do_not_outlive_it(t: &Target) {
         "the call waited for its daemon"
     );
     std::thread::sleep(Duration::from_millis(200));
-    assert!(processes_matching(&t.marker("300.4713")).is_empty());
+    assert!(t.processes_matching(&t.marker("300.4713")).is_empty());
 }
 
 /// `keep_detached`: what a command detached from itself (`setsid`) runs on past the command,
@@ -411,17 +467,17 @@ fn a_kept_detached_process_lives_until_its_session_is_closed(t: &Target) {
     assert_eq!(v["output"], json!("started\n"), "{v}");
     std::thread::sleep(Duration::from_millis(300));
     if t.backend == "docker_exec" {
-        assert!(processes_matching(&marker).is_empty());
+        assert!(t.processes_matching(&marker).is_empty());
         return;
     }
     assert!(
-        !processes_matching(&marker).is_empty(),
+        !t.processes_matching(&marker).is_empty(),
         "the detached process ended with its command"
     );
     let v = t.sh(&session, json!({"command": "echo next"}));
     assert_eq!(v["output"], json!("next\n"), "{v}");
     assert!(
-        !processes_matching(&marker).is_empty(),
+        !t.processes_matching(&marker).is_empty(),
         "the detached process ended with a later command"
     );
     let closed = t.paddock_in_home(
@@ -430,11 +486,11 @@ fn a_kept_detached_process_lives_until_its_session_is_closed(t: &Target) {
     );
     assert_eq!(closed.code, 0, "{}", closed.stderr);
     let until = std::time::Instant::now() + Duration::from_secs(15);
-    while !processes_matching(&marker).is_empty() && std::time::Instant::now() < until {
+    while !t.processes_matching(&marker).is_empty() && std::time::Instant::now() < until {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(
-        processes_matching(&marker).is_empty(),
+        t.processes_matching(&marker).is_empty(),
         "the detached process outlived its session"
     );
 }
@@ -1142,6 +1198,15 @@ fn background_stdin_with_a_pty_and_close(t: &Target) {
         &t.session("s"),
         json!({"action": "wait", "session_id": id, "timeout": 10}),
     );
+    if t.backend == "docker_runsc" {
+        // Known gap of gVisor's 2022 build (Debian 12's runsc): its terminal does not turn ^D
+        // into end of file (reproduced without Paddock: `cat` on a pty inside a runsc
+        // container reads on past ^D), so `close` cannot end `cat` there. Asserted as it is,
+        // so that a runsc that fixes it turns this into a failure to revisit.
+        assert_eq!(done["state"], json!("running"), "{done}");
+        t.process(&t.session("s"), json!({"action": "kill", "session_id": id}));
+        return;
+    }
     assert_eq!(done["state"], json!("exited"), "{done}");
 }
 
@@ -1190,7 +1255,7 @@ fn background_processes_survive_the_engine_and_stay_in_their_session(t: &Target)
     );
     assert_eq!(killed["killed"], json!(true), "{killed}");
     assert_eq!(killed["state"], json!("exited"), "{killed}");
-    assert!(processes_matching(&t.marker("300.4714")).is_empty());
+    assert!(t.processes_matching(&t.marker("300.4714")).is_empty());
     let receipt: Value = serde_json::from_slice(
         &std::fs::read(
             t.home
@@ -1228,14 +1293,10 @@ fn a_recycled_pid_is_never_signalled(t: &Target) {
     );
     assert_eq!(v["killed"], json!(false), "{v}");
     assert!(
-        !processes_matching(&t.marker("300.4715")).is_empty(),
+        !t.processes_matching(&t.marker("300.4715")).is_empty(),
         "the real process was signalled"
     );
-    for pid in processes_matching(&t.marker("300.4715")) {
-        let _ = std::process::Command::new("kill")
-            .arg(pid.to_string())
-            .status();
-    }
+    t.kill_matching(&t.marker("300.4715"));
 }
 
 fn unknown_process_ids_get_a_clear_answer(t: &Target) {
@@ -1373,7 +1434,7 @@ conformance!([
     python_execute_returns_output_and_artifacts_with_a_scrubbed_environment,
 ];
     local, sandboxed, docker, docker_exec, ssh, apptainer, slurm, slurm_apptainer,
-    slurm_node1, slurm_node2, slurm_node1_apptainer, slurm_node2_apptainer);
+    slurm_node1, slurm_node2, slurm_node1_apptainer, slurm_node2_apptainer, docker_runsc);
 
 /// Session A's python run (code, output, artifact) is out of B's reach through `terminal` and
 /// `python_execute`, on the backends that keep sessions apart: each session has its own
@@ -1442,5 +1503,5 @@ mod isolation {
 
     conformance!([another_sessions_python_runs_are_out_of_reach];
         sandboxed, docker, docker_exec, apptainer, slurm_apptainer,
-        slurm_node1_apptainer, slurm_node2_apptainer);
+        slurm_node1_apptainer, slurm_node2_apptainer, docker_runsc);
 }

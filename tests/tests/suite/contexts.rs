@@ -156,7 +156,7 @@ conformance!([
     python_contexts_manage_the_sessions_interpreters,
 ];
     local, sandboxed, docker, ssh, apptainer, slurm, slurm_apptainer, slurm_node1,
-    slurm_node2_apptainer);
+    slurm_node2_apptainer, docker_runsc);
 
 /// Checks of a few backends only (the macro makes one module per backend).
 mod snapshots {
@@ -197,5 +197,5 @@ mod snapshots {
     }
 
     // The unconfined local backend takes no snapshots.
-    conformance!([a_snapshot_names_the_contexts_it_does_not_carry]; sandboxed, docker);
+    conformance!([a_snapshot_names_the_contexts_it_does_not_carry]; sandboxed, docker, docker_runsc);
 }

@@ -728,7 +728,7 @@ conformance!([
     watch_files_reports_changes_in_the_environment,
 ];
     local, sandboxed, docker, ssh, apptainer, slurm, slurm_apptainer, slurm_node1,
-    slurm_node2_apptainer);
+    slurm_node2_apptainer, docker_runsc);
 
 conformance!([without_an_agent_file_tools_say_how_to_get_them]; docker_exec);
 

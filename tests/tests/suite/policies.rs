@@ -76,6 +76,11 @@ fn broken_policies_fail_with_file_line_and_key() {
             "[backends.box]\nkind = \"docker\"\nimage = \"x\"\ndrop_capabilities = [\"SYS_ADMIN\"]\n",
             ":4: backends.box.drop_capabilities: `SYS_ADMIN` is not one of the capabilities",
         ),
+        (
+            "bad_runtime.toml",
+            "[backends.box]\nkind = \"docker\"\nimage = \"x\"\nruntime = \"/usr/bin/runsc\"\n",
+            ":4: backends.box.runtime: `/usr/bin/runsc` is not a runtime name",
+        ),
     ];
     for (name, text, expected) in cases {
         let path = write_file(&dir, name, text);
