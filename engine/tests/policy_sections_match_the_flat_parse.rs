@@ -71,6 +71,10 @@ struct FlatBackend {
     agent: Option<Spanned<bool>>,
     /// docker: containers kept ready, agent running, for new sessions (default 0).
     warm: Option<Spanned<u64>>,
+    /// docker (keys added after the typed sections, witnessed here too): the OCI runtime
+    /// (`runsc`), and capabilities the container goes without.
+    runtime: Option<Spanned<String>>,
+    drop_capabilities: Option<Spanned<Vec<String>>>,
     /// slurm: the job's partition, time limit (`--time`: `MM`, `HH:MM:SS`, `D-HH:MM`),
     /// generic resources (`--gres`), account, and more `salloc` options as given.
     partition: Option<Spanned<String>>,

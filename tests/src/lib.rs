@@ -147,8 +147,18 @@ pub fn reachable_by_anyone(bin: &Path) -> PathBuf {
         std::fs::set_permissions(open, std::fs::Permissions::from_mode(0o755))
             .expect("chmod 755 the test binaries' directory");
     }
-    // Under a temporary name, then renamed: concurrent tests never see half a copy.
-    let partial = dir.join(format!("{}.{}", name.to_string_lossy(), std::process::id()));
+    // Under a temporary name of this call's own, then renamed: concurrent tests never see half
+    // a copy. The name is unique per call, not per process: two threads of one test process
+    // sharing it once made the second's `copy` (its hard link refused: the name existed)
+    // truncate the first's hard link, which is the original binary itself.
+    static COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let partial = dir.join(format!(
+        "{}.{}.{}",
+        name.to_string_lossy(),
+        std::process::id(),
+        COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_file(&partial);
     if std::fs::hard_link(bin, &partial).is_err() {
         std::fs::copy(bin, &partial).expect("copy the binary for another user");
     }

@@ -97,10 +97,17 @@ impl Target {
         out.json()
     }
 
-    /// The agent directories (one per environment) under this test's state.
+    /// The agent directories (one per environment) under this test's state (not the files
+    /// beside them, such as a container's `.made-with` settings digest).
     fn agent_dirs(&self) -> Vec<PathBuf> {
         let mut dirs: Vec<PathBuf> = std::fs::read_dir(self.home.path().join("agents"))
-            .map(|entries| entries.flatten().map(|e| e.path()).collect())
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect()
+            })
             .unwrap_or_default();
         dirs.sort();
         dirs
