@@ -161,6 +161,9 @@ pub struct SessionStore {
     recent: Mutex<HashMap<String, (Instant, BTreeSet<String>)>>,
     /// Makes temporary file names unique among this process's concurrent writes.
     writes: AtomicU64,
+    /// Held across each read-modify-write of a record in this process, so that a touch does
+    /// not write back a record read before a pause marked it (the pause would be forgotten).
+    updates: Mutex<()>,
 }
 
 impl SessionStore {
@@ -169,6 +172,20 @@ impl SessionStore {
             dir: state_root.join(RECORDS_DIR),
             recent: Mutex::default(),
             writes: AtomicU64::new(0),
+            updates: Mutex::default(),
+        }
+    }
+
+    /// Sets the backends session `id` is paused on, the rest of its record as it is now; no
+    /// record, nothing to mark.
+    pub fn set_paused(&self, id: &str, paused: BTreeSet<String>) -> Result<(), SessionError> {
+        let _update = self
+            .updates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match self.get(id) {
+            Some(current) => self.write(&SessionRecord { paused, ..current }),
+            None => Ok(()),
         }
     }
 
@@ -195,6 +212,10 @@ impl SessionStore {
             return Ok(());
         }
         let now = now_secs();
+        let _update = self
+            .updates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let existing = self.get(session);
         // Another process may have written it within the interval (seconds are the record's
         // resolution): nothing to add then.
@@ -587,10 +608,8 @@ impl Sessions {
                 }
             }
         }
-        self.store.write(&SessionRecord {
-            paused: paused.clone(),
-            ..record
-        })?;
+        // The record as it is now: a command may have touched it meanwhile.
+        self.store.set_paused(id, paused.clone())?;
         Ok(PauseReport {
             id: id.to_owned(),
             paused: paused.into_iter().collect(),
@@ -625,12 +644,8 @@ impl Sessions {
                     })?;
             }
         }
-        // Re-read: a command may have touched the record meanwhile.
-        let current = self.store.get(id).unwrap_or(record);
-        self.store.write(&SessionRecord {
-            paused: still,
-            ..current
-        })
+        // The record as it is now: a command may have touched it meanwhile.
+        self.store.set_paused(id, still)
     }
 
     /// Ends session `id`: its background processes (receipts kept), what it holds on every

@@ -1,7 +1,7 @@
 //! envd's filesystem service (`/filesystem.Filesystem/*`) on Paddock's file tools, run in the
 //! sandbox's session: Stat (`file_info`), ListDir (`list_files`), MakeDir, Move (`move_file`),
-//! Remove (`delete_file`). Paths are answered absolute, relative ones resolved against where
-//! the sandbox's commands start.
+//! Remove (`delete_file`); the watchers' methods are [`super::watch`]'s. Paths are answered
+//! absolute, relative ones resolved against where the sandbox's commands start.
 
 use std::sync::Arc;
 
@@ -37,6 +37,15 @@ async fn call(sandbox: &Sandbox, tool: &str, args: Value) -> Result<Value, RpcEr
 
 /// A unary method of the filesystem service.
 pub(crate) async fn unary(sandbox: &Arc<Sandbox>, method: &str, body: &[u8]) -> Response {
+    if matches!(
+        method,
+        "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher"
+    ) {
+        return match super::watch::unary(sandbox, method, body).await {
+            Ok(value) => json_response(200, &value),
+            Err(err) => rpc_error(&err),
+        };
+    }
     let request: PathRequest = match serde_json::from_slice(body) {
         Ok(r) => r,
         Err(e) => {

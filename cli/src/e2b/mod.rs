@@ -4,19 +4,22 @@
 //! ([`rest`]) and every sandbox's environment daemon: its process ([`process`]) and
 //! filesystem ([`filesystem`]) services over Connect ([`connect`]), `/files` ([`files`]) and
 //! `/health`, and its code interpreter ([`interpreter`]: `/execute`, `/contexts`, for the
-//! `e2b-code-interpreter` SDK). Requests are routed and authorised by [`auth`]; [`state`] holds
-//! the sandboxes.
+//! `e2b-code-interpreter` SDK). Directory watching is [`watch`], pause and resume
+//! [`lifecycle`]. Requests are routed and authorised by [`auth`]; [`state`] holds the
+//! sandboxes.
 //!
-//! Not served yet: PTY, watching, pause/resume, metrics, snapshots, `--e2b-tls`.
+//! Not served yet: metrics, snapshots, `--e2b-tls`.
 
 pub(crate) mod auth;
 pub(crate) mod connect;
 pub(crate) mod files;
 pub(crate) mod filesystem;
 pub(crate) mod interpreter;
+pub(crate) mod lifecycle;
 pub(crate) mod process;
 pub(crate) mod rest;
 pub(crate) mod state;
+pub(crate) mod watch;
 pub(crate) mod wire;
 
 use std::net::SocketAddr;
@@ -213,6 +216,9 @@ async fn handle(Shared(state): Shared<Arc<State>>, request: Request) -> Response
             .await
         }
         Ok(Target::Interpreter(id)) => match state.get(&id) {
+            Some(sandbox) if sandbox.paused.load(std::sync::atomic::Ordering::Relaxed) => {
+                rest_error(502, paused(&id))
+            }
             Some(sandbox) => interpreter::serve(sandbox, &method, &path, &body).await,
             None => rest_error(502, format!("sandbox {id} is not running")),
         },
@@ -225,6 +231,18 @@ async fn handle(Shared(state): Shared<Arc<State>>, request: Request) -> Response
             rest_error(401, err.to_string())
         }
     }
+}
+
+/// A stream's `Connect-Timeout-Ms`.
+fn deadline(headers: &HeaderMap) -> Option<Duration> {
+    header(headers, "connect-timeout-ms")
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
+}
+
+fn paused(id: &str) -> String {
+    format!("sandbox {id} is paused: connect to it to resume it")
 }
 
 /// A request to a sandbox's environment daemon.
@@ -240,6 +258,10 @@ async fn envd(
     let Some(sandbox) = state.get(id) else {
         return rest_error(502, format!("sandbox {id} is not running"));
     };
+    // Any call would thaw its session; the SDK's health probe reads 502 as "not running".
+    if sandbox.paused.load(std::sync::atomic::Ordering::Relaxed) {
+        return rest_error(502, paused(id));
+    }
     let content_type = header(headers, "content-type").unwrap_or("");
     match (method.as_str(), path) {
         ("GET", "/health") => wire::empty(204),
@@ -251,11 +273,13 @@ async fn envd(
             };
             match service {
                 "process.Process" if content_type.starts_with("application/connect+json") => {
-                    let deadline = header(headers, "connect-timeout-ms")
-                        .and_then(|ms| ms.parse::<u64>().ok())
-                        .filter(|ms| *ms > 0)
-                        .map(Duration::from_millis);
-                    process::stream(sandbox, rpc, body, deadline).await
+                    process::stream(sandbox, rpc, body, deadline(headers)).await
+                }
+                "filesystem.Filesystem"
+                    if content_type.starts_with("application/connect+json")
+                        && rpc == "WatchDir" =>
+                {
+                    watch::stream(sandbox, body, deadline(headers)).await
                 }
                 "process.Process" => process::unary(&sandbox, rpc, body).await,
                 "filesystem.Filesystem" => filesystem::unary(&sandbox, rpc, body).await,

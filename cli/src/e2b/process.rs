@@ -1,9 +1,13 @@
 //! envd's process service (`/process.Process/*`) on Paddock's background processes: `Start`
 //! runs the command with `terminal(background=true)` and streams what the `process` tool's
 //! `output` action reads (stdout and stderr apart, as written) until the exit; `Connect`
-//! re-attaches from the current offsets; input, stdin closing and signals are `process`
-//! actions. As in envd, a process lives until it exits or the stream's `Connect-Timeout-Ms`
-//! passes (then it is killed), not until the client disconnects.
+//! re-attaches from the current offsets; input (`SendInput`, `StreamInput`), stdin closing,
+//! signals and a terminal's size (`Update`) are `process` actions. A `Start` with `pty` runs
+//! on a terminal (`terminal(pty=true)`, then `process resize`): its output, stdout and stderr
+//! together, comes as `pty` data. As in envd, a process lives until it exits or the stream's
+//! `Connect-Timeout-Ms` passes (then it is killed), not until the client disconnects. While
+//! the sandbox is paused nothing is read (a read would thaw the session): the streams only
+//! keep alive.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +29,8 @@ use super::wire::{json_response, response, rpc_error, rpc_of_tool};
 const READ_WAIT_S: f64 = 1.0;
 /// A keepalive event after this long without output, so proxies keep the stream open.
 const KEEPALIVE_AFTER: Duration = Duration::from_secs(20);
+/// How often a stream looks again whether its paused sandbox was resumed.
+const PAUSED_RECHECK: Duration = Duration::from_millis(200);
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -35,13 +41,56 @@ struct ProcessConfig {
     cwd: Option<String>,
 }
 
+/// envd's `PTY.Size`.
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(default)]
+struct PtySize {
+    rows: u32,
+    cols: u32,
+}
+
+/// envd's `PTY`: a terminal, of this size.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Pty {
+    size: Option<PtySize>,
+}
+
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct StartRequest {
     process: ProcessConfig,
     tag: Option<String>,
     stdin: Option<bool>,
-    pty: Option<Value>,
+    pty: Option<Pty>,
+}
+
+/// `Update`: a terminal's new size.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct UpdateRequest {
+    process: Selector,
+    pty: Option<Pty>,
+}
+
+/// One message of a `StreamInput` client stream: the first names the process, then data.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct StreamInputMessage {
+    start: Option<StreamInputStart>,
+    data: Option<StreamInputData>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct StreamInputStart {
+    process: Selector,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct StreamInputData {
+    input: BTreeMap<String, String>,
 }
 
 /// `{"pid": N}` or `{"tag": "..."}`.
@@ -129,6 +178,7 @@ pub(crate) async fn unary(sandbox: &Arc<Sandbox>, method: &str, body: &[u8]) -> 
     let answer = match method {
         "List" => list(sandbox).await,
         "SendInput" => send_input(sandbox, body).await,
+        "Update" => update(sandbox, body).await,
         "CloseStdin" => close_stdin(sandbox, body).await,
         "SendSignal" => send_signal(sandbox, body).await,
         other => Err(RpcError::new(
@@ -175,26 +225,157 @@ async fn list(sandbox: &Sandbox) -> Result<Value, RpcError> {
 async fn send_input(sandbox: &Sandbox, body: &[u8]) -> Result<Value, RpcError> {
     let request: Selected = parse(body)?;
     let (_, proc) = select(sandbox, &request.process)?;
-    let input = request.input.unwrap_or_default();
-    let Some(data) = input.get("stdin") else {
+    write_input(sandbox, &proc, &request.input.unwrap_or_default()).await?;
+    Ok(json!({}))
+}
+
+/// Writes envd's `ProcessInput` (`stdin` or `pty`, base64) to the process: a terminal's input
+/// goes to its terminal, which is the process's stdin.
+async fn write_input(
+    sandbox: &Sandbox,
+    proc: &Proc,
+    input: &BTreeMap<String, String>,
+) -> Result<(), RpcError> {
+    let Some((kind, data)) = input.get_key_value("stdin").or(input.get_key_value("pty")) else {
         return Err(RpcError::new(
-            Code::Unimplemented,
-            "PTY input is not served by Paddock yet",
+            Code::InvalidArgument,
+            "input: neither `stdin` nor `pty` given",
         ));
     };
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(data)
-        .map_err(|e| RpcError::new(Code::InvalidArgument, format!("stdin: not base64: {e}")))?;
-    // The `process` tool writes text: binary stdin is refused rather than mangled.
-    let text = String::from_utf8(bytes)
-        .map_err(|_| RpcError::new(Code::InvalidArgument, "stdin: only UTF-8 text is accepted"))?;
+        .map_err(|e| RpcError::new(Code::InvalidArgument, format!("{kind}: not base64: {e}")))?;
+    // The `process` tool writes text: binary input is refused rather than mangled.
+    let text = String::from_utf8(bytes).map_err(|_| {
+        RpcError::new(
+            Code::InvalidArgument,
+            format!("{kind}: only UTF-8 text is accepted"),
+        )
+    })?;
     call(
         sandbox,
         "process",
         json!({"action": "write", "session_id": proc.process_id, "data": text}),
     )
     .await?;
+    Ok(())
+}
+
+/// `Update`: the terminal's new size (its programs get SIGWINCH).
+async fn update(sandbox: &Sandbox, body: &[u8]) -> Result<Value, RpcError> {
+    let request: UpdateRequest = parse(body)?;
+    let (_, proc) = select(sandbox, &request.process)?;
+    let Some(size) = request.pty.and_then(|p| p.size) else {
+        return Ok(json!({}));
+    };
+    resize(sandbox, &proc.process_id, size).await?;
     Ok(json!({}))
+}
+
+/// Where a terminal process records its terminal's device (in the sandbox's own `/tmp`),
+/// followed by a key of its own.
+const TTY_FILE_PREFIX: &str = "/tmp/.paddock-e2b-tty-";
+
+/// The command line of a terminal process: it records its terminal in [`TTY_FILE_PREFIX`]`key`
+/// and gives it `size` (a terminal starts at 40x120), then runs `command`.
+fn pty_command_line(key: &str, size: Option<PtySize>, command: &str) -> String {
+    let mut out = format!("tty > {TTY_FILE_PREFIX}{key} 2>/dev/null; ");
+    if let Some(size) = size {
+        let (rows, cols) = terminal_size(size);
+        out.push_str(&format!("stty rows {rows} cols {cols} 2>/dev/null; "));
+    }
+    out.push_str(command);
+    out
+}
+
+/// The key of a terminal process's command line ([`pty_command_line`]).
+fn tty_key(command: &str) -> Option<&str> {
+    let rest = command.split_once(TTY_FILE_PREFIX)?.1;
+    rest.split(' ')
+        .next()
+        .filter(|k| !k.is_empty() && k.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// Rows and columns kept within 1..=1000, the `process` tool's range.
+fn terminal_size(size: PtySize) -> (u32, u32) {
+    (size.rows.clamp(1, 1000), size.cols.clamp(1, 1000))
+}
+
+/// Gives process `process_id`'s terminal `size`: `process resize` where the backend holds the
+/// terminal (the local sandbox, srun); otherwise (docker, ssh, apptainer: the terminal is on
+/// the far side of their client) `stty -F` of the device the process recorded, run in the
+/// session. Either way the kernel sends its programs SIGWINCH.
+async fn resize(sandbox: &Sandbox, process_id: &str, size: PtySize) -> Result<(), RpcError> {
+    let (rows, cols) = terminal_size(size);
+    let native = call(
+        sandbox,
+        "process",
+        json!({"action": "resize", "session_id": process_id, "rows": rows, "cols": cols}),
+    )
+    .await;
+    let Err(refused) = native else {
+        return Ok(());
+    };
+    let listed = call(sandbox, "process", json!({"action": "list"})).await?;
+    let key = listed["processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["session_id"] == process_id)
+        .and_then(|p| p["command"].as_str())
+        .and_then(tty_key)
+        .map(str::to_owned);
+    let Some(key) = key else {
+        return Err(refused);
+    };
+    let made = call(
+        sandbox,
+        "terminal",
+        json!({"command": format!(
+            "stty -F \"$(cat {TTY_FILE_PREFIX}{key})\" rows {rows} cols {cols}"
+        )}),
+    )
+    .await?;
+    if made["exit_code"] != json!(0) {
+        return Err(RpcError::new(
+            Code::Internal,
+            format!(
+                "the terminal could not be resized: {}",
+                made["output"].as_str().unwrap_or_default().trim()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `StreamInput`: the client stream's messages, in order (the request body is read whole
+/// first, so its input is written when the client ends the stream).
+async fn stream_input(sandbox: &Sandbox, body: &[u8]) -> Result<(), RpcError> {
+    let envelopes = super::connect::read_envelopes(body)
+        .map_err(|e| RpcError::new(Code::InvalidArgument, e.to_string()))?;
+    let mut target: Option<Proc> = None;
+    for (_, message) in envelopes {
+        let message: StreamInputMessage = parse(message)?;
+        if let Some(start) = message.start {
+            target = Some(select(sandbox, &start.process)?.1);
+        }
+        if let Some(data) = message.data {
+            let Some(proc) = &target else {
+                return Err(RpcError::new(
+                    Code::InvalidArgument,
+                    "input came before the stream's start message",
+                ));
+            };
+            write_input(sandbox, proc, &data.input).await?;
+        }
+    }
+    if target.is_none() {
+        return Err(RpcError::new(
+            Code::InvalidArgument,
+            "the stream named no process",
+        ));
+    }
+    Ok(())
 }
 
 async fn close_stdin(sandbox: &Sandbox, body: &[u8]) -> Result<Value, RpcError> {
@@ -242,6 +423,24 @@ pub(crate) async fn stream(
     deadline: Option<Duration>,
 ) -> Response {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    if method == "StreamInput" {
+        // A client stream: one answer message, then the end.
+        match stream_input(&sandbox, body).await {
+            Ok(()) => {
+                let _ = tx.send(envelope(0, &json!({})));
+                let _ = tx.send(end_envelope(None));
+            }
+            Err(err) => {
+                let _ = tx.send(end_envelope(Some(&err)));
+            }
+        }
+        drop(tx);
+        return response(
+            200,
+            "application/connect+json",
+            Body::from_stream(chunks(rx)),
+        );
+    }
     let started = match method {
         "Start" => start(&sandbox, body).await,
         "Connect" => attach(&sandbox, body).await,
@@ -259,12 +458,20 @@ pub(crate) async fn stream(
             let _ = tx.send(end_envelope(Some(&err)));
         }
     }
-    let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|chunk| (Ok::<_, std::convert::Infallible>(Bytes::from(chunk)), rx))
-    });
-    response(200, "application/connect+json", Body::from_stream(chunks))
+    response(
+        200,
+        "application/connect+json",
+        Body::from_stream(chunks(rx)),
+    )
+}
+
+/// The response body of a stream: the envelopes as they are sent.
+pub(crate) fn chunks(
+    rx: tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> {
+    futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (Ok(Bytes::from(chunk)), rx))
+    })
 }
 
 /// Starts the process: its pid, record and where its output starts.
@@ -275,17 +482,17 @@ async fn start(sandbox: &Sandbox, body: &[u8]) -> Result<(u32, Proc, (u64, u64))
         return Err(RpcError::new(Code::InvalidArgument, "no request message"));
     };
     let request: StartRequest = parse(message)?;
-    if request.pty.is_some() {
-        return Err(RpcError::new(
-            Code::Unimplemented,
-            "PTY processes are not served by Paddock's E2B front end yet",
-        ));
-    }
     let config = request.process;
-    let mut args = json!({
-        "command": command_line(&config.cmd, &config.args),
-        "background": true,
-    });
+    let mut command = command_line(&config.cmd, &config.args);
+    if let Some(pty) = &request.pty {
+        let key = super::state::random_hex(8)
+            .map_err(|e| RpcError::new(Code::Internal, e.to_string()))?;
+        command = pty_command_line(&key, pty.size, &command);
+    }
+    let mut args = json!({"command": command, "background": true});
+    if request.pty.is_some() {
+        args["pty"] = json!(true);
+    }
     if let Some(cwd) = config.cwd.as_deref().filter(|c| !c.is_empty()) {
         args["workdir"] = json!(super::wire::absolute(&sandbox.cwd, cwd));
     }
@@ -296,8 +503,9 @@ async fn start(sandbox: &Sandbox, body: &[u8]) -> Result<(u32, Proc, (u64, u64))
     let Some(process_id) = answer["session_id"].as_str().map(str::to_owned) else {
         return Err(RpcError::new(Code::Internal, "terminal gave no process id"));
     };
-    if request.stdin != Some(true) {
-        // envd closes the stdin of a process started without `stdin: true`.
+    if request.stdin != Some(true) && request.pty.is_none() {
+        // envd closes the stdin of a process started without `stdin: true` (a terminal's
+        // input stays open: closing it would send ^D).
         call(
             sandbox,
             "process",
@@ -371,6 +579,15 @@ async fn pump(
     let mut offsets = from;
     let mut quiet_since = Instant::now();
     loop {
+        if sandbox.paused.load(Ordering::Relaxed) {
+            // Reading would thaw the session: only keep the stream alive until resumed.
+            if quiet_since.elapsed() >= KEEPALIVE_AFTER {
+                send(json!({"event": {"keepalive": {}}}));
+                quiet_since = Instant::now();
+            }
+            tokio::time::sleep(PAUSED_RECHECK).await;
+            continue;
+        }
         let wait = match deadline {
             Some(at) => at
                 .saturating_duration_since(Instant::now())
@@ -392,9 +609,12 @@ async fn pump(
                 return;
             }
         };
+        // A terminal's output (stdout and stderr together) is `pty` data.
+        let terminal = read["pty"] == Value::Bool(true);
         for stream in ["stdout", "stderr"] {
             if let Some(text) = read[stream].as_str().filter(|t| !t.is_empty()) {
-                send(json!({"event": {"data": {stream: b64(text.as_bytes())}}}));
+                let kind = if terminal { "pty" } else { stream };
+                send(json!({"event": {"data": {kind: b64(text.as_bytes())}}}));
                 quiet_since = Instant::now();
             }
         }
@@ -452,6 +672,23 @@ mod tests {
         assert_eq!(command_line("/bin/bash", &args), "echo hi; exit 3");
         let args = ["-lc".to_owned(), "ls".to_owned()];
         assert_eq!(command_line("bash", &args), "ls");
+    }
+
+    #[test]
+    fn a_terminal_records_its_device_and_takes_its_size() {
+        let size = PtySize {
+            rows: 0,
+            cols: 2000,
+        };
+        let line = pty_command_line("00ff", Some(size), "'/bin/bash' '-i' '-l'");
+        assert_eq!(
+            line,
+            "tty > /tmp/.paddock-e2b-tty-00ff 2>/dev/null; stty rows 1 cols 1000 2>/dev/null; \
+             '/bin/bash' '-i' '-l'"
+        );
+        assert_eq!(tty_key(&line), Some("00ff"));
+        assert_eq!(tty_key("sleep 1"), None);
+        assert_eq!(tty_key("echo /tmp/.paddock-e2b-tty-; x"), None);
     }
 
     #[test]

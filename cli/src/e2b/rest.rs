@@ -1,4 +1,5 @@
-//! The REST API (`X-API-KEY`): create, connect, list, get, kill and timeout of sandboxes.
+//! The REST API (`X-API-KEY`): create, connect, list, get, kill, timeout, pause and resume
+//! of sandboxes (the last two in [`super::lifecycle`]).
 //! A sandbox is one Paddock session on the engine of its template's backend; killing it closes
 //! that session and everything in it.
 
@@ -63,7 +64,9 @@ pub(crate) async fn serve(
             true => empty(204),
             false => not_found(id),
         },
-        ("POST", ["sandboxes", id, "connect"]) => connect(state, id, body),
+        ("POST", ["sandboxes", id, "connect"]) => connect(state, id, body, false).await,
+        ("POST", ["sandboxes", id, "resume"]) => connect(state, id, body, true).await,
+        ("POST", ["sandboxes", id, "pause"]) => pause(state, id).await,
         ("POST", ["sandboxes", id, "timeout"]) => set_timeout(state, id, body),
         (_, ["sandboxes", _, what]) => rest_error(
             501,
@@ -115,7 +118,7 @@ fn info(sandbox: &Sandbox, detail: bool) -> Value {
         "cpuCount": std::thread::available_parallelism().map_or(1, usize::from),
         "memoryMB": 512,
         "diskSizeMB": 1024,
-        "state": "running",
+        "state": super::lifecycle::state_of(sandbox),
         "envdVersion": ENVD_VERSION,
         "metadata": sandbox.metadata,
     });
@@ -210,6 +213,8 @@ async fn start(
         next_pid: AtomicU64::new(100_000),
         envs: body.env_vars.clone().unwrap_or_default(),
         contexts: Default::default(),
+        paused: Default::default(),
+        watchers: Default::default(),
     });
     state.insert(sandbox.clone());
     let timer = tokio::spawn(end_when_due(state.clone(), id));
@@ -230,7 +235,8 @@ async fn end_when_due(state: Arc<State>, id: String) {
         };
         let now = now_ms();
         let end = end_at(&sandbox);
-        if now >= end {
+        // A paused sandbox is kept until it is resumed or killed.
+        if now >= end && !sandbox.paused.load(Ordering::Relaxed) {
             tracing::info!(sandbox = %id, "e2b sandbox timed out");
             // This task is the timer: taken out so that killing does not abort it halfway.
             super::state::lock(&sandbox.timer).take();
@@ -240,11 +246,16 @@ async fn end_when_due(state: Arc<State>, id: String) {
         }
         drop(sandbox);
         // Re-read every second at most: `set_timeout` may have shortened it.
-        tokio::time::sleep(Duration::from_millis((end - now).min(1000))).await;
+        tokio::time::sleep(Duration::from_millis(
+            end.saturating_sub(now).clamp(1, 1000),
+        ))
+        .await;
     }
 }
 
-fn connect(state: &Arc<State>, id: &str, body: &[u8]) -> Response {
+/// Connect (resuming a paused sandbox: 201), or `resume` (only a paused one: else 409).
+async fn connect(state: &Arc<State>, id: &str, body: &[u8], resume_only: bool) -> Response {
+    use super::lifecycle::LifecycleError;
     let body: TimeoutBody = match parse(body) {
         Ok(b) => b,
         Err(e) => return rest_error(400, e),
@@ -252,10 +263,37 @@ fn connect(state: &Arc<State>, id: &str, body: &[u8]) -> Response {
     let Some(sandbox) = state.get(id) else {
         return not_found(id);
     };
+    let status = match super::lifecycle::resume(&sandbox).await {
+        Ok(()) => 201,
+        Err(err @ LifecycleError::NotPaused(_)) if resume_only => {
+            return rest_error(409, err.to_string());
+        }
+        Err(LifecycleError::NotPaused(_)) => 200,
+        Err(err @ (LifecycleError::Resume { .. } | LifecycleError::Pause { .. })) => {
+            return rest_error(500, err.to_string());
+        }
+        Err(err @ LifecycleError::AlreadyPaused(_)) => return rest_error(409, err.to_string()),
+    };
     // Connecting extends the life to at least `timeout` from now, never shortens it.
     let wanted = now_ms() + timeout_of(body.timeout) * 1000;
     sandbox.end_at_ms.fetch_max(wanted, Ordering::Relaxed);
-    json_response(200, &created(&sandbox))
+    json_response(status, &created(&sandbox))
+}
+
+/// `pause`: 204; 409 when already paused.
+async fn pause(state: &Arc<State>, id: &str) -> Response {
+    use super::lifecycle::LifecycleError;
+    let Some(sandbox) = state.get(id) else {
+        return not_found(id);
+    };
+    match super::lifecycle::pause(&sandbox).await {
+        Ok(()) => empty(204),
+        Err(err @ LifecycleError::AlreadyPaused(_)) => rest_error(409, err.to_string()),
+        Err(err @ (LifecycleError::Pause { .. } | LifecycleError::Resume { .. })) => {
+            rest_error(500, err.to_string())
+        }
+        Err(err @ LifecycleError::NotPaused(_)) => rest_error(409, err.to_string()),
+    }
 }
 
 fn set_timeout(state: &Arc<State>, id: &str, body: &[u8]) -> Response {
@@ -277,15 +315,20 @@ fn list(state: &Arc<State>, query: Option<&str>) -> Response {
     let wanted: Vec<(String, String)> = query_value(&pairs, "metadata")
         .map(|m| query_pairs(Some(&m)))
         .unwrap_or_default();
-    let running_wanted =
-        query_value(&pairs, "state").is_none_or(|s| s.split(',').any(|s| s.trim() == "running"));
+    let states = query_value(&pairs, "state");
+    let state_wanted = |s: &Sandbox| {
+        let have = super::lifecycle::state_of(s);
+        states
+            .as_deref()
+            .is_none_or(|w| w.split(',').any(|w| w.trim() == have))
+    };
     let limit = query_value(&pairs, "limit")
         .and_then(|l| l.parse::<usize>().ok())
         .unwrap_or(usize::MAX);
     let items: Vec<Value> = state
         .all()
         .iter()
-        .filter(|_| running_wanted)
+        .filter(|s| state_wanted(s))
         .filter(|s| {
             wanted
                 .iter()

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use paddock_engine::engine::{Engine, EngineOptions};
@@ -80,6 +80,17 @@ impl CodeContext {
     }
 }
 
+/// A directory watcher of `CreateWatcher` (the watch module polls for it): the events
+/// `GetWatcherEvents` has not taken yet.
+pub(crate) struct Watcher {
+    /// The `process` tool's id of the process that lists the directory.
+    pub(crate) process_id: String,
+    /// envd `FilesystemEvent`s (ProtoJSON), oldest first.
+    pub(crate) events: Mutex<Vec<serde_json::Value>>,
+    /// Why the watch ended, when it ended by itself.
+    pub(crate) ended: Mutex<Option<String>>,
+}
+
 /// One E2B sandbox: one Paddock session.
 pub(crate) struct Sandbox {
     /// The sandbox id, which is also its session's id.
@@ -107,6 +118,11 @@ pub(crate) struct Sandbox {
     pub(crate) envs: BTreeMap<String, String>,
     /// The code interpreter's contexts, in the order made (the default one first).
     pub(crate) contexts: Mutex<Vec<Arc<CodeContext>>>,
+    /// Paused (`POST /sandboxes/{id}/pause`): its session is frozen, its daemon answers
+    /// nothing until a connect or resume.
+    pub(crate) paused: AtomicBool,
+    /// The watchers of `CreateWatcher`, by id.
+    pub(crate) watchers: Mutex<HashMap<String, Arc<Watcher>>>,
 }
 
 impl Sandbox {
