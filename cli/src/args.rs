@@ -78,6 +78,12 @@ pub(crate) enum Command {
         /// api_keys`. Alone, or beside `--http`.
         #[arg(long, value_name = "ADDR")]
         e2b: Option<String>,
+        /// Serve the E2B API over TLS as *.DOMAIN (a certificate signed by the Paddock CA),
+        /// for SDKs without the URL overrides: E2B_DOMAIN=DOMAIN:PORT and
+        /// SSL_CERT_FILE=<the file `paddock ca bundle` writes>. A DOMAIN under .localhost needs
+        /// no DNS (the SDK resolves it to loopback).
+        #[arg(long, value_name = "DOMAIN", requires = "e2b")]
+        e2b_tls: Option<String>,
     },
     /// The engine for an embedding program (the Python package): JSON lines on stdin/stdout,
     /// see docs/embedding-protocol.md.
@@ -98,6 +104,12 @@ pub(crate) enum Command {
     Snapshots {
         #[command(subcommand)]
         command: SnapshotsCommand,
+    },
+    /// Paddock's certificate authority (one per state directory, $PADDOCK_HOME): what
+    /// clients trust it by.
+    Ca {
+        #[command(subcommand)]
+        command: CaCommand,
     },
     /// Check policy files.
     Policy {
@@ -268,6 +280,16 @@ pub(crate) enum SessionsCommand {
         count: usize,
         #[arg(long, value_name = "F")]
         policy: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum CaCommand {
+    /// The bundle for SSL_CERT_FILE: this machine's root certificates, then the Paddock CA
+    /// (made on first use). Printed, or written to --out.
+    Bundle {
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
 }
 

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command, PolicyCommand, SessionsCommand, SnapshotsCommand};
+use crate::args::{CaCommand, Cli, Command, PolicyCommand, SessionsCommand, SnapshotsCommand};
 use crate::common::{init_logging, usage_error};
 use crate::policy::{policy_check, policy_corpus, policy_explain, policy_packs, tools};
 use crate::scripts::{call, files_transfer, run_scripts};
@@ -98,7 +98,11 @@ async fn dispatch(command: Command) -> ExitCode {
             allow_origin,
             allow_host,
             e2b,
-        } => serve(common, http, allow_origin, allow_host, e2b).await,
+            e2b_tls,
+        } => serve(common, http, allow_origin, allow_host, e2b, e2b_tls).await,
+        Command::Ca {
+            command: CaCommand::Bundle { out },
+        } => crate::ca::ca_bundle(out.as_deref()),
         Command::Embed => match crate::embed::serve_stdio().await {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => usage_error(&err.to_string()),

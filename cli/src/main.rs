@@ -7,6 +7,7 @@
 //! grammar) and [`common`] (policy loading, output, errors).
 
 mod args;
+mod ca;
 mod common;
 mod dispatch;
 mod e2b;

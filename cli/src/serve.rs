@@ -14,6 +14,7 @@ pub(crate) async fn serve(
     allow_origins: Vec<String>,
     allow_hosts: Vec<String>,
     e2b: Option<String>,
+    e2b_tls: Option<String>,
 ) -> ExitCode {
     let policy = match load_policy(common.policy.as_deref()) {
         Ok(p) => p,
@@ -26,7 +27,7 @@ pub(crate) async fn serve(
                 return usage_error(&e);
             }
             let policy = policy.clone();
-            let server = async move { crate::e2b::serve(policy, &addr).await };
+            let server = async move { crate::e2b::serve(policy, &addr, e2b_tls.as_deref()).await };
             if http.is_none() {
                 return match server.await {
                     Ok(()) => ExitCode::SUCCESS,

@@ -28,6 +28,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 pub const CA_FILE: &str = "ca.pem";
 /// Its private key, beside it.
 pub const CA_KEY_FILE: &str = "ca.key";
+/// Held while the CA is read or made: the proxy, `paddock ca bundle` and `paddock serve
+/// --e2b-tls` may start at once, and two of them making it would pair one's key with the
+/// other's certificate.
+const CA_LOCK_FILE: &str = "ca.lock";
 
 /// Why the authority could not be made or used.
 #[derive(Debug, thiserror::Error)]
@@ -111,9 +115,32 @@ fn first_certificate(path: &Path, pem: &str) -> Result<CertificateDer<'static>, 
 }
 
 impl Authority {
-    /// The CA of the state directory whose `network/` is `dir`, made on first use. The caller
-    /// holds the directory's proxy lock: one process makes it.
+    /// The CA of the state directory whose `network/` is `dir` (made, owner-only, when
+    /// missing), made on first use; one process makes it, under `ca.lock`.
     pub fn load_or_create(dir: &Path) -> Result<Self, AuthorityError> {
+        if !dir.exists() {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(io_at(dir))?;
+        }
+        let lock_path = dir.join(CA_LOCK_FILE);
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(io_at(&lock_path))?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| io_at(&lock_path)(e.into()))?;
+        // Released when `lock` is closed, at the end of this call.
+        Self::load_or_create_locked(dir)
+    }
+
+    fn load_or_create_locked(dir: &Path) -> Result<Self, AuthorityError> {
         let cert_path = dir.join(CA_FILE);
         let key_path = dir.join(CA_KEY_FILE);
         let (key, ca_pem) = match std::fs::read_to_string(&key_path) {
@@ -169,13 +196,28 @@ impl Authority {
         {
             return Ok(config.clone());
         }
+        let config = self.leaf_config(&[host.to_owned()])?;
+        if let Ok(mut leaves) = self.leaves.lock() {
+            leaves.insert(host.to_owned(), config.clone());
+        }
+        Ok(config)
+    }
+
+    /// A server configuration (HTTP/1.1 only) with a new leaf certificate for `names` (DNS
+    /// names, `*.` wildcards, or addresses), signed by this CA; the first name is its
+    /// common name.
+    pub fn leaf_config(
+        &self,
+        names: &[String],
+    ) -> Result<Arc<rustls::ServerConfig>, AuthorityError> {
+        let host = names.first().map_or("", String::as_str);
         let failed = |reason: String| AuthorityError::Leaf {
-            host: host.to_owned(),
+            host: names.join(", "),
             reason,
         };
         let key = KeyPair::generate().map_err(|e| failed(e.to_string()))?;
         let mut params =
-            CertificateParams::new(vec![host.to_owned()]).map_err(|e| failed(e.to_string()))?;
+            CertificateParams::new(names.to_vec()).map_err(|e| failed(e.to_string()))?;
         params.distinguished_name = DistinguishedName::new();
         params.distinguished_name.push(DnType::CommonName, host);
         params.use_authority_key_identifier_extension = true;
@@ -193,23 +235,29 @@ impl Authority {
             .with_no_client_auth()
             .with_single_cert(chain, private)
             .map_err(|e| failed(e.to_string()))?;
-        // The proxy speaks HTTP/1 to both sides.
+        // The proxy and the E2B front end speak HTTP/1.
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let config = Arc::new(config);
-        if let Ok(mut leaves) = self.leaves.lock() {
-            leaves.insert(host.to_owned(), config.clone());
+        Ok(Arc::new(config))
+    }
+
+    /// What a client trusts this CA by, for `SSL_CERT_FILE` (which replaces a client's roots):
+    /// the system's root certificates, then this CA.
+    pub fn bundle_pem(&self) -> String {
+        let mut bundle = system_roots_pem();
+        if !bundle.is_empty() && !bundle.ends_with('\n') {
+            bundle.push('\n');
         }
-        Ok(config)
+        // A bundle made from a bundle (SSL_CERT_FILE naming one already) holds the CA once.
+        if !bundle.contains(self.ca_pem.trim()) {
+            bundle.push_str(&self.ca_pem);
+        }
+        bundle
     }
 
     /// Places what an environment needs to trust this CA in `dir` (its agent's directory):
     /// the bundle (the system's roots, then this CA) and the CA alone.
     pub fn place_in(&self, dir: &Path) -> Result<(), AuthorityError> {
-        let mut bundle = system_roots_pem();
-        if !bundle.is_empty() && !bundle.ends_with('\n') {
-            bundle.push('\n');
-        }
-        bundle.push_str(&self.ca_pem);
+        let bundle = self.bundle_pem();
         write_atomically(
             &dir.join(paddock_agent::egress::CA_BUNDLE),
             bundle.as_bytes(),

@@ -26,6 +26,17 @@ def sandbox(server, template, request):
         pass
 
 
+def _ended_by_kill(handle):
+    """Reads a killed command's stream to its end (an httpx-based SDK left with an unread
+    stream can deadlock its connection pool when the stream is collected) and checks that it
+    did not end as a success."""
+    from e2b.sandbox.commands.command_handle import CommandExitException
+
+    with pytest.raises(CommandExitException) as ended:
+        handle.wait()
+    assert ended.value.exit_code != 0
+
+
 def test_create_and_info(sandbox):
     info = sandbox.get_info()
     assert info.sandbox_id == sandbox.sandbox_id
@@ -115,6 +126,49 @@ def test_background_wait_and_kill(sandbox):
     assert any(p.pid == long.pid for p in sandbox.commands.list())
     assert long.kill()
     assert not any(p.pid == long.pid for p in sandbox.commands.list())
+    _ended_by_kill(long)
+
+
+def test_a_command_past_its_timeout_is_killed(sandbox):
+    started = time.time()
+    # The SDK's TimeoutException, or (e2b 2.26 on httpx) its transport's read timeout, which
+    # fires with the server's deadline.
+    with pytest.raises(Exception) as err:
+        sandbox.commands.run("echo begun > killed-marker; sleep 30; echo late >> killed-marker", timeout=1)
+    assert "timeout" in type(err.value).__name__.lower(), repr(err.value)
+    assert time.time() - started < 15
+    time.sleep(0.5)
+    assert sandbox.files.read("killed-marker") == "begun\n"
+    assert sandbox.commands.list() == []
+
+
+def test_input_to_a_command_started_without_stdin_is_refused(sandbox):
+    h = sandbox.commands.run("sleep 30", background=True)
+    with pytest.raises(Exception) as err:
+        sandbox.commands.send_stdin(h.pid, "x\n")
+    assert "stdin" in str(err.value)
+    assert h.kill()
+    _ended_by_kill(h)
+
+
+def test_a_command_without_a_timeout_runs_on_and_is_listed_and_killed(sandbox):
+    h = sandbox.commands.run("sleep 60", background=True, timeout=0)
+    assert any(p.pid == h.pid for p in sandbox.commands.list())
+    assert sandbox.commands.kill(h.pid)
+    assert not any(p.pid == h.pid for p in sandbox.commands.list())
+    _ended_by_kill(h)
+
+
+def test_two_clients_follow_one_command_to_its_end(sandbox):
+    h = sandbox.commands.run("sleep 0.5; echo one; sleep 0.5; echo two; exit 4", background=True)
+    again = sandbox.commands.connect(h.pid)
+    from e2b.sandbox.commands.command_handle import CommandExitException
+
+    for handle in (h, again):
+        with pytest.raises(CommandExitException) as err:
+            handle.wait()
+        assert err.value.exit_code == 4
+        assert err.value.stdout.endswith("two\n")
 
 
 def test_stdin(sandbox):

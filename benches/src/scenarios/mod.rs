@@ -9,6 +9,7 @@ mod approval;
 mod backends;
 mod calls;
 mod cpu;
+mod e2b;
 mod files;
 mod growth;
 mod mcp;
@@ -126,6 +127,12 @@ pub const SCENARIOS: &[(&str, &str)] = &[
          `session.run(\"true\")` from Python against `subprocess.run`",
     ),
     (
+        "e2b",
+        "the e2b SDK against `paddock serve --e2b`: `commands.run(\"true\")` against \
+         Paddock's own `session.run`, and `Sandbox.create` to the first answer on each docker \
+         backend of --backends with a warm pool",
+    ),
+    (
         "relay",
         "a command on an agent on another node through the relay against a same-node agent, \
          and 100 at once, on the slurm backends of --backends (nothing without them)",
@@ -197,6 +204,7 @@ pub async fn run(name: &'static str, b: &Bench) -> Vec<ScenarioReport> {
         "snapshot" => snapshot::snapshot(b).await,
         "relay" => relay::relay(b).await,
         "session_api" => session_api::session_api(b).await,
+        "e2b" => e2b::e2b(b).await,
         "scale" => return scale::scale(b).await,
         other => Err(BenchError::UnknownScenario {
             name: other.into(),

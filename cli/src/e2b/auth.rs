@@ -44,6 +44,16 @@ pub(crate) enum AuthError {
     UnknownSandbox(String),
 }
 
+/// The port and sandbox id a sandbox's host name carries (`49983-i0123abcd.DOMAIN[:PORT]`,
+/// as the SDK builds them when it reaches E2B by domain); `None` for any other name.
+pub(crate) fn host_route(host: &str) -> Option<(&str, &str)> {
+    let (first, _rest) = host.split_once('.')?;
+    let (port, id) = first.split_once('-')?;
+    let port_ok = !port.is_empty() && port.len() <= 5 && port.chars().all(|c| c.is_ascii_digit());
+    let id_ok = !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric());
+    (port_ok && id_ok).then_some((port, id))
+}
+
 /// The REST API's paths (create, connect, list, get, kill, timeout, pause, ...).
 pub(crate) fn is_rest_path(path: &str) -> bool {
     path == "/sandboxes"
@@ -270,5 +280,21 @@ mod tests {
         assert_eq!(sig, "v1_EV/DvoS4mUiocl2RlxlZEymBC6EMYhkDL6kq8QBzt6g");
         assert_ne!(sig, file_signature("/a.txt", "write", "", "tok", None));
         assert_ne!(sig, file_signature("/a.txt", "read", "", "tok", Some("1")));
+    }
+
+    #[test]
+    fn a_sandbox_s_host_name_routes_to_it() {
+        assert_eq!(
+            host_route("49983-i0123abcd.sbx.localhost:49982"),
+            Some(("49983", "i0123abcd"))
+        );
+        assert_eq!(
+            host_route("49999-iabc.e2b.example"),
+            Some(("49999", "iabc"))
+        );
+        assert_eq!(host_route("api.sbx.localhost:49982"), None);
+        assert_eq!(host_route("127.0.0.1:49982"), None);
+        assert_eq!(host_route("x-iabc.sbx.localhost"), None);
+        assert_eq!(host_route("49983-.sbx.localhost"), None);
     }
 }

@@ -20,6 +20,7 @@ pub(crate) enum Code {
     AlreadyExists,
     PermissionDenied,
     DeadlineExceeded,
+    FailedPrecondition,
     Unimplemented,
     Internal,
 }
@@ -32,6 +33,7 @@ impl Code {
             Code::AlreadyExists => "already_exists",
             Code::PermissionDenied => "permission_denied",
             Code::DeadlineExceeded => "deadline_exceeded",
+            Code::FailedPrecondition => "failed_precondition",
             Code::Unimplemented => "unimplemented",
             Code::Internal => "internal",
         }
@@ -45,6 +47,7 @@ impl Code {
             Code::AlreadyExists => 409,
             Code::PermissionDenied => 403,
             Code::DeadlineExceeded => 504,
+            Code::FailedPrecondition => 400,
             Code::Unimplemented => 501,
             Code::Internal => 500,
         }

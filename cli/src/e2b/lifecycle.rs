@@ -74,7 +74,15 @@ async fn settle_launches(sandbox: &Sandbox) {
                 .filter_map(|p| p["started_at_ms"].as_u64())
                 .max()
         })
-        .unwrap_or(0);
+        .unwrap_or(0)
+        .max(
+            sandbox
+                .procs()
+                .values()
+                .filter_map(|p| p.foreground.as_ref().map(|run| run.started_at_ms))
+                .max()
+                .unwrap_or(0),
+        );
     let settled_at = newest.saturating_add(LAUNCH_SETTLES_MS);
     let now = now_ms();
     if settled_at > now {

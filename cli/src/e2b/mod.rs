@@ -8,17 +8,20 @@
 //! [`lifecycle`]. Requests are routed and authorised by [`auth`]; [`state`] holds the
 //! sandboxes.
 //!
-//! Not served yet: metrics, snapshots, `--e2b-tls`.
+//! With `--e2b-tls DOMAIN` the same is served over TLS ([`tls`]) for SDKs that reach E2B by
+//! domain. Not served yet: metrics, snapshots.
 
 pub(crate) mod auth;
 pub(crate) mod connect;
 pub(crate) mod files;
 pub(crate) mod filesystem;
+pub(crate) mod foreground;
 pub(crate) mod interpreter;
 pub(crate) mod lifecycle;
 pub(crate) mod process;
 pub(crate) mod rest;
 pub(crate) mod state;
+pub(crate) mod tls;
 pub(crate) mod watch;
 pub(crate) mod wire;
 
@@ -54,10 +57,17 @@ pub(crate) enum E2bError {
     },
     #[error("the e2b server failed: {0}")]
     Serve(std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
 }
 
-/// Serves until SIGINT or SIGTERM, then kills the sandboxes it made.
-pub(crate) async fn serve(policy: Policy, addr: &str) -> Result<(), E2bError> {
+/// Serves until SIGINT or SIGTERM, then kills the sandboxes it made; over TLS as `*.DOMAIN`
+/// with `tls_domain`.
+pub(crate) async fn serve(
+    policy: Policy,
+    addr: &str,
+    tls_domain: Option<&str>,
+) -> Result<(), E2bError> {
     let keys = policy.e2b.expanded_keys().map_err(E2bError::Keys)?;
     if keys.is_empty() {
         return Err(E2bError::NoKeys);
@@ -68,7 +78,17 @@ pub(crate) async fn serve(policy: Policy, addr: &str) -> Result<(), E2bError> {
                 addr: addr.to_owned(),
                 reason: e.to_string(),
             })?;
-    if !addr.ip().is_loopback() {
+    let tls_config = match tls_domain {
+        Some(given) => {
+            let domain = tls::domain_of(given)?;
+            let home = paddock_engine::tools::environment::state_root();
+            let config = tls::server_config(&home, &domain)?;
+            tracing::info!(%domain, "e2b: TLS as *.{domain}; clients trust `paddock ca bundle`");
+            Some(config)
+        }
+        None => None,
+    };
+    if tls_config.is_none() && !addr.ip().is_loopback() {
         tracing::warn!(%addr, "--e2b serves plain HTTP beyond this machine: tokens travel unencrypted");
     }
     let listener = tokio::net::TcpListener::bind(addr)
@@ -80,10 +100,27 @@ pub(crate) async fn serve(policy: Policy, addr: &str) -> Result<(), E2bError> {
         .with_state(state.clone());
     tracing::info!(%addr, "e2b front end listening");
     let sweeper = tokio::spawn(sweep_every_minute(state.clone()));
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(stop_signal())
-        .await
-        .map_err(E2bError::Serve);
+    let served = match tls_config {
+        Some(config) => {
+            let listener = tls::TlsListener::new(listener, config).map_err(E2bError::Serve)?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stop_signal())
+                .await
+        }
+        None => {
+            // Without TCP_NODELAY a stream's last small write waits for the client's delayed
+            // ACK: 40 ms added to every command.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                if let Err(err) = tcp.set_nodelay(true) {
+                    tracing::debug!(%err, "e2b: could not set TCP_NODELAY on a connection");
+                }
+            });
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stop_signal())
+                .await
+        }
+    }
+    .map_err(E2bError::Serve);
     sweeper.abort();
     rest::kill_all(&state).await;
     for engine in state.engines().await {
@@ -177,10 +214,13 @@ async fn handle(Shared(state): Shared<Arc<State>>, request: Request) -> Response
     let headers = &parts.headers;
     let pairs = query_pairs(query.as_deref());
     let signature = query_value(&pairs, "signature");
+    // A sandbox reached by name (`PORT-ID.DOMAIN`, the SDK's URLs by domain) when its
+    // headers do not say.
+    let by_host = header(headers, "host").and_then(auth::host_route);
     let creds = Credentials {
         api_key: header(headers, "x-api-key"),
-        sandbox_id: header(headers, "e2b-sandbox-id"),
-        sandbox_port: header(headers, "e2b-sandbox-port"),
+        sandbox_id: header(headers, "e2b-sandbox-id").or(by_host.map(|(_, id)| id)),
+        sandbox_port: header(headers, "e2b-sandbox-port").or(by_host.map(|(port, _)| port)),
         access_token: header(headers, "x-access-token"),
         traffic_token: header(headers, "e2b-traffic-access-token"),
         signature: signature.as_deref(),

@@ -204,7 +204,7 @@ async fn list(sandbox: &Sandbox) -> Result<Value, RpcError> {
     let processes: Vec<Value> = sandbox
         .procs()
         .iter()
-        .filter(|(_, p)| running.contains(&p.process_id.as_str()))
+        .filter(|(_, p)| p.foreground.is_some() || running.contains(&p.process_id.as_str()))
         .map(|(pid, p)| {
             let mut info = json!({
                 "config": {"cmd": p.cmd, "args": p.args, "envs": p.envs},
@@ -229,6 +229,14 @@ async fn send_input(sandbox: &Sandbox, body: &[u8]) -> Result<Value, RpcError> {
     Ok(json!({}))
 }
 
+/// The answer to input for a process started without stdin, as envd's.
+fn no_stdin() -> RpcError {
+    RpcError::new(
+        Code::FailedPrecondition,
+        "the process was started without stdin: start it with stdin=True to send it input",
+    )
+}
+
 /// Writes envd's `ProcessInput` (`stdin` or `pty`, base64) to the process: a terminal's input
 /// goes to its terminal, which is the process's stdin.
 async fn write_input(
@@ -236,6 +244,9 @@ async fn write_input(
     proc: &Proc,
     input: &BTreeMap<String, String>,
 ) -> Result<(), RpcError> {
+    if proc.foreground.is_some() {
+        return Err(no_stdin());
+    }
     let Some((kind, data)) = input.get_key_value("stdin").or(input.get_key_value("pty")) else {
         return Err(RpcError::new(
             Code::InvalidArgument,
@@ -268,6 +279,12 @@ async fn update(sandbox: &Sandbox, body: &[u8]) -> Result<Value, RpcError> {
     let Some(size) = request.pty.and_then(|p| p.size) else {
         return Ok(json!({}));
     };
+    if proc.foreground.is_some() {
+        return Err(RpcError::new(
+            Code::FailedPrecondition,
+            "the process was started without a terminal (pty): it has no size",
+        ));
+    }
     resize(sandbox, &proc.process_id, size).await?;
     Ok(json!({}))
 }
@@ -381,6 +398,10 @@ async fn stream_input(sandbox: &Sandbox, body: &[u8]) -> Result<(), RpcError> {
 async fn close_stdin(sandbox: &Sandbox, body: &[u8]) -> Result<Value, RpcError> {
     let request: Selected = parse(body)?;
     let (_, proc) = select(sandbox, &request.process)?;
+    if proc.foreground.is_some() {
+        // Started without stdin: it is closed already.
+        return Ok(json!({}));
+    }
     call(
         sandbox,
         "process",
@@ -392,7 +413,14 @@ async fn close_stdin(sandbox: &Sandbox, body: &[u8]) -> Result<Value, RpcError> 
 
 async fn send_signal(sandbox: &Sandbox, body: &[u8]) -> Result<Value, RpcError> {
     let request: Selected = parse(body)?;
-    let (_, proc) = select(sandbox, &request.process)?;
+    let (pid, proc) = select(sandbox, &request.process)?;
+    if let Some(run) = &proc.foreground {
+        // envd's signals are KILL and TERM; either ends a foreground call's command (and
+        // what it started) with SIGKILL. Gone from `List` at once, as envd's killed process.
+        sandbox.procs().remove(&pid);
+        run.kill();
+        return Ok(json!({}));
+    }
     let signal = request.signal.unwrap_or_else(|| "SIGNAL_SIGKILL".into());
     let name = signal
         .trim_start_matches("SIGNAL_")
@@ -442,15 +470,17 @@ pub(crate) async fn stream(
         );
     }
     let started = match method {
-        "Start" => start(&sandbox, body).await,
-        "Connect" => attach(&sandbox, body).await,
+        "Start" => start(&sandbox, body, deadline, &tx).await,
+        "Connect" => attach(&sandbox, body, &tx).await,
         other => Err(RpcError::new(
             Code::Unimplemented,
             format!("process.Process/{other} is not served by Paddock yet"),
         )),
     };
     match started {
-        Ok((pid, proc, from)) => {
+        // A foreground call streams to `tx` by itself.
+        Ok(None) => {}
+        Ok(Some((pid, proc, from))) => {
             let deadline = deadline.map(|d| Instant::now() + d);
             tokio::spawn(pump(sandbox, pid, proc, from, deadline, tx));
         }
@@ -465,17 +495,32 @@ pub(crate) async fn stream(
     )
 }
 
-/// The response body of a stream: the envelopes as they are sent.
+/// The response body of a stream: the envelopes as they are sent, those already queued
+/// together in one chunk (one write: a command's end and the stream's end go out at once).
 pub(crate) fn chunks(
     rx: tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> {
     futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|chunk| (Ok(Bytes::from(chunk)), rx))
+        let mut chunk = rx.recv().await?;
+        while let Ok(more) = rx.try_recv() {
+            chunk.extend_from_slice(&more);
+        }
+        Some((Ok(Bytes::from(chunk)), rx))
     })
 }
 
-/// Starts the process: its pid, record and where its output starts.
-async fn start(sandbox: &Sandbox, body: &[u8]) -> Result<(u32, Proc, (u64, u64)), RpcError> {
+/// What a started or re-attached background process streams: its pid, record and where its
+/// output starts; `None` for a foreground call, which streams by itself.
+type Followed = Option<(u32, Proc, (u64, u64))>;
+
+/// Starts the process: as a foreground call when it can be (`foreground::fits`), else as a
+/// background process.
+async fn start(
+    sandbox: &Arc<Sandbox>,
+    body: &[u8],
+    deadline: Option<Duration>,
+    tx: &tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+) -> Result<Followed, RpcError> {
     let envelopes = super::connect::read_envelopes(body)
         .map_err(|e| RpcError::new(Code::InvalidArgument, e.to_string()))?;
     let Some((_, message)) = envelopes.first() else {
@@ -489,15 +534,30 @@ async fn start(sandbox: &Sandbox, body: &[u8]) -> Result<(u32, Proc, (u64, u64))
             .map_err(|e| RpcError::new(Code::Internal, e.to_string()))?;
         command = pty_command_line(&key, pty.size, &command);
     }
-    let mut args = json!({"command": command, "background": true});
-    if request.pty.is_some() {
-        args["pty"] = json!(true);
-    }
+    let mut args = json!({"command": command});
     if let Some(cwd) = config.cwd.as_deref().filter(|c| !c.is_empty()) {
         args["workdir"] = json!(super::wire::absolute(&sandbox.cwd, cwd));
     }
     if !config.envs.is_empty() {
         args["env"] = json!(config.envs);
+    }
+    let foreground = super::foreground::fits(request.stdin, request.pty.is_some(), deadline);
+    let mut proc = Proc {
+        process_id: String::new(),
+        cmd: config.cmd,
+        args: config.args,
+        envs: config.envs,
+        cwd: config.cwd,
+        tag: request.tag,
+        foreground: None,
+    };
+    if let (true, Some(deadline)) = (foreground, deadline) {
+        super::foreground::start(sandbox.clone(), args, proc, deadline, tx.clone());
+        return Ok(None);
+    }
+    args["background"] = json!(true);
+    if request.pty.is_some() {
+        args["pty"] = json!(true);
     }
     let answer = call(sandbox, "terminal", args).await?;
     let Some(process_id) = answer["session_id"].as_str().map(str::to_owned) else {
@@ -516,24 +576,19 @@ async fn start(sandbox: &Sandbox, body: &[u8]) -> Result<(u32, Proc, (u64, u64))
     let pid = answer["pid"]
         .as_u64()
         .and_then(|p| u32::try_from(p).ok())
-        .unwrap_or_else(|| {
-            u32::try_from(sandbox.next_pid.fetch_add(1, Ordering::Relaxed)).unwrap_or(u32::MAX)
-        });
-    let proc = Proc {
-        process_id,
-        cmd: config.cmd,
-        args: config.args,
-        envs: config.envs,
-        cwd: config.cwd,
-        tag: request.tag,
-    };
+        .unwrap_or_else(|| sandbox.new_pid());
+    proc.process_id = process_id;
     // A reused pid gets a new record: an old exit is never reported for it.
     sandbox.procs().insert(pid, proc.clone());
-    Ok((pid, proc, (0, 0)))
+    Ok(Some((pid, proc, (0, 0))))
 }
 
 /// Re-attaches to a started process, from what it has written so far.
-async fn attach(sandbox: &Sandbox, body: &[u8]) -> Result<(u32, Proc, (u64, u64)), RpcError> {
+async fn attach(
+    sandbox: &Sandbox,
+    body: &[u8],
+    tx: &tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+) -> Result<Followed, RpcError> {
     let envelopes = super::connect::read_envelopes(body)
         .map_err(|e| RpcError::new(Code::InvalidArgument, e.to_string()))?;
     let Some((_, message)) = envelopes.first() else {
@@ -541,6 +596,16 @@ async fn attach(sandbox: &Sandbox, body: &[u8]) -> Result<(u32, Proc, (u64, u64)
     };
     let request: Selected = parse(message)?;
     let (pid, proc) = select(sandbox, &request.process)?;
+    if let Some(run) = &proc.foreground {
+        return if run.follow(pid, tx.clone()) {
+            Ok(None)
+        } else {
+            Err(RpcError::new(
+                Code::NotFound,
+                "the process had already ended",
+            ))
+        };
+    }
     // Skip to the end of what is there: Connect streams what comes next, as envd does.
     let mut offsets = (0u64, 0u64);
     loop {
@@ -559,7 +624,7 @@ async fn attach(sandbox: &Sandbox, body: &[u8]) -> Result<(u32, Proc, (u64, u64)
             break;
         }
     }
-    Ok((pid, proc, offsets))
+    Ok(Some((pid, proc, offsets)))
 }
 
 /// Streams a process's output from `from` to its end (or the deadline) as envelopes. Keeps

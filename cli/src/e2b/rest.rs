@@ -210,7 +210,7 @@ async fn start(
         cwd,
         procs: Default::default(),
         timer: Default::default(),
-        next_pid: AtomicU64::new(100_000),
+        next_pid: AtomicU64::new(0),
         envs: body.env_vars.clone().unwrap_or_default(),
         contexts: Default::default(),
         paused: Default::default(),

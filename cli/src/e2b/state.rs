@@ -41,6 +41,8 @@ pub(crate) struct Proc {
     pub(crate) envs: BTreeMap<String, String>,
     pub(crate) cwd: Option<String>,
     pub(crate) tag: Option<String>,
+    /// Set when it runs as a foreground call (`foreground`), not a background process.
+    pub(crate) foreground: Option<Arc<super::foreground::ForegroundRun>>,
 }
 
 /// One context of the sandbox's code interpreter (`/contexts`): one of the session's Paddock
@@ -112,7 +114,7 @@ pub(crate) struct Sandbox {
     pub(crate) procs: Mutex<BTreeMap<u32, Proc>>,
     /// The task that kills it at `end_at_ms`.
     pub(crate) timer: Mutex<Option<tokio::task::AbortHandle>>,
-    /// Hands out pids for processes whose backend reports none.
+    /// How many pids [`Sandbox::new_pid`] handed out.
     pub(crate) next_pid: AtomicU64,
     /// The create's `envVars`: the interpreter's contexts start with them too.
     pub(crate) envs: BTreeMap<String, String>,
@@ -126,6 +128,15 @@ pub(crate) struct Sandbox {
 }
 
 impl Sandbox {
+    /// A pid for a process whose backend reports none: above the largest pid Linux hands out
+    /// (`pid_max` is at most 2^22), so it never names another process.
+    pub(crate) fn new_pid(&self) -> u32 {
+        let n = self
+            .next_pid
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        u32::try_from(FIRST_PAPER_PID + n).unwrap_or(u32::MAX)
+    }
+
     pub(crate) fn procs(&self) -> MutexGuard<'_, BTreeMap<u32, Proc>> {
         lock(&self.procs)
     }
@@ -134,6 +145,9 @@ impl Sandbox {
         lock(&self.contexts)
     }
 }
+
+/// The first pid [`Sandbox::new_pid`] hands out: Linux's `PID_MAX_LIMIT` (2^22).
+const FIRST_PAPER_PID: u64 = 1 << 22;
 
 /// Everything the server shares between requests.
 pub(crate) struct State {
