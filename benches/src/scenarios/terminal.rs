@@ -53,9 +53,21 @@ impl Drop for Scratch {
     }
 }
 
+/// The keys of the built-in default's local backend besides its sandbox and workspace
+/// (`LocalSection::implicit`, policies/default.toml): what a newcomer's commands pay for.
+const DEFAULT_LOCAL_KEYS: &str = "network = \"none\"\nmax_processes = 1024\n";
+
 /// An engine on its own session whose local backend runs commands in the workspace-write
-/// sandbox, through the in-environment agent (`agent`) or one sandbox helper per command.
-fn sandboxed_engine(b: &Bench, scratch: &Scratch, session: &str, agent: bool) -> Result<Engine> {
+/// sandbox, through the in-environment agent (`agent`) or one sandbox helper per command,
+/// with the built-in default's other keys (`as_default`: its process ceiling, a pids cgroup
+/// per session; no network) or without them.
+fn sandboxed_engine(
+    b: &Bench,
+    scratch: &Scratch,
+    session: &str,
+    agent: bool,
+    as_default: bool,
+) -> Result<Engine> {
     let workspace = scratch.0.join(format!("workspace-{session}"));
     std::fs::create_dir_all(&workspace)
         .map_err(BenchError::io(format!("creating {}", workspace.display())))?;
@@ -64,8 +76,9 @@ fn sandboxed_engine(b: &Bench, scratch: &Scratch, session: &str, agent: bool) ->
         &policy_path,
         format!(
             "[backends.local]\nkind = \"local\"\n\
-             sandbox = \"workspace-write\"\nworkspace = {}\nagent = {agent}\n",
-            Value::String(workspace.display().to_string())
+             sandbox = \"workspace-write\"\nworkspace = {}\nagent = {agent}\n{}",
+            Value::String(workspace.display().to_string()),
+            if as_default { DEFAULT_LOCAL_KEYS } else { "" }
         ),
     )
     .map_err(BenchError::io(format!("writing {}", policy_path.display())))?;
@@ -112,12 +125,14 @@ async fn close_sessions(engines: &[(&Engine, &str)]) {
 pub async fn terminal(b: &Bench) -> Result<Vec<ScenarioReport>> {
     let scratch = Scratch::new("terminal")?;
     let unconfined = unconfined_engine(b, "bench-unconfined")?;
-    let sandboxed = sandboxed_engine(b, &scratch, "bench-sandboxed", true)?;
-    let per_command = sandboxed_engine(b, &scratch, "bench-sandboxed-exec", false)?;
-    let result = terminal_measure(b, &unconfined, &sandboxed, &per_command).await;
+    let sandboxed = sandboxed_engine(b, &scratch, "bench-sandboxed", true, true)?;
+    let without_ceiling = sandboxed_engine(b, &scratch, "bench-sandboxed-bare", true, false)?;
+    let per_command = sandboxed_engine(b, &scratch, "bench-sandboxed-exec", false, true)?;
+    let result = terminal_measure(b, &unconfined, &sandboxed, &without_ceiling, &per_command).await;
     close_sessions(&[
         (&unconfined, "bench-unconfined"),
         (&sandboxed, "bench-sandboxed"),
+        (&without_ceiling, "bench-sandboxed-bare"),
         (&per_command, "bench-sandboxed-exec"),
     ])
     .await;
@@ -128,11 +143,12 @@ async fn terminal_measure(
     b: &Bench,
     unconfined: &Engine,
     sandboxed: &Engine,
+    without_ceiling: &Engine,
     per_command: &Engine,
 ) -> Result<Vec<ScenarioReport>> {
     let limits = &b.limits;
     for _ in 0..2 {
-        for engine in [unconfined, sandboxed, per_command] {
+        for engine in [unconfined, sandboxed, without_ceiling, per_command] {
             terminal_once(engine, "true", "terminal").await?;
             terminal_script_once(engine, limits, "warm-up").await?;
         }
@@ -142,6 +158,7 @@ async fn terminal_measure(
     let per_round = b.pick(10, 25);
     let plans = [PeerPlan::new("hermes", "hermes", "terminal", per_round, 3)];
     let mut bare = Vec::new();
+    let mut no_ceiling = Vec::new();
     let (mut open, mut confined, mut exec) = (
         TerminalSamples::default(),
         TerminalSamples::default(),
@@ -160,6 +177,14 @@ async fn terminal_measure(
                 confined
                     .take(sandboxed, limits, "local workspace-write", "terminal")
                     .await?;
+                no_ceiling.push(
+                    terminal_script_once(
+                        without_ceiling,
+                        limits,
+                        "local workspace-write, no ceiling",
+                    )
+                    .await?,
+                );
                 exec.take(
                     per_command,
                     limits,
@@ -214,8 +239,19 @@ async fn terminal_measure(
         "terminal_sandboxed",
         "`terminal` per command (`true`), local backend, workspace-write sandbox, agent",
         confined,
-        "local backend with sandbox = \"workspace-write\": commands go to the session's \
-         confined agent",
+        "local backend as the built-in default has it (sandbox = \"workspace-write\", \
+         network = \"none\", max_processes = 1024: a pids cgroup per session), over a scratch \
+         workspace: commands go to the session's confined agent",
+    );
+    s.push_measured(
+        "paddock, no process ceiling",
+        Role::Variant,
+        None,
+        script_method(
+            "the same sandbox without the built-in default's `max_processes` and `network` \
+             keys (no pids cgroup): what this report measured before it followed the default",
+        ),
+        no_ceiling,
     );
     let exec_method = script_method(
         "the same sandbox with agent = false: one sandbox helper (namespaces, mounts, Landlock, \
