@@ -227,6 +227,57 @@ def test_download_url_signed(sandbox):
         assert r.read() == b"signed"
 
 
+def test_an_expired_signed_url_is_refused_as_expired(sandbox):
+    import inspect
+
+    if "use_signature_expiration" not in inspect.signature(sandbox.download_url).parameters:
+        pytest.skip("this e2b has no use_signature_expiration")
+    sandbox.files.write("/tmp/expired.txt", "x")
+    url = sandbox.download_url("/tmp/expired.txt", use_signature_expiration=-120)
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(url)
+    assert err.value.code == 401
+    assert b"signature is already expired" in err.value.read()
+
+
+def test_a_gzip_upload_is_stored_as_its_content(sandbox):
+    import inspect
+
+    if "gzip" not in inspect.signature(sandbox.files.write).parameters:
+        from importlib.metadata import version
+
+        pytest.skip(f"e2b {version('e2b')} has no files.write(gzip=...)")
+    data = bytes(range(256)) * 64
+    sandbox.files.write("zipped.bin", data, gzip=True)
+    assert bytes(sandbox.files.read("zipped.bin", format="bytes")) == data
+
+
+def test_removing_a_missing_path_succeeds_as_in_envd(sandbox):
+    sandbox.files.remove("never-there.txt")
+    sandbox.files.remove("never-there-dir/sub")
+
+
+def test_a_command_of_a_killed_sandbox_ends_with_the_sandbox_gone(server):
+    from e2b import Sandbox
+    from e2b.exceptions import TimeoutException
+
+    sbx = Sandbox.create()
+    h = sbx.commands.run("sleep 60", background=True)
+    sbx.kill()
+    started = time.time()
+    # SandboxNotRunningException (a TimeoutException) in the SDKs that probe /health; the
+    # others say the stream ended because the sandbox is unavailable.
+    with pytest.raises(Exception) as err:
+        h.wait()
+    assert time.time() - started < 30
+    assert isinstance(err.value, TimeoutException) or "unavailable" in str(err.value), repr(err.value)
+    import e2b.exceptions
+
+    if hasattr(e2b.exceptions, "SandboxNotRunningException"):
+        # This SDK probes /health and tells a sandbox that is gone from one unreachable.
+        assert isinstance(err.value, e2b.exceptions.SandboxNotRunningException), repr(err.value)
+
+
 def test_list_with_metadata_filter(server):
     from e2b import Sandbox, SandboxQuery
 
@@ -237,6 +288,39 @@ def test_list_with_metadata_filter(server):
         assert {a.sandbox_id, b.sandbox_id} <= ids
         only = Sandbox.list(query=SandboxQuery(metadata={"which": "b"})).next_items()
         assert [s.sandbox_id for s in only] == [b.sandbox_id]
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_list_is_newest_first_and_pages_and_filters(server):
+    import inspect
+    import uuid
+    from datetime import timedelta
+
+    from e2b import Sandbox, SandboxQuery
+
+    tag = uuid.uuid4().hex
+    a = Sandbox.create(metadata={"tag": tag})
+    time.sleep(1.1)
+    b = Sandbox.create(metadata={"tag": tag})
+    query = SandboxQuery(metadata={"tag": tag})
+    try:
+        ids = lambda page: [s.sandbox_id for s in page.next_items()]  # noqa: E731
+        assert ids(Sandbox.list(query=query)) == [b.sandbox_id, a.sandbox_id]
+        pages = Sandbox.list(query=query, limit=1)
+        assert ids(pages) == [b.sandbox_id] and pages.has_next
+        assert ids(pages) == [a.sandbox_id] and not pages.has_next
+        if "order" in inspect.signature(Sandbox.list).parameters:
+            assert ids(Sandbox.list(query=query, order="asc")) == [a.sandbox_id, b.sandbox_id]
+        fields = SandboxQuery.__dataclass_fields__ if hasattr(SandboxQuery, "__dataclass_fields__") else {}
+        if "started_after" in fields:
+            after = SandboxQuery(metadata={"tag": tag},
+                                 started_after=a.get_info().started_at + timedelta(seconds=1))
+            assert ids(Sandbox.list(query=after)) == [b.sandbox_id]
+        if "template" in fields:
+            other = SandboxQuery(metadata={"tag": tag}, template="no-such-template")
+            assert ids(Sandbox.list(query=other)) == []
     finally:
         a.kill()
         b.kill()

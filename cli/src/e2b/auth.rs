@@ -40,7 +40,9 @@ pub(crate) enum AuthError {
     AccessToken(String),
     #[error("the request names no sandbox (E2b-Sandbox-Id, an access token or a signed URL)")]
     NoSandbox,
-    #[error("sandbox {0} is not running")]
+    /// Worded as E2B's proxy words it: the SDK reads "was not found" in a 502 as the sandbox
+    /// gone (`SandboxNotRunningException`).
+    #[error("sandbox {0} was not found: it was killed or reached its end")]
     UnknownSandbox(String),
 }
 

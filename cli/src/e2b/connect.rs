@@ -21,6 +21,7 @@ pub(crate) enum Code {
     PermissionDenied,
     DeadlineExceeded,
     FailedPrecondition,
+    Unavailable,
     Unimplemented,
     Internal,
 }
@@ -34,6 +35,7 @@ impl Code {
             Code::PermissionDenied => "permission_denied",
             Code::DeadlineExceeded => "deadline_exceeded",
             Code::FailedPrecondition => "failed_precondition",
+            Code::Unavailable => "unavailable",
             Code::Unimplemented => "unimplemented",
             Code::Internal => "internal",
         }
@@ -48,6 +50,7 @@ impl Code {
             Code::PermissionDenied => 403,
             Code::DeadlineExceeded => 504,
             Code::FailedPrecondition => 400,
+            Code::Unavailable => 503,
             Code::Unimplemented => 501,
             Code::Internal => 500,
         }

@@ -132,6 +132,34 @@ pub(crate) async fn download(sandbox: &Arc<Sandbox>, query: Option<&str>) -> Res
 }
 
 /// `POST /files`: writes each file (parents made) and answers `[{name, type, path}]`.
+/// An upload's body as sent, decoded by its `Content-Encoding` (`gzip`, as the SDK's
+/// `files.write(..., gzip=True)` sends; none or `identity` as is), at most `limit` bytes once
+/// decoded; why not when it cannot be.
+pub(crate) fn decoded<'a>(
+    body: &'a [u8],
+    encoding: Option<&str>,
+    limit: usize,
+) -> Result<std::borrow::Cow<'a, [u8]>, String> {
+    match encoding.map(|e| e.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("" | "identity") => Ok(std::borrow::Cow::Borrowed(body)),
+        Some("gzip" | "x-gzip") => {
+            use std::io::Read;
+            let mut out = Vec::new();
+            let read = flate2::read::GzDecoder::new(body)
+                .take(limit as u64 + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| format!("the gzip body cannot be decoded: {e}"))?;
+            if read > limit {
+                return Err(format!("the decoded body is larger than {limit} bytes"));
+            }
+            Ok(std::borrow::Cow::Owned(out))
+        }
+        Some(other) => Err(format!(
+            "Content-Encoding {other:?} is not accepted: send gzip or none"
+        )),
+    }
+}
+
 pub(crate) async fn upload(
     sandbox: &Arc<Sandbox>,
     query: Option<&str>,
@@ -222,5 +250,28 @@ Content-Disposition: form-data; name=\"file\"; filename=\"c.txt\"\r\n\r\nhi\r\n-
             parse_multipart(b"nothing", "XB"),
             Err(MultipartError::NoFirstBoundary)
         );
+    }
+
+    #[test]
+    fn a_gzip_upload_is_stored_decoded_and_an_unknown_encoding_refused() {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(b"hello gzip").unwrap();
+        let body = gz.finish().unwrap();
+        assert_eq!(
+            &*decoded(&body, Some("gzip"), 1 << 20).unwrap(),
+            b"hello gzip"
+        );
+        assert_eq!(&*decoded(b"plain", None, 1 << 20).unwrap(), b"plain");
+        assert!(
+            decoded(&body, Some("gzip"), 4).is_err(),
+            "the limit holds once decoded"
+        );
+        assert!(
+            decoded(b"x", Some("br"), 1 << 20)
+                .unwrap_err()
+                .contains("br")
+        );
+        assert!(decoded(b"not gzip", Some("gzip"), 1 << 20).is_err());
     }
 }

@@ -203,13 +203,18 @@ async fn rename(sandbox: &Sandbox, source: &str, destination: &str) -> Result<Va
 
 async fn remove(sandbox: &Sandbox, path: &str) -> Result<Value, RpcError> {
     let path = absolute(&sandbox.cwd, path);
-    call(
+    match call(
         sandbox,
         "delete_file",
         json!({"path": path, "recursive": true}),
     )
-    .await?;
-    Ok(json!({}))
+    .await
+    {
+        // envd removes as `os.RemoveAll` does: a path already gone is removed.
+        Ok(_) => Ok(json!({})),
+        Err(err) if err.code == Code::NotFound => Ok(json!({})),
+        Err(err) => Err(err),
+    }
 }
 
 #[cfg(test)]

@@ -153,7 +153,7 @@ async fn follow_to_end(sandbox: &Sandbox, run: &Arc<ForegroundRun>, args: Value)
     };
     match answer {
         None => ended(json!({"exitCode": -1, "exited": false, "status": "signal: killed"})),
-        Some(Err(err)) => vec![end_envelope(Some(&rpc_of_tool(&err)))],
+        Some(Err(err)) => vec![end_envelope(Some(&sandbox.stream_error(rpc_of_tool(&err))))],
         Some(Ok(answer)) if answer["timed_out"] == Value::Bool(true) => {
             vec![end_envelope(Some(&RpcError::new(
                 Code::DeadlineExceeded,

@@ -260,7 +260,7 @@ async fn handle(Shared(state): Shared<Arc<State>>, request: Request) -> Response
                 rest_error(502, paused(&id))
             }
             Some(sandbox) => interpreter::serve(sandbox, &method, &path, &body).await,
-            None => rest_error(502, format!("sandbox {id} is not running")),
+            None => rest_error(502, AuthError::UnknownSandbox(id).to_string()),
         },
         Err(err @ AuthError::UnknownSandbox(_)) => {
             // The SDK's health probe reads 502 as "the sandbox is gone".
@@ -268,7 +268,16 @@ async fn handle(Shared(state): Shared<Arc<State>>, request: Request) -> Response
         }
         Err(err @ (AuthError::ApiKey | AuthError::AccessToken(_) | AuthError::NoSandbox)) => {
             tracing::debug!(%err, %path, "e2b request refused");
-            rest_error(401, err.to_string())
+            // A signed URL past its `signature_expiration` is told so, in envd's words.
+            let expired = signature.is_some()
+                && query_value(&pairs, "signature_expiration")
+                    .and_then(|e| e.parse::<u64>().ok())
+                    .is_some_and(|exp| exp.saturating_mul(1000) < state::now_ms());
+            if expired {
+                rest_error(401, "signature is already expired")
+            } else {
+                rest_error(401, err.to_string())
+            }
         }
     }
 }
@@ -296,7 +305,7 @@ async fn envd(
     body: &[u8],
 ) -> Response {
     let Some(sandbox) = state.get(id) else {
-        return rest_error(502, format!("sandbox {id} is not running"));
+        return rest_error(502, AuthError::UnknownSandbox(id.to_owned()).to_string());
     };
     // Any call would thaw its session; the SDK's health probe reads 502 as "not running".
     if sandbox.paused.load(std::sync::atomic::Ordering::Relaxed) {
@@ -306,7 +315,12 @@ async fn envd(
     match (method.as_str(), path) {
         ("GET", "/health") => wire::empty(204),
         ("GET", "/files") => files::download(&sandbox, query).await,
-        ("POST", "/files") => files::upload(&sandbox, query, content_type, body).await,
+        ("POST", "/files") => {
+            match files::decoded(body, header(headers, "content-encoding"), MAX_BODY_BYTES) {
+                Ok(body) => files::upload(&sandbox, query, content_type, &body).await,
+                Err(why) => rest_error(400, why),
+            }
+        }
         ("POST", _) => {
             let Some((service, rpc)) = path.trim_start_matches('/').split_once('/') else {
                 return rest_error(404, format!("{path}: no such endpoint"));

@@ -670,7 +670,7 @@ async fn pump(
         let read = match read {
             Ok(r) => r,
             Err(err) => {
-                let _ = tx.send(end_envelope(Some(&err)));
+                let _ = tx.send(end_envelope(Some(&sandbox.stream_error(err))));
                 return;
             }
         };

@@ -214,6 +214,7 @@ async fn start(
         envs: body.env_vars.clone().unwrap_or_default(),
         contexts: Default::default(),
         paused: Default::default(),
+        killed: Default::default(),
         watchers: Default::default(),
     });
     state.insert(sandbox.clone());
@@ -322,22 +323,81 @@ fn list(state: &Arc<State>, query: Option<&str>) -> Response {
             .as_deref()
             .is_none_or(|w| w.split(',').any(|w| w.trim() == have))
     };
+    let template = query_value(&pairs, "template").filter(|t| !t.is_empty());
+    let started_after = match query_value(&pairs, "startedAfter") {
+        None => None,
+        Some(text) => match chrono::DateTime::parse_from_rfc3339(&text) {
+            Ok(t) => Some(t.timestamp_millis()),
+            Err(e) => {
+                return rest_error(
+                    400,
+                    format!("startedAfter {text:?}: not an RFC 3339 time: {e}"),
+                );
+            }
+        },
+    };
+    // Newest first unless asked otherwise, as E2B lists them.
+    let descending = match query_value(&pairs, "order").as_deref() {
+        Some("asc") => false,
+        None | Some("" | "desc") => true,
+        Some(other) => return rest_error(400, format!("order {other:?}: asc or desc")),
+    };
     let limit = query_value(&pairs, "limit")
         .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0)
         .unwrap_or(usize::MAX);
-    let items: Vec<Value> = state
+    let mut matching: Vec<Arc<Sandbox>> = state
         .all()
-        .iter()
+        .into_iter()
         .filter(|s| state_wanted(s))
+        .filter(|s| template.as_deref().is_none_or(|t| s.template == t))
+        // Inclusive, as E2B's: a sandbox started at that very time is listed.
+        .filter(|s| {
+            started_after.is_none_or(|t| i64::try_from(s.started_at_ms).is_ok_and(|at| at >= t))
+        })
         .filter(|s| {
             wanted
                 .iter()
                 .all(|(k, v)| s.metadata.get(k).is_some_and(|have| have == v))
         })
-        .take(limit)
-        .map(|s| info(s, false))
         .collect();
-    json_response(200, &Value::Array(items))
+    // By start time, then id: a page's cursor (`x-next-token`) is its last sandbox's place.
+    matching.sort_by(|a, b| (a.started_at_ms, &a.id).cmp(&(b.started_at_ms, &b.id)));
+    if descending {
+        matching.reverse();
+    }
+    let cursor = |s: &Sandbox| format!("{}-{}", s.started_at_ms, s.id);
+    if let Some(token) = query_value(&pairs, "nextToken").filter(|t| !t.is_empty()) {
+        let Some(after) = token
+            .split_once('-')
+            .and_then(|(ms, id)| Some((ms.parse::<u64>().ok()?, id.to_owned())))
+        else {
+            return rest_error(
+                400,
+                format!("nextToken {token:?}: not a token this server gave"),
+            );
+        };
+        // What comes after the cursor's place, whether or not its sandbox is still there.
+        matching.retain(|s| {
+            let place = (s.started_at_ms, s.id.clone());
+            if descending {
+                place < after
+            } else {
+                place > after
+            }
+        });
+    }
+    let more = matching.len() > limit;
+    matching.truncate(limit);
+    let items: Vec<Value> = matching.iter().map(|s| info(s, false)).collect();
+    let mut response = json_response(200, &Value::Array(items));
+    if more
+        && let Some(last) = matching.last()
+        && let Ok(value) = axum::http::HeaderValue::from_str(&cursor(last))
+    {
+        response.headers_mut().insert("x-next-token", value);
+    }
+    response
 }
 
 /// Kills sandbox `id`: false when there is none.
@@ -354,6 +414,7 @@ async fn kill_now(state: &Arc<State>, id: &str) {
     let Some(sandbox) = state.remove(id) else {
         return;
     };
+    sandbox.killed.store(true, Ordering::SeqCst);
     if let Some(timer) = super::state::lock(&sandbox.timer).take() {
         timer.abort();
     }

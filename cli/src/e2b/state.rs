@@ -123,6 +123,9 @@ pub(crate) struct Sandbox {
     /// Paused (`POST /sandboxes/{id}/pause`): its session is frozen, its daemon answers
     /// nothing until a connect or resume.
     pub(crate) paused: AtomicBool,
+    /// Killed (`DELETE`, its end time, the server stopping): its open streams end with
+    /// `unavailable`, which the SDK checks against `/health` (gone: `SandboxNotRunningException`).
+    pub(crate) killed: AtomicBool,
     /// The watchers of `CreateWatcher`, by id.
     pub(crate) watchers: Mutex<HashMap<String, Arc<Watcher>>>,
 }
@@ -135,6 +138,23 @@ impl Sandbox {
             .next_pid
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         u32::try_from(FIRST_PAPER_PID + n).unwrap_or(u32::MAX)
+    }
+
+    /// Why a stream of this sandbox ended early: `unavailable` once it was killed (the SDK then
+    /// probes `/health` and reports the sandbox gone), else `err` as it is.
+    pub(crate) fn stream_error(&self, err: super::connect::RpcError) -> super::connect::RpcError {
+        if self.killed.load(Ordering::SeqCst) {
+            super::connect::RpcError::new(
+                super::connect::Code::Unavailable,
+                format!(
+                    "the connection to sandbox {} ended before the stream completed: the \
+                     sandbox was killed",
+                    self.id
+                ),
+            )
+        } else {
+            err
+        }
     }
 
     pub(crate) fn procs(&self) -> MutexGuard<'_, BTreeMap<u32, Proc>> {
