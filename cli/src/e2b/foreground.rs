@@ -12,7 +12,7 @@
 //! to every stream that follows it. Its pid is one Paddock hands out, above the largest pid
 //! Linux gives (`pid_max` is at most 2^22), so it never names another process.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -21,7 +21,8 @@ use paddock_engine::engine::CallExtras;
 use serde_json::{Value, json};
 
 use super::connect::{Code, RpcError, end_envelope, envelope};
-use super::state::{Proc, Sandbox, lock, now_ms};
+use super::run::ForegroundRun;
+use super::state::{Proc, Sandbox, now_ms};
 use super::wire::rpc_of_tool;
 
 /// The longest deadline a foreground `terminal` call takes (its `timeout` maximum).
@@ -32,54 +33,6 @@ const KEEPALIVE_EVERY: Duration = Duration::from_secs(20);
 /// Whether a `Start` can run as a foreground call.
 pub(crate) fn fits(stdin: Option<bool>, pty: bool, deadline: Option<Duration>) -> bool {
     stdin != Some(true) && !pty && deadline.is_some_and(|d| !d.is_zero() && d <= MAX_FOREGROUND)
-}
-
-/// A command running as a foreground call: who follows its stream, and how to end it.
-#[derive(Debug, Default)]
-pub(crate) struct ForegroundRun {
-    /// The streams that get its events; `None` once it has ended.
-    followers: Mutex<Option<Vec<tokio::sync::mpsc::UnboundedSender<Vec<u8>>>>>,
-    /// Notified by `SendSignal`: the call is dropped, which kills the command.
-    kill: tokio::sync::Notify,
-    /// When it was started (a pause waits for launches to settle).
-    pub(crate) started_at_ms: u64,
-}
-
-impl ForegroundRun {
-    /// Sends an envelope to every stream that follows the command (one that left is skipped).
-    fn send(&self, bytes: &[u8]) {
-        if let Some(followers) = lock(&self.followers).as_mut() {
-            followers.retain(|f| f.send(bytes.to_vec()).is_ok());
-        }
-    }
-
-    /// The last envelopes, to every follower; later `follow`s are refused.
-    fn end(&self, last: &[Vec<u8>]) {
-        if let Some(followers) = lock(&self.followers).take() {
-            for follower in followers {
-                for bytes in last {
-                    let _ = follower.send(bytes.clone());
-                }
-            }
-        }
-    }
-
-    /// Adds a stream (a `Connect`) from now on: its start event first. False once ended.
-    pub(crate) fn follow(&self, pid: u32, tx: tokio::sync::mpsc::UnboundedSender<Vec<u8>>) -> bool {
-        match lock(&self.followers).as_mut() {
-            Some(followers) => {
-                let _ = tx.send(envelope(0, &json!({"event": {"start": {"pid": pid}}})));
-                followers.push(tx);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Ends the command (`SendSignal`).
-    pub(crate) fn kill(&self) {
-        self.kill.notify_one();
-    }
 }
 
 /// Starts `command` (with the `terminal` arguments `args` besides it) as a foreground call
@@ -93,11 +46,7 @@ pub(crate) fn start(
 ) {
     args["timeout"] = json!(deadline.as_secs_f64());
     let pid = sandbox.new_pid();
-    let run = Arc::new(ForegroundRun {
-        followers: Mutex::new(Some(Vec::new())),
-        kill: tokio::sync::Notify::new(),
-        started_at_ms: now_ms(),
-    });
+    let run = Arc::new(ForegroundRun::new(now_ms()));
     run.follow(pid, tx);
     proc.foreground = Some(run.clone());
     sandbox.procs().insert(pid, proc);
@@ -139,7 +88,7 @@ async fn follow_to_end(sandbox: &Sandbox, run: &Arc<ForegroundRun>, args: Value)
     let answer = loop {
         tokio::select! {
             answer = &mut call => break Some(answer),
-            () = run.kill.notified() => break None,
+            () = run.killed() => break None,
             _ = keepalive.tick() => run.send(&envelope(0, &json!({"event": {"keepalive": {}}}))),
         }
     };
@@ -186,26 +135,5 @@ mod tests {
         assert!(!fits(None, false, None), "no deadline: it may run for ever");
         assert!(!fits(None, false, Some(Duration::ZERO)));
         assert!(!fits(None, false, Some(Duration::from_secs(7200))));
-    }
-
-    #[test]
-    fn an_ended_run_takes_no_more_followers_and_each_follower_gets_the_end() {
-        let run = ForegroundRun {
-            followers: Mutex::new(Some(Vec::new())),
-            ..ForegroundRun::default()
-        };
-        let (a, mut a_rx) = tokio::sync::mpsc::unbounded_channel();
-        let (b, mut b_rx) = tokio::sync::mpsc::unbounded_channel();
-        assert!(run.follow(7, a));
-        run.send(b"x");
-        assert!(run.follow(7, b));
-        run.end(&[b"end".to_vec()]);
-        let drained = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>| {
-            std::iter::from_fn(|| rx.try_recv().ok()).count()
-        };
-        assert_eq!(drained(&mut a_rx), 3, "start, x, end");
-        assert_eq!(drained(&mut b_rx), 2, "start, end");
-        let (c, _c_rx) = tokio::sync::mpsc::unbounded_channel();
-        assert!(!run.follow(7, c));
     }
 }

@@ -4,7 +4,9 @@
 //! ([`rest`]) and every sandbox's environment daemon: its process ([`process`]) and
 //! filesystem ([`filesystem`]) services over Connect ([`connect`]), `/files` ([`files`]) and
 //! `/health`, and its code interpreter ([`interpreter`]: `/execute`, `/contexts`, for the
-//! `e2b-code-interpreter` SDK). Directory watching is [`watch`], pause and resume
+//! `e2b-code-interpreter` SDK). A command that needs no stdin or terminal runs as one
+//! streaming foreground call ([`foreground`], followed through [`run`]). Directory watching
+//! is [`watch`], pause and resume
 //! [`lifecycle`]. Requests are routed and authorised by [`auth`]; [`state`] holds the
 //! sandboxes.
 //!
@@ -20,6 +22,7 @@ pub(crate) mod interpreter;
 pub(crate) mod lifecycle;
 pub(crate) mod process;
 pub(crate) mod rest;
+pub(crate) mod run;
 pub(crate) mod state;
 pub(crate) mod tls;
 pub(crate) mod watch;

@@ -42,7 +42,7 @@ pub(crate) struct Proc {
     pub(crate) cwd: Option<String>,
     pub(crate) tag: Option<String>,
     /// Set when it runs as a foreground call (`foreground`), not a background process.
-    pub(crate) foreground: Option<Arc<super::foreground::ForegroundRun>>,
+    pub(crate) foreground: Option<Arc<super::run::ForegroundRun>>,
 }
 
 /// One context of the sandbox's code interpreter (`/contexts`): one of the session's Paddock
