@@ -1,8 +1,10 @@
-//! envd's process service (`/process.Process/*`) on Paddock's background processes: `Start`
-//! runs the command with `terminal(background=true)` and streams what the `process` tool's
-//! `output` action reads (stdout and stderr apart, as written) until the exit; `Connect`
-//! re-attaches from the current offsets; input (`SendInput`, `StreamInput`), stdin closing,
-//! signals and a terminal's size (`Update`) are `process` actions. A `Start` with `pty` runs
+//! envd's process service (`/process.Process/*`). A `Start` that needs neither stdin nor a
+//! terminal and has a deadline runs as one streaming foreground call ([`super::foreground`]);
+//! any other runs as a Paddock background process: `terminal(background=true)`, streaming
+//! what the `process` tool's `output` action reads (stdout and stderr apart, as written)
+//! until the exit. `Connect` re-attaches from the current offsets; input (`SendInput`,
+//! `StreamInput`), stdin closing, signals and a terminal's size (`Update`) are `process`
+//! actions (a foreground command has none of these but the signal). A `Start` with `pty` runs
 //! on a terminal (`terminal(pty=true)`, then `process resize`): its output, stdout and stderr
 //! together, comes as `pty` data. As in envd, a process lives until it exits or the stream's
 //! `Connect-Timeout-Ms` passes (then it is killed), not until the client disconnects. While
