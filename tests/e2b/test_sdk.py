@@ -336,6 +336,30 @@ def test_set_timeout_ends_the_sandbox(server):
     assert sbx.sandbox_id not in {s.sandbox_id for s in Sandbox.list().next_items()}
 
 
+def test_a_sandbox_made_to_pause_at_its_end_is_paused_then_resumed_by_connect(server):
+    import inspect
+
+    from e2b import Sandbox
+
+    if "lifecycle" not in inspect.signature(Sandbox.create).parameters:
+        from importlib.metadata import version
+
+        pytest.skip(f"e2b {version('e2b')} has no lifecycle= (on_timeout)")
+    sbx = Sandbox.create(timeout=3, lifecycle={"on_timeout": "pause", "auto_resume": False})
+    try:
+        sbx.files.write("kept.txt", "still here")
+        deadline = time.time() + 20
+        while Sandbox.get_info(sbx.sandbox_id).state.value != "paused":
+            assert time.time() < deadline, "not paused 20 s after its end"
+            time.sleep(0.5)
+        again = Sandbox.connect(sbx.sandbox_id, timeout=60)
+        assert again.get_info().state.value == "running"
+        assert again.files.read("kept.txt") == "still here"
+        assert again.commands.run("echo alive").stdout == "alive\n"
+    finally:
+        Sandbox.kill(sbx.sandbox_id)
+
+
 def test_kill(server):
     from e2b import Sandbox
 

@@ -32,6 +32,8 @@ struct CreateBody {
     timeout: Option<u64>,
     metadata: Option<BTreeMap<String, String>>,
     env_vars: Option<BTreeMap<String, String>>,
+    /// `lifecycle={"on_timeout": "pause"}`: paused at its end instead of killed.
+    auto_pause: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -215,6 +217,7 @@ async fn start(
         contexts: Default::default(),
         paused: Default::default(),
         killed: Default::default(),
+        auto_pause: body.auto_pause.unwrap_or(false),
         watchers: Default::default(),
     });
     state.insert(sandbox.clone());
@@ -236,8 +239,22 @@ async fn end_when_due(state: Arc<State>, id: String) {
         };
         let now = now_ms();
         let end = end_at(&sandbox);
-        // A paused sandbox is kept until it is resumed or killed.
-        if now >= end && !sandbox.paused.load(Ordering::Relaxed) {
+        // A paused sandbox is kept until it is resumed (a connect gives it a new end) or
+        // killed.
+        let paused = sandbox.paused.load(Ordering::Relaxed);
+        if now >= end && !paused && sandbox.auto_pause {
+            tracing::info!(sandbox = %id, "e2b sandbox timed out: paused (autoPause)");
+            if let Err(err) = super::lifecycle::pause(&sandbox).await {
+                // Not left running past its end: killed as one without autoPause would be.
+                tracing::warn!(sandbox = %id, %err, "e2b sandbox not paused at its end: killed");
+                super::state::lock(&sandbox.timer).take();
+                drop(sandbox);
+                kill_now(&state, &id).await;
+                return;
+            }
+            continue;
+        }
+        if now >= end && !paused {
             tracing::info!(sandbox = %id, "e2b sandbox timed out");
             // This task is the timer: taken out so that killing does not abort it halfway.
             super::state::lock(&sandbox.timer).take();
@@ -246,11 +263,14 @@ async fn end_when_due(state: Arc<State>, id: String) {
             return;
         }
         drop(sandbox);
-        // Re-read every second at most: `set_timeout` may have shortened it.
-        tokio::time::sleep(Duration::from_millis(
-            end.saturating_sub(now).clamp(1, 1000),
-        ))
-        .await;
+        // Re-read every second at most: `set_timeout` may have shortened it (a paused one
+        // past its end waits for a connect).
+        let wait = if paused {
+            1000
+        } else {
+            end.saturating_sub(now).clamp(1, 1000)
+        };
+        tokio::time::sleep(Duration::from_millis(wait)).await;
     }
 }
 

@@ -126,6 +126,8 @@ pub(crate) struct Sandbox {
     /// Killed (`DELETE`, its end time, the server stopping): its open streams end with
     /// `unavailable`, which the SDK checks against `/health` (gone: `SandboxNotRunningException`).
     pub(crate) killed: AtomicBool,
+    /// Created with `autoPause` (`lifecycle={"on_timeout": "pause"}`): its end pauses it.
+    pub(crate) auto_pause: bool,
     /// The watchers of `CreateWatcher`, by id.
     pub(crate) watchers: Mutex<HashMap<String, Arc<Watcher>>>,
 }
