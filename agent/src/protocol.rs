@@ -137,6 +137,12 @@ pub struct RunRequest {
     /// behind (since protocol 7).
     #[serde(default)]
     pub keep_detached: bool,
+    /// After its `Exit`, the connection stays open for the caller's next request (no new
+    /// connection and hello per command). The agent says in `Exit::kept` whether it did: only
+    /// a run served by the session's live shell leaves the connection clean for reuse. An
+    /// optional field: agents that do not know it close as before.
+    #[serde(default)]
+    pub keep_connection: bool,
 }
 
 /// One action on the session's CPython contexts ([`crate::contexts`]).
@@ -204,6 +210,10 @@ pub enum Reply {
         /// Ended by the agent at `timeout_ms`.
         #[serde(default)]
         timed_out: bool,
+        /// The connection stays open for the next request (the run asked for it with
+        /// `keep_connection` and could keep it).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        kept: bool,
     },
     /// The request could not be carried out (the program could not start, a bad request).
     Error { message: String },

@@ -42,12 +42,15 @@ enum Input {
 
 /// Runs `request` for the connection `stream` (whose stdin frames, if any, come next) and answers
 /// `Exit`. Returns when the reply is sent or the connection is gone.
+///
+/// Answers the connection back when the run asked to keep it and could (see
+/// [`RunRequest::keep_connection`]): the caller reads its next request from it.
 pub fn serve_run(
     stream: UnixStream,
     request: RunRequest,
     spares: &Arc<SparePool>,
     live: &Arc<LiveShells>,
-) -> Result<(), AgentError> {
+) -> Result<Option<UnixStream>, AgentError> {
     if let Some(job) = live.take(&request) {
         return serve_live(stream, &request, job);
     }
@@ -59,7 +62,7 @@ pub fn serve_run(
                 message: "empty argv".into(),
             },
         )?;
-        return Ok(());
+        return Ok(None);
     };
     let writer: SharedWriter = Arc::new(Mutex::new(stream.try_clone()?));
     let finished = Arc::new(AtomicBool::new(false));
@@ -80,7 +83,7 @@ pub fn serve_run(
                     ),
                 },
             )?;
-            return Ok(());
+            return Ok(None);
         }
     };
     // A spare shell when one waits (its boot file goes when `_boot` does, after the run).
@@ -112,7 +115,7 @@ pub fn serve_run(
                     message: format!("cannot start {program}: {err}"),
                 },
             )?;
-            return Ok(());
+            return Ok(None);
         }
     };
     let pgid = child.id();
@@ -141,10 +144,12 @@ pub fn serve_run(
         &Reply::Exit {
             code,
             timed_out: timed_out.load(Ordering::SeqCst),
+            // The run's helper threads hold clones of this connection: it is never reused.
+            kept: false,
         },
     )?;
     let _ = stream.shutdown(std::net::Shutdown::Both);
-    Ok(())
+    Ok(None)
 }
 
 /// Runs `request` as `job` of the session's live shell, answering on `stream`: in this thread
@@ -155,7 +160,7 @@ fn serve_live(
     stream: UnixStream,
     request: &RunRequest,
     mut job: Box<LiveJob>,
-) -> Result<(), AgentError> {
+) -> Result<Option<UnixStream>, AgentError> {
     let pgid = job.pid();
     let run_id = request.run_id.as_deref();
     let deadline = request
@@ -192,7 +197,7 @@ fn serve_live(
     let problems = job.finish();
     if !watching || engine_gone {
         // Nobody to answer.
-        return Ok(());
+        return Ok(None);
     }
     let mut stream = stream;
     for problem in problems {
@@ -202,9 +207,22 @@ fn serve_live(
             format!("paddock-agent: {problem}\n").as_bytes(),
         )?;
     }
-    write_message(&mut stream, &Reply::Exit { code, timed_out })?;
+    // This thread alone used the connection, and the run's frames are all written: it can
+    // carry the caller's next request.
+    let kept = request.keep_connection;
+    write_message(
+        &mut stream,
+        &Reply::Exit {
+            code,
+            timed_out,
+            kept,
+        },
+    )?;
+    if kept {
+        return Ok(Some(stream));
+    }
     let _ = stream.shutdown(std::net::Shutdown::Both);
-    Ok(())
+    Ok(None)
 }
 
 /// Commits the files a wrapper run saved under run-tagged names; answers what failed.
@@ -637,10 +655,20 @@ pub fn processes_with_env(entry: &str) -> HashSet<i32> {
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&pid| pid != own)
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
+            read_proc_file(&format!("/proc/{pid}/environ"))
                 .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == entry.as_bytes()))
         })
         .collect()
+}
+
+/// A /proc file whole. `std::fs::read` sizes its buffer by the file's length, which /proc
+/// gives as 0, and so read an environment in eight growing reads; one of 16 KiB takes most
+/// whole. Every finished command scans its namespace this way.
+fn read_proc_file(path: &str) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut contents = Vec::with_capacity(16 * 1024);
+    std::fs::File::open(path)?.read_to_end(&mut contents)?;
+    Ok(contents)
 }
 
 /// The stdin frames of a connection that will not run anything (an error reply was sent).

@@ -151,7 +151,7 @@ pub fn serve(options: &ServeOptions) -> Result<(), AgentError> {
         let contexts = contexts.clone();
         let socket = options.socket.clone();
         let conversation_thread = std::thread::Builder::new().spawn(move || {
-            let outcome = conversation(stream, &spares, &live, &contexts);
+            let outcome = conversation(stream, &spares, &live, &contexts, &activity);
             activity.last.store(now_secs(), Ordering::SeqCst);
             activity.open.fetch_sub(1, Ordering::SeqCst);
             match outcome {
@@ -184,12 +184,14 @@ enum Next {
     Exit,
 }
 
-/// One connection: hello, then one request.
+/// One connection: hello, then one request, or several when runs keep the connection
+/// ([`RunRequest::keep_connection`](crate::protocol::RunRequest::keep_connection)).
 fn conversation(
     mut stream: UnixStream,
     spares: &Arc<SparePool>,
     live: &Arc<LiveShells>,
     contexts: &ContextHost,
+    activity: &Activity,
 ) -> Result<Next, AgentError> {
     let hello: Request = read_message(&mut stream, "hello")?;
     let Request::Hello { version } = hello else {
@@ -209,10 +211,48 @@ fn conversation(
         // A health check: hello and hang up.
         Err(_) => return Ok(Next::Continue),
     };
+    let mut next = answer(stream, request, version, spares, live, contexts)?;
+    while let Answered::Kept(mut stream) = next {
+        // A kept connection waiting for its next request is not activity: the agent still
+        // exits when idle (the engine then finds the connection closed and opens a new one).
+        activity.last.store(now_secs(), Ordering::SeqCst);
+        activity.open.fetch_sub(1, Ordering::SeqCst);
+        let request = read_message::<Request>(&mut stream, "a request");
+        activity.open.fetch_add(1, Ordering::SeqCst);
+        let Ok(request) = request else {
+            // The engine let the connection go.
+            return Ok(Next::Continue);
+        };
+        next = answer(stream, request, version, spares, live, contexts)?;
+    }
+    Ok(match next {
+        Answered::Exit => Next::Exit,
+        Answered::Kept(_) | Answered::Done => Next::Continue,
+    })
+}
+
+/// How a request left its connection.
+enum Answered {
+    Done,
+    /// Open for the next request.
+    Kept(UnixStream),
+    /// The agent exits (a shutdown).
+    Exit,
+}
+
+/// Answers one request of a greeted connection.
+fn answer(
+    mut stream: UnixStream,
+    request: Request,
+    version: u32,
+    spares: &Arc<SparePool>,
+    live: &Arc<LiveShells>,
+    contexts: &ContextHost,
+) -> Result<Answered, AgentError> {
     match request {
         Request::Shutdown => {
             write_message(&mut stream, &Reply::Bye)?;
-            Ok(Next::Exit)
+            Ok(Answered::Exit)
         }
         Request::Run(_)
         | Request::Files(_)
@@ -227,7 +267,7 @@ fn conversation(
                     "protocol version {version} is not this agent's ({PROTOCOL_VERSION}); send shutdown and start a matching agent"
                 ),
             )?;
-            Ok(Next::Continue)
+            Ok(Answered::Done)
         }
         Request::Run(run) => {
             if run.argv.is_empty() {
@@ -235,27 +275,26 @@ fn conversation(
                     discard_stdin(&mut stream);
                 }
                 reply_error(&mut stream, "run: argv is empty".into())?;
-                return Ok(Next::Continue);
+                return Ok(Answered::Done);
             }
-            serve_run(stream, run, spares, live)?;
-            Ok(Next::Continue)
+            Ok(serve_run(stream, run, spares, live)?.map_or(Answered::Done, Answered::Kept))
         }
         Request::Files(files) => {
             crate::files::serve_files(stream, files)?;
-            Ok(Next::Continue)
+            Ok(Answered::Done)
         }
         Request::ConnectionOwner { port } => {
             let run_id = crate::egress::run_of_port(port);
             write_message(&mut stream, &Reply::Owner { run_id })?;
-            Ok(Next::Continue)
+            Ok(Answered::Done)
         }
         Request::Context(request) => {
             crate::contexts::serve_context(stream, request, contexts)?;
-            Ok(Next::Continue)
+            Ok(Answered::Done)
         }
         Request::Hello { .. } => {
             reply_error(&mut stream, "hello was already said".into())?;
-            Ok(Next::Continue)
+            Ok(Answered::Done)
         }
     }
 }

@@ -260,6 +260,7 @@ mod tests {
             run_id: None,
             split_stderr: false,
             keep_detached: false,
+            keep_connection: false,
         }
     }
 

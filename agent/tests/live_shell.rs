@@ -47,6 +47,11 @@ struct Session {
 
 impl Session {
     fn new() -> Self {
+        Self::with_args(&[])
+    }
+
+    /// A session whose agent gets `extra` arguments after its socket (`--idle-exit N`).
+    fn with_args(extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("agent.sock");
         let state = dir.path().join("state");
@@ -57,6 +62,7 @@ impl Session {
             Command::new(env!("CARGO_BIN_EXE_paddock-agent"))
                 .args(["serve", "--socket"])
                 .arg(&socket)
+                .args(extra)
                 .spawn()
                 .unwrap(),
         );
@@ -124,7 +130,9 @@ impl Session {
         let output = String::from_utf8_lossy(&output).into_owned();
         self.last_stderr = String::from_utf8_lossy(&stderr).into_owned();
         match reply {
-            Reply::Exit { code, timed_out } => (code, timed_out, output),
+            Reply::Exit {
+                code, timed_out, ..
+            } => (code, timed_out, output),
             other => panic!("{other:?} for {command:?} with output {output:?}"),
         }
     }
@@ -481,7 +489,8 @@ fn a_hang_up_ends_the_job_and_a_paused_job_keeps_its_own_exit_code() {
             reply,
             Reply::Exit {
                 code: 3,
-                timed_out: false
+                timed_out: false,
+                ..
             }
         ),
         "{reply:?}"
@@ -529,5 +538,104 @@ fn closing_a_session_ends_its_live_shell() {
     assert!(
         !proc_dir.exists(),
         "the closed session's live shell {shell_pid} is still there"
+    );
+}
+
+/// Reads one run's frames on `stream` up to its answer: the output and the answer.
+fn read_answer(stream: &mut UnixStream) -> (String, Reply) {
+    let mut output = Vec::new();
+    loop {
+        match read_frame(stream) {
+            Ok(Some((FrameKind::Output | FrameKind::Stderr, data))) => output.extend(data),
+            Ok(Some((_, data))) => {
+                let reply = serde_json::from_slice::<Reply>(&data).unwrap();
+                return (String::from_utf8_lossy(&output).into_owned(), reply);
+            }
+            other => panic!("no answer from the agent ({other:?}); output {output:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_kept_connection_carries_the_next_run_and_never_keeps_the_agent_alive() {
+    // The engine asks the agent to keep a command's connection open and sends the session's
+    // next command on it (no connection and hello per command). The agent must answer every
+    // run on it in order, and must still exit when idle although the engine holds it open.
+    let mut session = Session::with_args(&["--idle-exit", "2"]);
+    session.live_pid();
+    let mut stream = UnixStream::connect(&session.socket).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    greet(&mut stream);
+    for word in ["first", "second", "third"] {
+        let tag = session.next_tag();
+        let request = RunRequest {
+            keep_connection: true,
+            ..session.request(&format!("echo {word}"), "", &tag, Some(10_000))
+        };
+        start_run(&mut stream, request);
+        let (output, reply) = read_answer(&mut stream);
+        paddock_agent::shell_state::commit_state(&session.state, &tag);
+        assert_eq!(output.trim(), word);
+        assert!(
+            matches!(
+                reply,
+                Reply::Exit {
+                    code: 0,
+                    timed_out: false,
+                    kept: true
+                }
+            ),
+            "the live shell's run must keep the connection it was asked to keep: {reply:?}"
+        );
+    }
+    // Without the ask the connection closes after the answer, as before.
+    let tag = session.next_tag();
+    start_run(
+        &mut stream,
+        session.request("echo last", "", &tag, Some(10_000)),
+    );
+    let (output, reply) = read_answer(&mut stream);
+    assert_eq!(output.trim(), "last");
+    assert!(
+        matches!(reply, Reply::Exit { kept: false, .. }),
+        "{reply:?}"
+    );
+    assert!(
+        matches!(read_frame(&mut stream), Ok(None)),
+        "a connection not kept must close after its answer"
+    );
+
+    // A kept connection left idle is not activity: the agent exits after its idle time.
+    let mut held = UnixStream::connect(&session.socket).unwrap();
+    held.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    greet(&mut held);
+    let tag = session.next_tag();
+    start_run(
+        &mut held,
+        RunRequest {
+            keep_connection: true,
+            ..session.request("true", "", &tag, Some(10_000))
+        },
+    );
+    let (_, reply) = read_answer(&mut held);
+    assert!(matches!(reply, Reply::Exit { kept: true, .. }), "{reply:?}");
+    let until = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = session.agent_process.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < until,
+            "the agent did not exit within 15 s of going idle while a kept connection was open"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(
+        matches!(read_frame(&mut held), Ok(None) | Err(_)),
+        "the held connection must be closed by the agent's exit"
     );
 }

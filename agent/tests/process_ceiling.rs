@@ -173,7 +173,8 @@ fn a_run_the_agent_cannot_staff_is_refused_with_words_and_the_agent_goes_on() {
             reply,
             Reply::Exit {
                 code: 0,
-                timed_out: false
+                timed_out: false,
+                ..
             }
         ),
         "{reply:?}"

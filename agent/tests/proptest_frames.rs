@@ -63,6 +63,7 @@ fn run_request() -> impl Strategy<Value = RunRequest> {
                 run_id,
                 split_stderr: false,
                 keep_detached: false,
+                keep_connection: false,
             },
         )
 }
@@ -82,7 +83,13 @@ fn reply() -> impl Strategy<Value = Reply> {
             agent,
             pid
         }),
-        (any::<i32>(), any::<bool>()).prop_map(|(code, timed_out)| Reply::Exit { code, timed_out }),
+        (any::<i32>(), any::<bool>(), any::<bool>()).prop_map(|(code, timed_out, kept)| {
+            Reply::Exit {
+                code,
+                timed_out,
+                kept,
+            }
+        }),
         text().prop_map(|message| Reply::Error { message }),
         Just(Reply::Bye),
     ]
@@ -581,6 +588,7 @@ fn a_frame_at_the_cap_round_trips_and_one_byte_more_is_refused_before_writing() 
         run_id: None,
         split_stderr: false,
         keep_detached: false,
+        keep_connection: false,
     });
     let mut out = Vec::new();
     let err = write_message(&mut out, &huge).unwrap_err();

@@ -18,6 +18,7 @@ import os
 import pickle
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import textwrap
@@ -473,6 +474,45 @@ def test_megabytes_of_stdin_reach_a_command_that_writes_first_or_never_reads(ses
     for _ in range(5):
         r = session.run("echo early", stdin=big, timeout=60)
         assert (r.exit_code, r.stdout) == (0, "early\n")
+
+
+def agent_pids(home: str) -> List[int]:
+    """The sandboxed agents serving sessions of the state directory `home`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in argv and any(a.startswith(f"{home}/agents/".encode()) for a in argv):
+            found.append(int(entry))
+    return found
+
+
+def test_a_command_after_its_agent_died_gets_a_new_agent_and_the_session_state(session: paddock.Session) -> None:
+    # The engine keeps its connection to the session's agent open from one command to the
+    # next. An agent that died meanwhile (killed; or idle past its time) leaves that
+    # connection closed: the next command must notice, start a new agent and lose nothing.
+    assert session.run("export KEPT=1; echo one").stdout == "one\n"
+    # Until the session's live shell serves (`$$` twice the same): its runs keep the connection.
+    shells = [session.run("echo $$").stdout]
+    deadline = time.monotonic() + 15
+    while len(shells) < 2 or shells[-1] != shells[-2]:
+        assert time.monotonic() < deadline, f"no live shell served within 15 s: {shells}"
+        time.sleep(0.05)
+        shells.append(session.run("echo $$").stdout)
+    home = os.environ["PADDOCK_HOME"]
+    agents = agent_pids(home)
+    assert agents, "no sandboxed agent serves the session"
+    for pid in agents:
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not any(pid in agent_pids(home) for pid in agents), "the killed agent to go")
+    result = session.run("echo three; echo $KEPT")
+    assert (result.stdout, result.exit_code) == ("three\n1\n", 0)
+    assert agent_pids(home), "no new agent serves the session"
 
 
 def test_a_timeout_raises_with_the_output_so_far(session: paddock.Session) -> None:

@@ -42,5 +42,6 @@ pub fn plain_run(argv: Vec<String>, timeout_ms: Option<u64>) -> RunRequest {
         stdin: false,
         split_stderr: false,
         keep_detached: false,
+        keep_connection: false,
     }
 }

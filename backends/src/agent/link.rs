@@ -245,10 +245,43 @@ impl Link {
     /// the run's tree.
     pub async fn run(
         mut self,
-        mut request: RunRequest,
+        request: RunRequest,
         stdin: Option<Vec<u8>>,
         sink: &OutputSink,
     ) -> Result<RunEnd, LinkError> {
+        self.run_on(request, stdin, sink).await.map(|(end, _)| end)
+    }
+
+    /// [`Link::run`], asking the agent to keep the connection open afterwards: the link comes
+    /// back when it did, ready for the next request without a new connection and hello.
+    pub async fn run_keeping(
+        mut self,
+        mut request: RunRequest,
+        stdin: Option<Vec<u8>>,
+        sink: &OutputSink,
+    ) -> Result<(RunEnd, Option<Link>), LinkError> {
+        request.keep_connection = true;
+        let (end, kept) = self.run_on(request, stdin, sink).await?;
+        Ok((end, kept.then_some(self)))
+    }
+
+    /// Whether a kept link may carry another request: nothing waits to be read on it (a
+    /// closed connection reads as its end, which an agent that exited left).
+    pub fn reusable(&self) -> bool {
+        let mut probe = [0u8; 1];
+        matches!(
+            self.stream.try_read(&mut probe),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+        )
+    }
+
+    /// One run on this connection: how it ended, and whether the agent kept the connection.
+    async fn run_on(
+        &mut self,
+        mut request: RunRequest,
+        stdin: Option<Vec<u8>>,
+        sink: &OutputSink,
+    ) -> Result<(RunEnd, bool), LinkError> {
         request.stdin = stdin.is_some();
         if sink.splits() && !request.pty {
             request.split_stderr = true;
@@ -280,11 +313,12 @@ impl Link {
     }
 }
 
-/// The frames of one run until its answer: output into `sink`, then the exit (or the refusal).
+/// The frames of one run until its answer: output into `sink`, then the exit (or the refusal),
+/// and whether the agent kept the connection.
 async fn read_run(
     stream: &mut (impl AsyncReadExt + Unpin),
     sink: &OutputSink,
-) -> Result<RunEnd, LinkError> {
+) -> Result<(RunEnd, bool), LinkError> {
     loop {
         match read_frame(stream).await? {
             Some((FrameKind::Output, bytes)) => sink.push(&bytes),
@@ -294,7 +328,11 @@ async fn read_run(
             Some((FrameKind::Message, payload)) => {
                 let reply: Reply = serde_json::from_slice(&payload).map_err(ProtocolError::Json)?;
                 return match reply {
-                    Reply::Exit { code, timed_out } => Ok(RunEnd { code, timed_out }),
+                    Reply::Exit {
+                        code,
+                        timed_out,
+                        kept,
+                    } => Ok((RunEnd { code, timed_out }, kept)),
                     Reply::Error { message } => Err(LinkError::Refused(message)),
                     other => Err(ProtocolError::Unexpected {
                         expected: "exit",

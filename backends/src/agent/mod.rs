@@ -262,6 +262,7 @@ fn agent_request(argv: Vec<String>, pty: bool) -> RunRequest {
         stdin: false,
         split_stderr: false,
         keep_detached: false,
+        keep_connection: false,
     };
     if let Some(wrapper) = crate::remote::script::wrapper_run(&request.argv) {
         request.argv.drain(..2);

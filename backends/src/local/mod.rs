@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::agent::RunRequest;
 use crate::agent::detached::DetachedAgent;
-use crate::agent::link::LinkError;
+use crate::agent::link::{Link, LinkError};
 use crate::kill::{TIMEOUT_EXIT_CODE, terminate_group};
 use crate::output::Utf8Capped;
 use crate::processes::{ProcessRecord, ProcessRegistry, ProcessSpec};
@@ -63,6 +63,22 @@ pub struct LocalEnvironment {
     session_workspaces: std::sync::Mutex<BTreeMap<String, PathBuf>>,
     /// `network = "proxy"`: who serves the sandboxed agent's egress socket.
     egress: Option<Arc<dyn crate::egress::EgressHost>>,
+    /// Each session's sandboxed agent as [`Self::sandboxed_agent`] made it, by session: its
+    /// directories are made and its launch line built once, not before every command (they
+    /// were a third of the engine's system calls per command), and a connection the agent
+    /// kept open after a command carries the next one.
+    kept_agents: std::sync::Mutex<BTreeMap<String, KeptAgent>>,
+    /// [`Self::cgroup_owner`], computed once (it canonicalizes the state directory).
+    cgroup_owner: std::sync::OnceLock<String>,
+}
+
+/// A session's sandboxed agent, kept between commands (see `LocalEnvironment::kept_agents`).
+struct KeptAgent {
+    /// The sandbox it was made for (its `Debug` text): another sandbox gets another agent.
+    sandbox: String,
+    agent: DetachedAgent,
+    /// A connection the agent kept open after the last command, for the next one.
+    idle: Option<Link>,
 }
 
 /// A local backend's per-session ceilings; `None` is no ceiling.
@@ -124,6 +140,12 @@ struct AppliedCeilings {
 }
 
 /// Where each cgroup controller is, read once.
+/// Locks `m`, taking a poisoned lock over: the maps it guards hold plain values, consistent
+/// after any panic.
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn cgroup_layout() -> &'static crate::cgroup::Layout {
     static LAYOUT: std::sync::OnceLock<crate::cgroup::Layout> = std::sync::OnceLock::new();
     LAYOUT.get_or_init(crate::cgroup::Layout::detect)
@@ -351,6 +373,8 @@ impl LocalEnvironment {
             client_workspaces: false,
             session_workspaces: std::sync::Mutex::default(),
             egress: None,
+            kept_agents: std::sync::Mutex::default(),
+            cgroup_owner: std::sync::OnceLock::new(),
         }
     }
 
@@ -472,10 +496,14 @@ impl LocalEnvironment {
     /// another's sessions.
     fn cgroup_owner(&self) -> String {
         use sha2::Digest;
-        let home =
-            std::fs::canonicalize(&self.state_root).unwrap_or_else(|_| self.state_root.clone());
-        let digest = sha2::Sha256::digest(home.as_os_str().as_encoded_bytes());
-        format!("{}.{}", self.name, hex::encode(&digest[..6]))
+        self.cgroup_owner
+            .get_or_init(|| {
+                let home = std::fs::canonicalize(&self.state_root)
+                    .unwrap_or_else(|_| self.state_root.clone());
+                let digest = sha2::Sha256::digest(home.as_os_str().as_encoded_bytes());
+                format!("{}.{}", self.name, hex::encode(&digest[..6]))
+            })
+            .clone()
     }
 
     /// Where the session's ceilings will be, computed without side effects (the sandbox's
@@ -828,6 +856,67 @@ impl LocalEnvironment {
         Ok((program, args))
     }
 
+    /// A link to the session's sandboxed agent, started when it is not running. The agent's
+    /// description is kept per session and sandbox; a kept one that no longer connects (its
+    /// directories went, as when another process closed the session) is made afresh once.
+    async fn connect_sandboxed_agent(
+        &self,
+        sandbox: &LocalSandbox,
+        state: &std::path::Path,
+        session: &str,
+    ) -> Result<(DetachedAgent, Link)> {
+        let key = format!("{sandbox:?}");
+        let kept = {
+            let mut kept_agents = lock(&self.kept_agents);
+            match kept_agents.get_mut(session) {
+                Some(kept) if kept.sandbox == key => {
+                    // An open connection first; one the agent closed (it exited) goes.
+                    if let Some(link) = kept.idle.take().filter(Link::reusable) {
+                        return Ok((kept.agent.clone(), link));
+                    }
+                    Some(kept.agent.clone())
+                }
+                _ => None,
+            }
+        };
+        if let Some(agent) = kept {
+            match agent.connect().await {
+                Ok(link) => return Ok((agent, link)),
+                Err(err) => {
+                    tracing::debug!(session, %err, "the kept agent description failed; making it afresh");
+                    lock(&self.kept_agents).remove(session);
+                }
+            }
+        }
+        let agent = self.sandboxed_agent(sandbox, state, session)?;
+        let link = agent.connect().await?;
+        lock(&self.kept_agents).insert(
+            session.to_owned(),
+            KeptAgent {
+                sandbox: key,
+                agent: agent.clone(),
+                idle: None,
+            },
+        );
+        Ok((agent, link))
+    }
+
+    /// Keeps a connection the agent left open after a command for the session's next one
+    /// (one per session: of two commands at once, the second's connection closes).
+    fn keep_link(&self, session: &str, socket: &Path, link: Link) {
+        if let Some(kept) = lock(&self.kept_agents).get_mut(session)
+            && kept.agent.socket == socket
+            && kept.idle.is_none()
+        {
+            kept.idle = Some(link);
+        }
+    }
+
+    /// Forgets the session's kept agent description (its directories are going).
+    fn forget_agent(&self, session: &str) {
+        lock(&self.kept_agents).remove(session);
+    }
+
     /// The session's sandboxed agent: where it listens and how it is started. Its directory is
     /// named by the session and the sandbox settings, so a changed policy gets a new agent.
     fn sandboxed_agent(
@@ -937,8 +1026,9 @@ impl LocalEnvironment {
         let agent = match self.sandbox_of(session).filter(|_| self.agent) {
             Some(sandbox) => {
                 let _applied = self.apply_ceilings(session)?;
-                let agent = self.sandboxed_agent(&sandbox, &state, session)?;
-                let link = agent.connect().await?;
+                let (agent, link) = self
+                    .connect_sandboxed_agent(&sandbox, &state, session)
+                    .await?;
                 self.serve_egress(session, &agent.socket).await?;
                 (agent, link)
             }
@@ -987,8 +1077,9 @@ impl LocalEnvironment {
         mut env: BTreeMap<String, String>,
     ) -> Result<ExecOutput> {
         let started = Instant::now();
-        let agent = self.sandboxed_agent(sandbox, state, &request.session)?;
-        let link = agent.connect().await?;
+        let (agent, link) = self
+            .connect_sandboxed_agent(sandbox, state, &request.session)
+            .await?;
         self.serve_egress(&request.session, &agent.socket).await?;
         if let Some(dir) = agent.socket.parent()
             && self.egress.as_ref().is_some_and(|e| e.terminates_tls())
@@ -1014,13 +1105,14 @@ impl LocalEnvironment {
             stdin: false,
             split_stderr: false,
             keep_detached: request.keep_detached,
+            keep_connection: false,
         };
         let sink = OutputSink::streaming(request.max_output_chars, request.chunks.clone());
         // The agent ends the command at its timeout; the engine bounds its own wait as well, so
         // that an agent that cannot act (a stopped or starved agent) never holds the caller.
         let bound = request.timeout.saturating_add(AGENT_ANSWER_GRACE);
         let answered =
-            tokio::time::timeout(bound, link.run(run, request.stdin.clone(), &sink)).await;
+            tokio::time::timeout(bound, link.run_keeping(run, request.stdin.clone(), &sink)).await;
         let Ok(answered) = answered else {
             // The link is dropped (a live agent ends the run when the engine hangs up); what
             // the command started goes too, found by its tag.
@@ -1040,7 +1132,7 @@ impl LocalEnvironment {
                 ),
             });
         };
-        let end = answered.map_err(|err| match err {
+        let (end, kept) = answered.map_err(|err| match err {
             LinkError::Refused(message) => BackendError::Spawn(std::io::Error::other(message)),
             other => BackendError::Unavailable {
                 kind: "local".into(),
@@ -1051,6 +1143,9 @@ impl LocalEnvironment {
                 ),
             },
         })?;
+        if let Some(link) = kept {
+            self.keep_link(&request.session, &agent.socket, link);
+        }
         let (text, chars) = sink.finish();
         // A terminal ends lines with \r\n; the result reads as plain lines either way.
         let text = if request.pty {
@@ -1193,6 +1288,7 @@ impl LocalEnvironment {
             stdin: false,
             split_stderr: false,
             keep_detached: request.keep_detached,
+            keep_connection: false,
         }
     }
 
@@ -1918,6 +2014,7 @@ impl Environment for LocalEnvironment {
             if let Ok(mut map) = self.session_workspaces.lock() {
                 map.remove(session);
             }
+            self.forget_agent(session);
             let dir = self.state_root.join("sessions").join(session);
             if let Some(live) = &self.live {
                 live.end_for_state(&dir);
@@ -2064,8 +2161,9 @@ impl LocalEnvironment {
         // The agent a file call starts is the one the session's commands use: it joins the
         // session's cgroups and sees its /tmp, which must exist first.
         let _applied = self.apply_ceilings(session)?;
-        let agent = self.sandboxed_agent(&sandbox, &state, session)?;
-        let link = agent.connect().await?;
+        let (agent, link) = self
+            .connect_sandboxed_agent(&sandbox, &state, session)
+            .await?;
         self.serve_egress(session, &agent.socket).await?;
         link.files(request)
             .await
