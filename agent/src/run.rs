@@ -538,19 +538,32 @@ fn end_leftovers(pgid: u32, run_id: Option<&str>, keep_detached: bool) {
     match run_id.filter(|_| keep_detached) {
         Some(run_id) => {
             signal_run(pgid, None, rustix::process::Signal::KILL);
-            if !processes_of_run(run_id).is_empty()
-                && let Ok(mut kept) = KEPT_DETACHED.lock()
-            {
-                kept.insert(run_id.to_owned());
+            if !processes_of_run(run_id).is_empty() {
+                keep_run(run_id);
             }
         }
         None => kill_leftovers(pgid, run_id),
     }
 }
 
+/// At this many kept run ids, those with no process left are dropped before another is added.
+const KEPT_DETACHED_PRUNE_AT: usize = 32;
+
 /// Run ids whose detached processes were kept past their run: ended with the agent.
 static KEPT_DETACHED: std::sync::Mutex<std::collections::BTreeSet<String>> =
     std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Remembers that `run_id` left processes for the agent to end. Runs whose kept processes have
+/// all ended since need no ending: they are dropped first once the set is large, so that it
+/// stays as small as what a session keeps running.
+fn keep_run(run_id: &str) {
+    if let Ok(mut kept) = KEPT_DETACHED.lock() {
+        if kept.len() >= KEPT_DETACHED_PRUNE_AT {
+            kept.retain(|kept_run| !processes_of_run(kept_run).is_empty());
+        }
+        kept.insert(run_id.to_owned());
+    }
+}
 
 /// Ends the detached processes runs kept (see [`RunRequest::keep_detached`]): called as the
 /// agent exits, so that they end with the session even where no namespace or container would
@@ -684,4 +697,21 @@ pub fn discard_stdin(stream: &mut UnixStream) {
 pub fn reply_error(stream: &mut UnixStream, message: String) -> Result<(), AgentError> {
     write_message(stream, &Reply::Error { message })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_runs_whose_processes_ended_are_dropped_once_the_set_is_large() {
+        // No process carries these ids: as if their kept daemons had all exited.
+        for n in 0..KEPT_DETACHED_PRUNE_AT {
+            keep_run(&format!("t-ended-{n}-{}", std::process::id()));
+        }
+        let newest = format!("t-newest-{}", std::process::id());
+        keep_run(&newest);
+        let kept = KEPT_DETACHED.lock().map(|k| k.clone()).unwrap_or_default();
+        assert_eq!(kept, [newest].into_iter().collect());
+    }
 }
