@@ -265,14 +265,16 @@ impl Link {
         Ok((end, kept.then_some(self)))
     }
 
-    /// Whether a kept link may carry another request: nothing waits to be read on it (a
-    /// closed connection reads as its end, which an agent that exited left).
+    /// Whether a kept link may carry another request: nothing waits to be read on it and the
+    /// agent has not hung up (an agent that exited or was killed closed it). Asked of the
+    /// kernel (`poll` with no wait), not of the runtime's cached readiness, which learns of a
+    /// hang-up only on its next turn.
     pub fn reusable(&self) -> bool {
-        let mut probe = [0u8; 1];
-        matches!(
-            self.stream.try_read(&mut probe),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
-        )
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        // A hang-up reads as the end (POLLIN), and POLLHUP and POLLERR come unasked.
+        let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN)];
+        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(0))
     }
 
     /// One run on this connection: how it ended, and whether the agent kept the connection.
